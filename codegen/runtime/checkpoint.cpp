@@ -1,0 +1,269 @@
+// checkpoint.cpp — pock_save / pock_load: every state tensor, the step count
+// and the learning rate in one self-checking file.
+//
+// Checkpoint format, version 1.  Integers are little-endian, nothing is padded.
+//
+//   offset  size       field
+//   0       8          magic "POCKCKPT"
+//   8       4          u32 format version (1)
+//   12      4 + H      u32 H, then H bytes: the model hash (hex text, no NUL)
+//           8          i64 optimizer steps completed
+//           4          f32 learning rate (IEEE-754 single)
+//           4          u32 N, the number of tensors
+//           N times:
+//             4 + L    u32 L, then L bytes: the tensor's PyTorch name (no NUL)
+//             4        i32 kind  (pock_tensor_kind)
+//             4        i32 dtype (pock_dtype)
+//             4        i32 ndim  (0..POCK_MAX_DIMS)
+//             8*ndim   i64 shape[ndim]
+//             8        i64 nbytes, then nbytes bytes of raw data (row-major,
+//                      little-endian elements)
+//   end-4   4          u32 CRC-32 (IEEE 802.3 polynomial, as zlib.crc32) of
+//                      every byte before it
+//
+// A checkpoint holds exactly the model's state tensors (parameters, buffers,
+// optimizer state and constants), in any order.  toolchain/pockengine/
+// checkpoint.py reads and writes the same format in Python.
+//
+// Saving writes "<path>.tmp-<pid>", flushes and fsyncs it, renames it over
+// path and fsyncs the directory; on any failure the temporary file is removed
+// and whatever was at path stays as it was.  Loading reads the whole file and
+// validates magic, version, CRC, model hash and every tensor's name, kind,
+// dtype and shape before it changes any state.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "runtime_internal.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint.cpp assumes a little-endian host"
+#endif
+
+namespace pock_rt {
+
+namespace {
+
+constexpr char kMagic[8] = {'P', 'O', 'C', 'K', 'C', 'K', 'P', 'T'};
+constexpr uint32_t kVersion = 1;
+
+struct CrcTable {
+  uint32_t v[256];
+  CrcTable() {
+    for (uint32_t i = 0; i < 256; ++i) {
+      uint32_t c = i;
+      for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+      v[i] = c;
+    }
+  }
+};
+
+// Streams bytes into a FILE*, keeping a running CRC and the first errno.
+struct Writer {
+  FILE* f;
+  uint32_t crc = 0;
+  int err = 0;
+  void raw(const void* p, size_t n) {
+    if (err == 0 && n > 0 && std::fwrite(p, 1, n, f) != n) err = errno ? errno : EIO;
+  }
+  void put(const void* p, size_t n) {
+    crc = crc32_update(crc, p, n);
+    raw(p, n);
+  }
+  void u32(uint32_t v) { put(&v, 4); }
+  void i32(int32_t v) { put(&v, 4); }
+  void i64(int64_t v) { put(&v, 8); }
+  void str(const char* s) {
+    const uint32_t n = static_cast<uint32_t>(std::strlen(s));
+    u32(n);
+    put(s, n);
+  }
+};
+
+// Bounds-checked reads from the loaded file.
+struct Reader {
+  const uint8_t* p;
+  size_t size, pos = 0;
+  bool ok = true;
+  bool get(void* dst, size_t n) {
+    if (!ok || n > size - pos) return ok = false;
+    std::memcpy(dst, p + pos, n);
+    pos += n;
+    return true;
+  }
+  template <class T>
+  T take() {
+    T v{};
+    get(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const uint32_t n = take<uint32_t>();
+    if (!ok || n > size - pos) {
+      ok = false;
+      return {};
+    }
+    std::string s(reinterpret_cast<const char*>(p + pos), n);
+    pos += n;
+    return s;
+  }
+};
+
+std::string dir_of(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+pock_status io_failure(const char* path, const std::string& tmp, const char* what, int err) {
+  std::remove(tmp.c_str());
+  return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, what, std::strerror(err));
+}
+
+bool read_file(const char* path, std::vector<uint8_t>* out, int* err) {
+  FILE* f = std::fopen(path, "rb");
+  if (!f) {
+    *err = errno;
+    return false;
+  }
+  bool ok = std::fseek(f, 0, SEEK_END) == 0;
+  const long size = ok ? std::ftell(f) : -1;
+  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
+  if (ok) {
+    out->resize(static_cast<size_t>(size));
+    ok = std::fread(out->data(), 1, out->size(), f) == out->size();
+  }
+  *err = ok ? 0 : (errno ? errno : EIO);
+  std::fclose(f);
+  return ok;
+}
+
+}  // namespace
+
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
+  static const CrcTable table;
+  const uint8_t* p = static_cast<const uint8_t*>(data);
+  crc = ~crc;
+  for (size_t i = 0; i < n; ++i) crc = table.v[(crc ^ p[i]) & 0xFFu] ^ (crc >> 8);
+  return ~crc;
+}
+
+pock_status save_checkpoint(const pock_trainer* t, const char* path) {
+  const PockModel* m = t->model;
+  const std::string tmp = std::string(path) + ".tmp-" + std::to_string(static_cast<long>(getpid()));
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(), std::strerror(errno));
+
+  Writer w{f};
+  w.put(kMagic, sizeof kMagic);
+  w.u32(kVersion);
+  w.str(m->hash);
+  w.i64(t->steps);
+  w.put(&t->lr, 4);
+  w.u32(static_cast<uint32_t>(m->n_state));
+  for (int32_t i = 0; i < m->n_state; ++i) {
+    const PockStateTensor& s = m->state[i];
+    w.str(s.name);
+    w.i32(s.kind);
+    w.i32(s.dtype);
+    w.i32(s.ndim);
+    for (int32_t d = 0; d < s.ndim; ++d) w.i64(s.shape[d]);
+    w.i64(s.nbytes);
+    w.put(t->state + s.offset, static_cast<size_t>(s.nbytes));
+  }
+  const uint32_t crc = w.crc;
+  w.raw(&crc, 4);
+  if (w.err == 0 && std::fflush(f) != 0) w.err = errno;
+  if (w.err == 0 && fsync(fileno(f)) != 0) w.err = errno;
+  if (std::fclose(f) != 0 && w.err == 0) w.err = errno;
+  if (w.err != 0) return io_failure(path, tmp, "writing failed", w.err);
+  if (std::rename(tmp.c_str(), path) != 0) return io_failure(path, tmp, "renaming the temporary file failed", errno);
+
+  // Make the rename itself durable; best effort (not every filesystem allows it).
+  const int dfd = open(dir_of(path).c_str(), O_RDONLY);
+  if (dfd >= 0) {
+    fsync(dfd);
+    close(dfd);
+  }
+  return POCK_OK;
+}
+
+pock_status load_checkpoint(pock_trainer* t, const char* path) {
+  const PockModel* m = t->model;
+  std::vector<uint8_t> file;
+  int err = 0;
+  if (!read_file(path, &file, &err)) return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
+
+  const size_t n = file.size();
+  if (n < sizeof kMagic || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
+    return fail(POCK_ERR_CHECKPOINT, "'%s' is not a PockEngine checkpoint (%s)", path, n < sizeof kMagic ? "too short" : "bad magic");
+  if (n < sizeof kMagic + 8) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is truncated (%zu bytes)", path, n);
+  uint32_t stored, version;
+  std::memcpy(&stored, file.data() + n - 4, 4);
+  const uint32_t computed = crc32_update(0, file.data(), n - 4);
+  if (stored != computed)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt or truncated (CRC-32 mismatch: stored %08x, computed %08x)", path,
+                stored, computed);
+  std::memcpy(&version, file.data() + sizeof kMagic, 4);
+  if (version != kVersion)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' has format version %u; this runtime reads version %u", path, version, kVersion);
+
+  Reader r{file.data(), n - 4, sizeof kMagic + 4};
+  const std::string hash = r.str();
+  const int64_t steps = r.take<int64_t>();
+  const float lr = r.take<float>();
+  const uint32_t count = r.take<uint32_t>();
+  if (!r.ok) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: truncated header", path);
+  if (hash != m->hash)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint is for model %s but this library is %s ('%s', model '%s')", hash.c_str(), m->hash,
+                path, m->name);
+  if (steps < 0) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: step count %lld", path, (long long)steps);
+
+  std::vector<const uint8_t*> data(static_cast<size_t>(m->n_state), nullptr);
+  for (uint32_t k = 0; k < count; ++k) {
+    const std::string name = r.str();
+    const int32_t kind = r.take<int32_t>(), dtype = r.take<int32_t>(), ndim = r.take<int32_t>();
+    if (!r.ok || ndim < 0 || ndim > POCK_MAX_DIMS)
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: bad header for tensor %u", path, k);
+    int64_t shape[POCK_MAX_DIMS];
+    for (int32_t d = 0; d < ndim; ++d) shape[d] = r.take<int64_t>();
+    const int64_t nbytes = r.take<int64_t>();
+    if (!r.ok || nbytes < 0 || static_cast<uint64_t>(nbytes) > r.size - r.pos)
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: tensor '%s' runs past the end of the file", path, name.c_str());
+    const uint8_t* bytes = r.p + r.pos;
+    r.pos += static_cast<size_t>(nbytes);
+
+    const int32_t i = find_state(m, name.c_str());
+    if (i < 0) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' holds tensor '%s', which model '%s' does not have", path, name.c_str(), m->name);
+    const PockStateTensor& s = m->state[i];
+    if (data[static_cast<size_t>(i)])
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: tensor '%s' appears twice", path, name.c_str());
+    bool same = kind == s.kind && dtype == s.dtype && ndim == s.ndim && nbytes == s.nbytes;
+    for (int32_t d = 0; same && d < ndim; ++d) same = shape[d] == s.shape[d];
+    if (!same)
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s': tensor '%s' is %s (kind %d) but the model expects %s (kind %d)", path,
+                  name.c_str(), describe(shape, ndim, dtype).c_str(), kind, describe(s.shape, s.ndim, s.dtype).c_str(), s.kind);
+    data[static_cast<size_t>(i)] = bytes;
+  }
+  if (r.pos != r.size)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: %zu unexpected bytes after the last tensor", path, r.size - r.pos);
+  for (int32_t i = 0; i < m->n_state; ++i)
+    if (!data[static_cast<size_t>(i)])
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' lacks tensor '%s' of model '%s'", path, m->state[i].name, m->name);
+
+  // Everything is valid: only now touch the trainer.
+  for (int32_t i = 0; i < m->n_state; ++i) {
+    const PockStateTensor& s = m->state[i];
+    if (s.nbytes > 0) std::memcpy(t->state + s.offset, data[static_cast<size_t>(i)], static_cast<size_t>(s.nbytes));
+  }
+  t->steps = steps;
+  t->lr = lr;
+  return POCK_OK;
+}
+
+}  // namespace pock_rt

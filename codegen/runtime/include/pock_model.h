@@ -1,0 +1,64 @@
+// pock_model.h — what a generated model translation unit hands the runtime.
+// Internal: the C API (pock_api.cpp) is written once against this struct and
+// each generated model defines `const PockModel* pock_compiled_model()`.
+#pragma once
+#include <cstdint>
+
+#include "pock.h"
+
+struct PockCtx {
+  uint8_t* arena;     // activations, gradients, temporaries (the memory plan)
+  uint8_t* state;     // parameters, buffers, optimizer state, constants
+  float lr;           // current learning rate (runtime-settable)
+  int64_t step;       // completed optimizer steps before this one (0 on the first)
+  uint64_t seed;      // dropout RNG seed for this step
+  int32_t num_threads;
+};
+
+struct PockStateTensor {  // a tensor living in ctx->state
+  const char* name;       // PyTorch name (optimizer state: "<param>:<slot>")
+  int32_t kind;           // pock_tensor_kind
+  int32_t dtype;          // pock_dtype (F32, I64)
+  int32_t ndim;
+  int64_t shape[POCK_MAX_DIMS];
+  int64_t offset;         // bytes into ctx->state
+  int64_t nbytes;
+};
+
+struct PockIO {           // an input, target or output living in ctx->arena
+  const char* name;
+  int32_t dtype;
+  int32_t ndim;
+  int64_t shape[POCK_MAX_DIMS];
+  int64_t offset;         // bytes into ctx->arena
+  int64_t nbytes;
+  int64_t int_lo, int_hi; // integer inputs: valid values are [int_lo, int_hi) or
+                          // == int_ignore; unchecked when int_lo >= int_hi
+  int64_t int_ignore;     // e.g. cross-entropy ignore_index; only used when has_ignore
+  int32_t has_ignore;
+};
+
+struct PockModel {
+  const char* name;
+  const char* hash;        // hex, structural hash of the compiled program
+  int64_t arena_bytes;     // max over the step and forward plans
+  int64_t state_bytes;
+  int32_t n_state;
+  const PockStateTensor* state;
+  // training step
+  int32_t n_inputs;
+  const PockIO* inputs;    // offsets in the step plan
+  int32_t n_targets;
+  const PockIO* targets;
+  int64_t loss_offset;     // float in the arena after a step
+  void (*step)(PockCtx*);
+  // inference
+  int32_t n_fwd_inputs;
+  const PockIO* fwd_inputs;  // offsets in the forward plan
+  int32_t n_outputs;
+  const PockIO* outputs;
+  void (*forward)(PockCtx*);
+  float default_lr;
+};
+
+extern "C" const PockModel* pock_compiled_model();

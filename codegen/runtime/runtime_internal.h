@@ -1,0 +1,34 @@
+// runtime_internal.h — what pock_api.cpp and checkpoint.cpp share.  Not public:
+// callers see only the opaque pock_trainer of pock.h.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "pock_model.h"
+
+struct pock_trainer {
+  const PockModel* model;
+  uint8_t* arena;  // model->arena_bytes, 64-byte aligned, scratch for one call
+  uint8_t* state;  // model->state_bytes, 64-byte aligned, persistent
+  float lr;
+  int64_t steps;   // optimizer steps completed
+  int32_t num_threads;
+};
+
+namespace pock_rt {
+
+// Record `message` for pock_last_error() on this thread and return `s`.
+pock_status fail(pock_status s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+
+const char* dtype_name(int32_t dtype);
+// "(4, 3) float32", "(4,) int64", "() float32": numpy's way of writing shapes.
+std::string describe(const int64_t* shape, int32_t ndim, int32_t dtype);
+// Index of the state tensor called `name`, or -1.
+int32_t find_state(const PockModel* m, const char* name);
+
+// checkpoint.cpp
+pock_status save_checkpoint(const pock_trainer* t, const char* path);
+pock_status load_checkpoint(pock_trainer* t, const char* path);
+uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
+
+}  // namespace pock_rt

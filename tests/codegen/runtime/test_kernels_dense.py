@@ -1,0 +1,564 @@
+"""Dense kernels (kernels/gemm.cpp, linear.cpp, conv2d.cpp, pool2d.cpp, embedding.cpp,
+layer_norm.cpp, batch_norm.cpp) against numpy / torch / torch.autograd in float32.
+
+Every output buffer is pre-filled with NaN (catches elements never written) and
+followed by a guard region that must stay untouched (catches out-of-bounds
+writes).  Inputs are float32; references are torch float32 (or float64 numpy
+for gemm), compared with rtol/atol around 1e-4/1e-5."""
+import ctypes
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+RTOL, ATOL = 1e-4, 1e-5
+GUARD = 16
+SENTINEL = -12345.0
+
+i64, cint, vp, cf = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+
+
+@pytest.fixture(scope="module")
+def lib(shim_builder):
+    L = shim_builder("dense_shim.cpp")
+    sigs = {
+        "shim_gemm": [vp] * 3 + [i64] * 4 + [cint, cint] + [i64] * 3 + [cf],
+        "shim_linear_fwd": [vp] * 4 + [i64] * 3,
+        "shim_linear_bwd_input": [vp] * 3 + [i64] * 3,
+        "shim_linear_bwd_weight": [vp] * 3 + [i64] * 4,
+        "shim_bias_bwd": [vp] * 2 + [i64] * 2,
+        "shim_conv2d_fwd": [vp] * 5,
+        "shim_conv2d_bwd_input": [vp] * 4,
+        "shim_conv2d_bwd_weight": [vp] * 4 + [i64] * 2,
+        "shim_conv2d_bwd_bias": [vp] * 3,
+        "shim_max_pool2d_fwd": [vp] * 4,
+        "shim_max_pool2d_bwd": [vp] * 4,
+        "shim_avg_pool2d_fwd": [vp] * 3,
+        "shim_avg_pool2d_bwd": [vp] * 3,
+        "shim_adaptive_avg_pool2d_fwd": [vp] * 2 + [i64] * 6,
+        "shim_adaptive_avg_pool2d_bwd": [vp] * 2 + [i64] * 6,
+        "shim_embedding_fwd": [vp] * 3 + [i64] * 3,
+        "shim_embedding_bwd": [vp] * 3 + [i64] * 5,
+        "shim_layer_norm_fwd": [vp] * 6 + [i64] * 2 + [cf],
+        "shim_layer_norm_bwd": [vp] * 8 + [i64] * 2,
+        "shim_batch_norm_train_fwd": [vp] * 10 + [i64] * 3 + [cf, cf],
+        "shim_batch_norm_train_bwd": [vp] * 8 + [i64] * 3,
+        "shim_batch_norm_eval_fwd": [vp] * 6 + [i64] * 3 + [cf],
+        "shim_batch_norm_eval_bwd": [vp] * 8 + [i64] * 3 + [cf],
+    }
+    for name, argtypes in sigs.items():
+        fn = getattr(L, name)
+        fn.restype = None
+        fn.argtypes = argtypes
+    return L
+
+
+class Buffers:
+    """Output buffers: NaN-filled (or given initial values), each followed by a guard region."""
+
+    def __init__(self):
+        self.raw = []
+
+    def __call__(self, *shape, dtype=np.float32, init=None):
+        n = int(np.prod(shape))
+        raw = np.empty(n + GUARD, dtype=dtype)
+        if init is not None:
+            raw[:n] = np.asarray(init, dtype=dtype).reshape(-1)
+        else:
+            raw[:n] = np.nan if dtype == np.float32 else -777
+        raw[n:] = SENTINEL
+        self.raw.append((raw, n))
+        return raw[:n].reshape(shape)
+
+    def check_guards(self):
+        for raw, n in self.raw:
+            assert (raw[n:] == np.asarray(SENTINEL, dtype=raw.dtype)).all(), "write past the end of an output"
+
+
+def P(a):
+    """ctypes pointer of a contiguous array (None stays None)."""
+    if a is None:
+        return None
+    assert a.flags["C_CONTIGUOUS"]
+    return a.ctypes.data_as(vp)
+
+
+def I64(values):
+    arr = np.ascontiguousarray(values, dtype=np.int64)
+    return arr, P(arr)
+
+
+def rand(rng, *shape, scale=1.0):
+    return (rng.standard_normal(shape) * scale).astype(np.float32)
+
+
+def T(a, grad=False):
+    return torch.tensor(a, requires_grad=grad)
+
+
+def close(actual, expected, rtol=RTOL, atol=ATOL):
+    expected = expected.detach().numpy() if isinstance(expected, torch.Tensor) else np.asarray(expected)
+    assert actual.shape == expected.shape, (actual.shape, expected.shape)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+
+
+# ----------------------------------------------------------------------------- gemm
+
+GEMM_SHAPES = [(1, 1, 1), (7, 13, 5), (12, 32, 128), (37, 65, 129), (50, 200, 300), (13, 97, 1), (1, 300, 40)]
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+@pytest.mark.parametrize("M,N,K", GEMM_SHAPES)
+def test_gemm_single(lib, ta, tb, M, N, K):
+    rng = np.random.default_rng(M * 1000 + N + K)
+    a, b = rand(rng, M, K, scale=K**-0.5), rand(rng, K, N)
+    A = np.ascontiguousarray(a.T) if ta else a
+    B = np.ascontiguousarray(b.T) if tb else b
+    bufs = Buffers()
+    c = bufs(M, N)
+    lib.shim_gemm(P(A), P(B), P(c), 1, M, N, K, ta, tb, 0, 0, 0, 0.0)
+    close(c, a.astype(np.float64) @ b.astype(np.float64))
+    # beta = 1 accumulates onto C
+    c0 = rand(rng, M, N)
+    c2 = bufs(M, N, init=c0)
+    lib.shim_gemm(P(A), P(B), P(c2), 1, M, N, K, ta, tb, 0, 0, 0, 1.0)
+    close(c2, c0 + a.astype(np.float64) @ b.astype(np.float64))
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
+def test_gemm_batched_strides(lib, ta, tb):
+    rng = np.random.default_rng(7)
+    batch, M, N, K = 3, 29, 70, 150
+    a, b = rand(rng, batch, M, K, scale=K**-0.5), rand(rng, batch, K, N)
+    A = np.ascontiguousarray(a.transpose(0, 2, 1)) if ta else a
+    B = np.ascontiguousarray(b.transpose(0, 2, 1)) if tb else b
+    bufs = Buffers()
+    # independent batches
+    c = bufs(batch, M, N)
+    lib.shim_gemm(P(A), P(B), P(c), batch, M, N, K, ta, tb, M * K, K * N, M * N, 0.0)
+    close(c, np.einsum("bmk,bkn->bmn", a.astype(np.float64), b))
+    # A broadcast (sa = 0) over batched B
+    c = bufs(batch, M, N)
+    lib.shim_gemm(P(A), P(B), P(c), batch, M, N, K, ta, tb, 0, K * N, M * N, 0.0)
+    close(c, np.einsum("mk,bkn->bmn", a[0].astype(np.float64), b))
+    # B broadcast (sb = 0)
+    c = bufs(batch, M, N)
+    lib.shim_gemm(P(A), P(B), P(c), batch, M, N, K, ta, tb, M * K, 0, M * N, 0.0)
+    close(c, np.einsum("bmk,kn->bmn", a.astype(np.float64), b[0]))
+    # sc = 0, beta = 1: every batch's product summed into one C
+    c0 = rand(rng, M, N)
+    c = bufs(M, N, init=c0)
+    lib.shim_gemm(P(A), P(B), P(c), batch, M, N, K, ta, tb, M * K, K * N, 0, 1.0)
+    close(c, c0 + np.einsum("bmk,bkn->mn", a.astype(np.float64), b), atol=1e-4)
+    bufs.check_guards()
+
+
+def test_gemm_k0_and_beta0_overwrites_nan(lib):
+    bufs = Buffers()
+    a = np.zeros(1, np.float32)
+    c = bufs(4, 5)  # NaN-filled
+    lib.shim_gemm(P(a), P(a), P(c), 1, 4, 5, 0, 0, 0, 0, 0, 0, 0.0)
+    assert (c == 0).all()
+    c0 = np.arange(20, dtype=np.float32).reshape(4, 5)
+    c = bufs(4, 5, init=c0)
+    lib.shim_gemm(P(a), P(a), P(c), 1, 4, 5, 0, 0, 0, 0, 0, 0, 1.0)
+    close(c, c0)
+    # beta = 0 must not read C (NaN in C must not leak)
+    rng = np.random.default_rng(1)
+    x, y = rand(rng, 4, 3), rand(rng, 3, 5)
+    c = bufs(4, 5)
+    lib.shim_gemm(P(x), P(y), P(c), 1, 4, 5, 3, 0, 0, 0, 0, 0, 0.0)
+    close(c, x.astype(np.float64) @ y)
+    bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- linear
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (5, 7, 3), (33, 17, 130), (64, 100, 50)])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear(lib, M, N, K, bias):
+    rng = np.random.default_rng(M + 10 * N + 100 * K)
+    x, w, b = rand(rng, M, K), rand(rng, N, K, scale=K**-0.5), rand(rng, N) if bias else None
+    dy = rand(rng, M, N)
+    tx, tw = T(x, True), T(w, True)
+    tb = T(b, True) if bias else None
+    ty = F.linear(tx, tw, tb)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, dx, dw = bufs(M, N), bufs(M, K), bufs(N, K)
+    lib.shim_linear_fwd(P(x), P(w), P(b), P(y), M, N, K)
+    close(y, ty)
+    lib.shim_linear_bwd_input(P(dy), P(w), P(dx), M, N, K)
+    close(dx, tx.grad)
+    lib.shim_linear_bwd_weight(P(dy), P(x), P(dw), M, N, K, K)
+    close(dw, tw.grad)
+    if bias:
+        db = bufs(N)
+        lib.shim_bias_bwd(P(dy), P(db), M, N)
+        close(db, tb.grad)
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("M,N,K,k", [(9, 6, 20, 7), (40, 33, 150, 129), (3, 2, 5, 1)])
+def test_linear_bwd_weight_partial(lib, M, N, K, k):
+    rng = np.random.default_rng(K + k)
+    x, dy = rand(rng, M, K), rand(rng, M, N)
+    full = dy.T.astype(np.float64) @ x.astype(np.float64)
+    bufs = Buffers()
+    dw = bufs(N, k)
+    lib.shim_linear_bwd_weight(P(dy), P(x), P(dw), M, N, k, K)  # x full, row length K
+    close(dw, full[:, :k])
+    xs = np.ascontiguousarray(x[:, :k])
+    dw2 = bufs(N, k)
+    lib.shim_linear_bwd_weight(P(dy), P(xs), P(dw2), M, N, k, k)  # x already sliced
+    close(dw2, full[:, :k])
+    bufs.check_guards()
+
+
+def test_bias_bwd_wide(lib):
+    rng = np.random.default_rng(3)
+    M, N = 37, 600  # more columns than one accumulator block
+    dy = rand(rng, M, N)
+    bufs = Buffers()
+    db = bufs(N)
+    lib.shim_bias_bwd(P(dy), P(db), M, N)
+    close(db, dy.astype(np.float64).sum(0))
+    bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- conv2d
+
+# N, C, H, W, O, (KH, KW), (sh, sw), (ph, pw), (dh, dw), groups
+CONV_CASES = [
+    (2, 5, 7, 9, 6, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # pointwise -> gemm
+    (2, 4, 5, 6, 6, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # pointwise, grouped
+    (2, 4, 7, 7, 3, (1, 1), (2, 2), (0, 0), (1, 1), 1),  # strided 1x1 -> direct
+    (2, 3, 8, 7, 4, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (3, 4, 9, 11, 5, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+    (2, 6, 10, 9, 4, (3, 2), (1, 2), (2, 1), (2, 1), 2),  # asymmetric everything
+    (1, 3, 12, 12, 4, (3, 3), (1, 1), (2, 2), (2, 2), 1),  # dilation 2
+    (2, 6, 7, 7, 9, (3, 3), (1, 1), (1, 1), (1, 1), 3),  # groups
+    (2, 8, 9, 9, 8, (3, 3), (1, 1), (1, 1), (1, 1), 8),  # depthwise
+    (2, 5, 10, 10, 5, (5, 5), (2, 2), (2, 2), (1, 1), 5),  # depthwise, stride 2
+    (2, 3, 6, 6, 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),  # depthwise, multiplier 2
+    (1, 2, 3, 3, 2, (5, 5), (1, 1), (2, 2), (1, 1), 1),  # kernel wider than the input
+    (2, 3, 40, 37, 4, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # rows longer than a chunk
+]
+
+
+def conv_out(n, k, s, p, d):
+    return (n + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+def conv_setup(case, seed):
+    N, C, H, W, O, (KH, KW), (sh, sw), (ph, pw), (dh, dw_), G = case
+    OH, OW = conv_out(H, KH, sh, ph, dh), conv_out(W, KW, sw, pw, dw_)
+    params = np.array([N, C, H, W, O, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw_, G], dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    x = rand(rng, N, C, H, W)
+    w = rand(rng, O, C // G, KH, KW, scale=(C // G * KH * KW) ** -0.5)
+    b = rand(rng, O)
+    dy = rand(rng, N, O, OH, OW)
+    return params, x, w, b, dy
+
+
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv2d(lib, case):
+    params, x, w, b, dy = conv_setup(case, sum(case[:5]))
+    N, C, H, W, O = case[:5]
+    G = case[-1]
+    OH, OW = params[7], params[8]
+    tx, tw, tb = T(x, True), T(w, True), T(b, True)
+    ty = F.conv2d(tx, tw, tb, stride=case[6], padding=case[7], dilation=case[8], groups=G)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, y_nb, dx, dw, db = bufs(N, O, OH, OW), bufs(N, O, OH, OW), bufs(N, C, H, W), bufs(*w.shape), bufs(O)
+    lib.shim_conv2d_fwd(P(x), P(w), P(b), P(y), P(params))
+    close(y, ty)
+    lib.shim_conv2d_fwd(P(x), P(w), None, P(y_nb), P(params))
+    close(y_nb, ty.detach() - tb.detach()[:, None, None])
+    lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), P(params))
+    close(dx, tx.grad)
+    lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), C // G, C)
+    close(dw, tw.grad)
+    lib.shim_conv2d_bwd_bias(P(dy), P(db), P(params))
+    close(db, tb.grad)
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("case", [c for c in CONV_CASES if c[1] // c[-1] > 1])
+def test_conv2d_bwd_weight_partial_channels(lib, case):
+    """dw[O, k, KH, KW] for the first k input channels of each group (x full, xc == C)."""
+    params, x, w, b, dy = conv_setup(case, 99)
+    C, G = case[1], case[-1]
+    tx, tw = T(x), T(w, True)
+    F.conv2d(tx, tw, None, stride=case[6], padding=case[7], dilation=case[8], groups=G).backward(T(dy))
+    full = tw.grad.numpy()
+    for k in {1, C // G - 1}:
+        bufs = Buffers()
+        dw = bufs(w.shape[0], k, w.shape[2], w.shape[3])
+        lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), k, C)
+        close(dw, full[:, :k])
+        if G == 1:  # x already sliced to its first k channels (xc == k)
+            xs = np.ascontiguousarray(x[:, :k])
+            dw2 = bufs(w.shape[0], k, w.shape[2], w.shape[3])
+            lib.shim_conv2d_bwd_weight(P(dy), P(xs), P(dw2), P(params), k, k)
+            close(dw2, full[:, :k])
+        bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- pooling
+
+# N, C, H, W, (KH, KW), (sh, sw), (ph, pw), (dh, dw), ceil_mode
+MAX_POOL_CASES = [
+    (2, 3, 8, 8, (2, 2), (2, 2), (0, 0), (1, 1), False),
+    (2, 3, 7, 9, (3, 3), (2, 2), (1, 1), (1, 1), False),
+    (1, 2, 7, 9, (3, 3), (2, 2), (1, 1), (1, 1), True),  # ceil: last window overhangs
+    (2, 2, 10, 11, (3, 2), (3, 2), (0, 1), (1, 1), True),
+    (1, 3, 11, 10, (3, 3), (2, 3), (1, 1), (2, 2), False),  # dilation
+    (1, 2, 12, 13, (2, 3), (3, 2), (1, 1), (3, 2), True),  # dilation + ceil + pad
+    (2, 2, 5, 5, (5, 5), (1, 1), (2, 2), (1, 1), False),
+    (1, 1, 6, 6, (2, 2), (4, 4), (1, 1), (1, 1), True),  # stride > kernel, ceil window starts in pad
+]
+
+
+def pool_params(N, C, H, W, OH, OW, k, s, p, d, count_include_pad=True, divisor_override=0):
+    return np.array([N, C, H, W, OH, OW, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1],
+                     int(count_include_pad), divisor_override or 0], dtype=np.int64)
+
+
+@pytest.mark.parametrize("case", MAX_POOL_CASES)
+def test_max_pool2d(lib, case):
+    N, C, H, W, k, s, p, d, ceil = case
+    rng = np.random.default_rng(H * W)
+    x = rand(rng, N, C, H, W)
+    tx = T(x, True)
+    ty, tidx = F.max_pool2d(tx, k, s, p, d, ceil_mode=ceil, return_indices=True)
+    OH, OW = ty.shape[2:]
+    dy = rand(rng, *ty.shape)
+    ty.backward(T(dy))
+    params = pool_params(N, C, H, W, OH, OW, k, s, p, d)
+    bufs = Buffers()
+    y, idx, dx = bufs(N, C, OH, OW), bufs(N, C, OH, OW, dtype=np.int32), bufs(N, C, H, W)
+    lib.shim_max_pool2d_fwd(P(x), P(y), P(idx), P(params))
+    close(y, ty, rtol=0, atol=0)
+    np.testing.assert_array_equal(idx, tidx.numpy())
+    lib.shim_max_pool2d_bwd(P(dy), P(idx), P(dx), P(params))
+    close(dx, tx.grad)
+    bufs.check_guards()
+
+
+def test_max_pool2d_ties_and_nan(lib):
+    x = np.zeros((1, 2, 4, 4), np.float32)  # plane 0: all ties -> first position wins
+    x[0, 1] = np.arange(16, dtype=np.float32).reshape(4, 4)
+    x[0, 1, 1, 0] = np.nan  # NaN propagates and wins
+    k, s, p, d = (2, 2), (2, 2), (0, 0), (1, 1)
+    ty, tidx = F.max_pool2d(T(x), k, s, p, d, return_indices=True)
+    params = pool_params(1, 2, 4, 4, 2, 2, k, s, p, d)
+    bufs = Buffers()
+    y, idx = bufs(1, 2, 2, 2), bufs(1, 2, 2, 2, dtype=np.int32)
+    lib.shim_max_pool2d_fwd(P(x), P(y), P(idx), P(params))
+    np.testing.assert_array_equal(y, ty.numpy())  # NaN compares equal here
+    np.testing.assert_array_equal(idx, tidx.numpy())
+    assert np.isnan(y[0, 1, 0, 0]) and idx[0, 1, 0, 0] == 4
+    bufs.check_guards()
+
+
+# N, C, H, W, (KH, KW), (sh, sw), (ph, pw), ceil_mode, count_include_pad, divisor_override
+AVG_POOL_CASES = [
+    (2, 3, 8, 8, (2, 2), (2, 2), (0, 0), False, True, None),
+    (2, 3, 7, 9, (3, 3), (2, 2), (1, 1), False, True, None),
+    (2, 3, 7, 9, (3, 3), (2, 2), (1, 1), False, False, None),
+    (1, 2, 7, 9, (3, 3), (2, 2), (1, 1), True, True, None),  # ceil: overhang beyond the padding
+    (1, 2, 7, 9, (3, 3), (2, 2), (1, 1), True, False, None),
+    (2, 2, 10, 11, (3, 2), (3, 2), (0, 1), True, True, None),
+    (1, 2, 6, 6, (2, 2), (4, 4), (1, 1), True, True, None),  # ceil window starting in pad
+    (1, 2, 6, 5, (3, 3), (2, 2), (1, 1), True, True, 5),  # divisor_override
+    (2, 3, 5, 5, (5, 5), (1, 1), (2, 2), False, False, None),
+]
+
+
+@pytest.mark.parametrize("case", AVG_POOL_CASES)
+def test_avg_pool2d(lib, case):
+    N, C, H, W, k, s, p, ceil, cip, div = case
+    rng = np.random.default_rng(H + 3 * W)
+    x = rand(rng, N, C, H, W)
+    tx = T(x, True)
+    ty = F.avg_pool2d(tx, k, s, p, ceil_mode=ceil, count_include_pad=cip, divisor_override=div)
+    OH, OW = ty.shape[2:]
+    dy = rand(rng, *ty.shape)
+    ty.backward(T(dy))
+    params = pool_params(N, C, H, W, OH, OW, k, s, p, (1, 1), cip, div)
+    bufs = Buffers()
+    y, dx = bufs(N, C, OH, OW), bufs(N, C, H, W)
+    lib.shim_avg_pool2d_fwd(P(x), P(y), P(params))
+    close(y, ty)
+    lib.shim_avg_pool2d_bwd(P(dy), P(dx), P(params))
+    close(dx, tx.grad)
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("H,W,OH,OW", [(7, 9, 3, 4), (5, 5, 5, 5), (10, 3, 4, 2), (6, 6, 1, 1), (3, 3, 5, 7)])
+def test_adaptive_avg_pool2d(lib, H, W, OH, OW):
+    N, C = 2, 3
+    rng = np.random.default_rng(H * 7 + W)
+    x = rand(rng, N, C, H, W)
+    tx = T(x, True)
+    ty = F.adaptive_avg_pool2d(tx, (OH, OW))
+    dy = rand(rng, *ty.shape)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, dx = bufs(N, C, OH, OW), bufs(N, C, H, W)
+    lib.shim_adaptive_avg_pool2d_fwd(P(x), P(y), N, C, H, W, OH, OW)
+    close(y, ty)
+    lib.shim_adaptive_avg_pool2d_bwd(P(dy), P(dx), N, C, H, W, OH, OW)
+    close(dx, tx.grad)
+    bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- embedding
+
+
+@pytest.mark.parametrize("n,V,D,k,padding_idx", [(1, 1, 1, 1, -1), (17, 10, 6, 6, -1), (30, 7, 9, 4, 3),
+                                                  (12, 50, 5, 5, 0)])
+def test_embedding(lib, n, V, D, k, padding_idx):
+    rng = np.random.default_rng(n + V)
+    w = rand(rng, V, D)
+    idx_np = rng.integers(0, V, size=n).astype(np.int64)
+    if padding_idx >= 0:
+        idx_np[: min(3, n)] = padding_idx
+    idx, pidx = I64(idx_np)
+    dy = rand(rng, n, D)
+    tw = T(w, True)
+    ty = F.embedding(torch.from_numpy(idx_np), tw, padding_idx=None if padding_idx < 0 else padding_idx)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, dw = bufs(n, D), bufs(V, k)
+    lib.shim_embedding_fwd(P(w), pidx, P(y), n, V, D)
+    close(y, ty, rtol=0, atol=0)
+    lib.shim_embedding_bwd(P(dy), pidx, P(dw), n, V, D, k, padding_idx)
+    close(dw, tw.grad[:, :k])
+    if padding_idx >= 0:
+        assert (dw[padding_idx] == 0).all()
+    bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- layer_norm
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 7), (16, 64), (4, 600)])
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm(lib, rows, cols, affine):
+    rng = np.random.default_rng(rows * cols)
+    x = rand(rng, rows, cols) * 2 + 0.5
+    w, b = (rand(rng, cols), rand(rng, cols)) if affine else (None, None)
+    dy = rand(rng, rows, cols)
+    eps = 1e-5
+    tx = T(x, True)
+    tw, tb = (T(w, True), T(b, True)) if affine else (None, None)
+    ty, tmean, trstd = torch.native_layer_norm(tx, [cols], tw, tb, eps)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, mean, rstd, dx = bufs(rows, cols), bufs(rows), bufs(rows), bufs(rows, cols)
+    lib.shim_layer_norm_fwd(P(x), P(w), P(b), P(y), P(mean), P(rstd), rows, cols, eps)
+    close(y, ty, atol=2e-5)
+    close(mean, tmean.reshape(rows))
+    close(rstd, trstd.reshape(rows))
+    dw, db = (bufs(cols), bufs(cols)) if affine else (None, None)
+    lib.shim_layer_norm_bwd(P(dy), P(x), P(mean), P(rstd), P(w), P(dx), P(dw), P(db), rows, cols)
+    close(dx, tx.grad, atol=2e-5)
+    if affine:
+        close(dw, tw.grad)
+        close(db, tb.grad)
+        # nullable outputs: each gradient alone
+        for want in ("dx", "dw", "db"):
+            outs = {name: (bufs(*shape) if name == want else None)
+                    for name, shape in (("dx", (rows, cols)), ("dw", (cols,)), ("db", (cols,)))}
+            lib.shim_layer_norm_bwd(P(dy), P(x), P(mean), P(rstd), P(w), P(outs["dx"]), P(outs["dw"]),
+                                    P(outs["db"]), rows, cols)
+            close(outs[want], {"dx": tx.grad, "dw": tw.grad, "db": tb.grad}[want], atol=2e-5)
+    bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- batch_norm
+
+BN_SHAPES = [(4, 3, 1), (2, 5, 7), (3, 4, 36), (8, 2, 100)]
+
+
+@pytest.mark.parametrize("N,C,S", BN_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_train(lib, N, C, S, affine):
+    rng = np.random.default_rng(N * C * S)
+    x = rand(rng, N, C, S) * 1.5 + 0.7
+    w, b = (rand(rng, C), rand(rng, C)) if affine else (None, None)
+    rm, rv = rand(rng, C), np.abs(rand(rng, C)) + 0.5
+    dy = rand(rng, N, C, S)
+    momentum, eps = 0.1, 1e-5
+    tx = T(x, True)
+    tw, tb = (T(w, True), T(b, True)) if affine else (None, None)
+    trm, trv = T(rm), T(rv)
+    ty, tsave_mean, tsave_invstd = torch.native_batch_norm(tx, tw, tb, trm, trv, True, momentum, eps)
+    ty.backward(T(dy))  # torch updated trm / trv in place
+    bufs = Buffers()
+    y, smean, sinv, new_rm, new_rv = bufs(N, C, S), bufs(C), bufs(C), bufs(C), bufs(C)
+    lib.shim_batch_norm_train_fwd(P(x), P(w), P(b), P(rm), P(rv), P(y), P(smean), P(sinv), P(new_rm), P(new_rv),
+                                  N, C, S, momentum, eps)
+    close(y, ty, atol=2e-5)
+    close(smean, tsave_mean)
+    close(sinv, tsave_invstd)
+    close(new_rm, trm)
+    close(new_rv, trv)
+    # running statistics updated in place (new_rm / new_rv alias rm / rv)
+    rm2, rv2 = bufs(C, init=rm), bufs(C, init=rv)
+    y2 = bufs(N, C, S)
+    lib.shim_batch_norm_train_fwd(P(x), P(w), P(b), P(rm2), P(rv2), P(y2), P(smean), P(sinv), P(rm2), P(rv2),
+                                  N, C, S, momentum, eps)
+    close(rm2, trm)
+    close(rv2, trv)
+    dx = bufs(N, C, S)
+    dw, db = (bufs(C), bufs(C)) if affine else (None, None)
+    lib.shim_batch_norm_train_bwd(P(dy), P(x), P(smean), P(sinv), P(w), P(dx), P(dw), P(db), N, C, S)
+    close(dx, tx.grad, atol=2e-5)
+    if affine:
+        close(dw, tw.grad, atol=2e-5)
+        close(db, tb.grad, atol=2e-5)
+        # dx not wanted: the parameter gradients still come out
+        dw2, db2 = bufs(C), bufs(C)
+        lib.shim_batch_norm_train_bwd(P(dy), P(x), P(smean), P(sinv), P(w), None, P(dw2), P(db2), N, C, S)
+        close(dw2, tw.grad, atol=2e-5)
+        close(db2, tb.grad, atol=2e-5)
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("N,C,S", BN_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_batch_norm_eval(lib, N, C, S, affine):
+    rng = np.random.default_rng(N + C + S)
+    x = rand(rng, N, C, S)
+    w, b = (rand(rng, C), rand(rng, C)) if affine else (None, None)
+    rm, rv = rand(rng, C), np.abs(rand(rng, C)) + 0.5
+    dy = rand(rng, N, C, S)
+    eps = 1e-3
+    tx = T(x, True)
+    tw, tb = (T(w, True), T(b, True)) if affine else (None, None)
+    ty = F.batch_norm(tx, T(rm), T(rv), tw, tb, training=False, eps=eps)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, dx = bufs(N, C, S), bufs(N, C, S)
+    lib.shim_batch_norm_eval_fwd(P(x), P(w), P(b), P(rm), P(rv), P(y), N, C, S, eps)
+    close(y, ty)
+    dw, db = (bufs(C), bufs(C)) if affine else (None, None)
+    lib.shim_batch_norm_eval_bwd(P(dy), P(x), P(rm), P(rv), P(w), P(dx), P(dw), P(db), N, C, S, eps)
+    close(dx, tx.grad)
+    if affine:
+        close(dw, tw.grad, atol=2e-5)
+        close(db, tb.grad, atol=2e-5)
+        # only the parameter gradients
+        dw2 = bufs(C)
+        lib.shim_batch_norm_eval_bwd(P(dy), P(x), P(rm), P(rv), P(w), None, P(dw2), None, N, C, S, eps)
+        close(dw2, tw.grad, atol=2e-5)
+    bufs.check_guards()

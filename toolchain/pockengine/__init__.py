@@ -1,0 +1,7 @@
+"""PockEngine: compile a PyTorch model's whole training step to C++."""
+from .errors import PockError
+from .optim import SGD, AdamW
+from .program import Program, compile
+
+__version__ = "0.1.0"
+__all__ = ["compile", "Program", "SGD", "AdamW", "PockError", "__version__"]

@@ -1,0 +1,114 @@
+"""Compile-time reverse-mode autodiff over the IR.
+
+Only what the update needs is built: a forward walk marks the values that
+depend on a trained parameter, a backward walk from the loss keeps the nodes
+on a path between them, and gradients are emitted for exactly those nodes.
+A parameter used several times (tied weights) receives the sum of its
+gradients. Partial updates (need = k) get gradients of shape
+(shape[0], k, ...).
+"""
+from __future__ import annotations
+
+from ..errors import PockError
+from ..ir.graph import Graph, Node, Value
+from .rules import FULL, PARTIAL, RULES
+
+
+class GradBuilder:
+    """What a rule uses to emit backward nodes (all tagged with the forward node's source)."""
+
+    def __init__(self, g: Graph):
+        self.g = g
+        self.node: Node | None = None
+        self._slices: dict[tuple, Value] = {}
+
+    def add(self, op, inputs, attrs=None, wanted=None):
+        return self.g.add(op, inputs, attrs, source=self.node.source, phase="backward", wanted=wanted,
+                          name=f"d_{op}")
+
+    def reshape(self, v: Value, shape) -> Value:
+        shape = tuple(shape)
+        return v if v.shape == shape else self.add("reshape", [v], {"shape": shape})
+
+    def expand(self, v: Value, shape) -> Value:
+        shape = tuple(shape)
+        return v if v.shape == shape else self.add("expand", [v], {"shape": shape})
+
+    def sum_to(self, v: Value, shape) -> Value:
+        shape = tuple(shape)
+        return v if v.shape == shape else self.add("sum_to", [v], {"shape": shape})
+
+    def zeros(self, shape) -> Value:
+        return self.add("full", [], {"shape": tuple(shape), "value": 0.0, "dtype": "f32"})
+
+    def saved_slice(self, x: Value, dim: int, k: int) -> Value:
+        """x[..., :k] along dim, computed in the forward pass right after x, so
+        the step keeps only the slice for the backward (not all of x)."""
+        if x.shape[dim] == k:
+            return x
+        key = (id(x), dim, k)
+        if key not in self._slices:
+            self._slices[key] = self.g.add("slice", [x], {"dim": dim, "start": 0, "end": k, "step": 1,
+                                                          "hoist": True},
+                                           source=self.node.source, phase="forward", name=f"{x.name}_saved")
+        return self._slices[key]
+
+    def unsupported(self, what):
+        raise PockError(f"{what} is not supported (in {self.node.source or 'the model'})")
+
+
+def requires_grad(g: Graph, trained: set[int]) -> set[int]:
+    """ids of the values that depend on a trained parameter."""
+    req = set(trained)
+    for n in g.nodes:
+        if n.phase == "forward" and any(v is not None and id(v) in req for v in n.inputs):
+            if n.op == "reshape" and n.attrs.get("stop_gradient"):
+                continue
+            req.update(id(o) for o in n.outputs if o is not None and o.dtype == "f32")
+    return req
+
+
+def build_backward(g: Graph, trained: dict[str, object]) -> dict[str, Value]:
+    """Append the backward pass to g. trained: param name -> FULL or k.
+    Returns param name -> gradient value (params the loss does not reach are absent)."""
+    if g.loss is None:
+        raise PockError("the training graph has no loss")
+    params = {id(g.state[name]): name for name in trained}
+    req = requires_grad(g, set(params))
+    if id(g.loss) not in req:
+        return {}
+    b = GradBuilder(g)
+    forward = [n for n in g.nodes if n.phase == "forward"]
+    b.node = g.loss.producer
+    grads: dict[int, Value] = {id(g.loss): b.add("full", [], {"shape": (), "value": 1.0, "dtype": "f32"})}
+    for n in reversed(forward):
+        gouts = [grads.get(id(o)) if o is not None else None for o in n.outputs]
+        if all(x is None for x in gouts):
+            continue
+        need = []
+        for i, v in enumerate(n.inputs):
+            if v is None or id(v) not in req or v.dtype != "f32":
+                need.append(None)
+            elif id(v) in params:
+                k = trained[params[id(v)]]
+                need.append(k if (k is FULL or i in PARTIAL.get(n.op, ())) else FULL)
+            else:
+                need.append(FULL)
+        if not any(need):
+            continue
+        fn = RULES.get(n.op)
+        if fn is None:
+            raise PockError(f"no gradient rule for op '{n.op}' (in {n.source or 'the model'})")
+        b.node = n
+        gins = fn(b, n, gouts, need)
+        for v, nd, gv in zip(n.inputs, need, gins):
+            if nd is None or gv is None:
+                continue
+            if id(v) in params:
+                k = trained[params[id(v)]]
+                if k is not FULL and gv.shape[1] != k:  # the rule computed it all: keep the slice
+                    gv = b.add("slice", [gv], {"dim": 1, "start": 0, "end": k, "step": 1})
+            if id(v) in grads:
+                gv = b.add("add", [grads[id(v)], gv])
+            grads[id(v)] = gv
+    return {name: grads[pid] for pid, name in params.items() if pid in grads}

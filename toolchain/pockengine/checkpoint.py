@@ -1,0 +1,115 @@
+"""The checkpoint format of codegen/runtime/checkpoint.cpp, in Python.
+
+The compiler writes a model bundle's initial weights with write_checkpoint()
+without loading the model library (it may be built for another machine);
+read_checkpoint() inspects any checkpoint that pock_save wrote.  The byte
+layout is documented at the top of checkpoint.cpp.
+"""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+import numpy as np
+
+from .errors import PockError
+
+MAGIC = b"POCKCKPT"
+VERSION = 1
+KINDS = {"param": 0, "buffer": 1, "optimizer_state": 2, "constant": 3}
+_DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<i8"), 2: np.dtype("<i4"), 3: np.dtype("u1")}
+_MAX_DIMS = 8
+
+
+@dataclass
+class Checkpoint:
+    model_hash: str
+    step: int = 0
+    lr: float = 0.0
+    # name -> (kind name, array), in file order
+    tensors: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+
+
+def encode(ckpt: Checkpoint) -> bytes:
+    parts = [MAGIC, struct.pack("<I", VERSION), _string(ckpt.model_hash),
+             struct.pack("<qfI", ckpt.step, ckpt.lr, len(ckpt.tensors))]
+    codes = {dt: code for code, dt in _DTYPES.items()}
+    for name, (kind, arr) in ckpt.tensors.items():
+        arr = np.asarray(arr)
+        dt = arr.dtype.newbyteorder("<")
+        if dt not in codes or kind not in KINDS or arr.ndim > _MAX_DIMS:
+            raise PockError(f"checkpoint tensor {name!r}: cannot store kind {kind!r}, "
+                            f"dtype {arr.dtype.name}, {arr.ndim} dims")
+        data = np.ascontiguousarray(arr, dtype=dt).tobytes()
+        parts += [_string(name), struct.pack(f"<iii{arr.ndim}qq", KINDS[kind], codes[dt], arr.ndim, *arr.shape,
+                                             len(data)), data]
+    body = b"".join(parts)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
+def decode(blob: bytes, where: str = "checkpoint") -> Checkpoint:
+    if len(blob) < 8 or blob[:8] != MAGIC:
+        raise PockError(f"{where} is not a PockEngine checkpoint (bad magic)")
+    if len(blob) < 16:
+        raise PockError(f"{where} is truncated ({len(blob)} bytes)")
+    stored, computed = struct.unpack("<I", blob[-4:])[0], zlib.crc32(blob[:-4])
+    if stored != computed:
+        raise PockError(f"{where} is corrupt or truncated (CRC-32 mismatch: stored {stored:08x}, "
+                        f"computed {computed:08x})")
+    version = struct.unpack_from("<I", blob, 8)[0]
+    if version != VERSION:
+        raise PockError(f"{where} has format version {version}; this reader reads version {VERSION}")
+    kinds = {v: k for k, v in KINDS.items()}
+    body, pos = memoryview(blob)[:-4], 12
+    try:
+        (n,), pos = struct.unpack_from("<I", body, pos), pos + 4
+        model_hash, pos = bytes(body[pos:pos + n]).decode(), pos + n
+        (step, lr, count), pos = struct.unpack_from("<qfI", body, pos), pos + 16
+        ckpt = Checkpoint(model_hash, step, lr)
+        for _ in range(count):
+            (n,), pos = struct.unpack_from("<I", body, pos), pos + 4
+            name, pos = bytes(body[pos:pos + n]).decode(), pos + n
+            (kind, dtype, ndim), pos = struct.unpack_from("<iii", body, pos), pos + 12
+            shape, pos = struct.unpack_from(f"<{ndim}q", body, pos), pos + 8 * ndim
+            (nbytes,), pos = struct.unpack_from("<q", body, pos), pos + 8
+            if pos + nbytes > len(body):
+                raise ValueError("tensor data runs past the end")
+            arr = np.frombuffer(body[pos:pos + nbytes], dtype=_DTYPES[dtype]).reshape(shape).copy()
+            ckpt.tensors[name] = (kinds[kind], arr)
+            pos += nbytes
+    except (struct.error, KeyError, ValueError, UnicodeDecodeError) as e:
+        raise PockError(f"{where} is corrupt: {e}") from None
+    if pos != len(body):
+        raise PockError(f"{where} is corrupt: {len(body) - pos} unexpected bytes after the last tensor")
+    return ckpt
+
+
+def read_checkpoint(path) -> Checkpoint:
+    try:
+        blob = Path(path).read_bytes()
+    except OSError as e:
+        raise PockError(f"cannot read checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+    return decode(blob, f"checkpoint {os.fspath(path)!r}")
+
+
+def write_checkpoint(path, ckpt: Checkpoint) -> None:
+    """Atomically (temporary file, fsync, rename) write ckpt to path."""
+    path = Path(path)
+    blob = encode(ckpt)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+
+
+def _string(s: str) -> bytes:
+    b = s.encode()
+    return struct.pack("<I", len(b)) + b

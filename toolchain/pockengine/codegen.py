@@ -1,0 +1,93 @@
+"""Render a compiled program into one C++17 translation unit (jinja2)."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import jinja2
+
+from .backends.cpu import Emit
+from .ir.graph import Graph, Node, Value
+
+ROOT = Path(__file__).resolve().parents[2]
+CODEGEN_DIR = ROOT / "codegen"
+RUNTIME_DIR = CODEGEN_DIR / "runtime"
+DTYPE_CODE = {"f32": 0, "i64": 1, "i32": 2, "u8": 3}
+KIND_CODE = {"param": 0, "buffer": 1, "opt_state": 2, "const": 3}
+VERSION = "0.1.0"
+
+
+def _env() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(CODEGEN_DIR / "templates")),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+
+
+def _blocks(order: list[Node], emit: Emit) -> list[dict]:
+    return [{"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
+             "lines": emit.node(n)} for i, n in enumerate(order)]
+
+
+def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:
+    """id(input) -> (lo, hi, ignore) for integer inputs that index something."""
+    users = g.users()
+    ranges: dict[int, tuple[int, int, int | None]] = {}
+
+    def visit(root: Value, v: Value):
+        for n in users.get(id(v), []):
+            if n.op == "reshape" or (n.op in ("slice", "permute", "expand") and n.inputs[0] is v):
+                visit(root, n.outputs[0])
+            elif n.op == "embedding" and n.inputs[1] is v:
+                merge(root, 0, n.inputs[0].shape[0], None)
+            elif n.op in ("cross_entropy", "nll_loss") and n.inputs[1] is v:
+                merge(root, 0, n.inputs[0].shape[1], n.attrs["ignore_index"])
+
+    def merge(root, lo, hi, ignore):
+        old = ranges.get(id(root))
+        if old is not None:
+            lo, hi = max(lo, old[0]), min(hi, old[1])
+            ignore = ignore if ignore == old[2] else None
+        ranges[id(root)] = (lo, hi, ignore)
+
+    for v in g.inputs + g.targets:
+        if v.dtype in ("i64", "i32"):
+            visit(v, v)
+    return ranges
+
+
+def _io(values, plan, ranges) -> list[dict]:
+    out = []
+    for v in values:
+        lo, hi, ignore = ranges.get(id(v), (0, 0, None))
+        out.append({"name": v.name, "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape), "offset": plan.offset(v),
+                    "nbytes": v.nbytes, "lo": lo, "hi": hi, "ignore": ignore if ignore is not None else 0,
+                    "has_ignore": int(ignore is not None)})
+    return out
+
+
+def render(prog) -> tuple[str, str]:
+    """(C++ source, model hash) of a Program."""
+    state_offsets = prog.state_offsets
+    train_emit = Emit(prog.plan.offset, state_offsets)
+    fwd_emit = Emit(prog.forward_plan.offset, state_offsets)
+    state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
+              "offset": state_offsets[v.name], "nbytes": v.nbytes}
+             for v in sorted(prog.state.values(), key=lambda v: state_offsets[v.name])]
+    g, fg = prog.graph, prog.forward_graph
+    ranges = int_ranges(g)
+    fwd_ranges = int_ranges(fg)
+    ctx = {
+        "version": VERSION, "name": prog.name,
+        "step_nodes": _blocks(prog.order, train_emit), "forward_nodes": _blocks(prog.forward_order, fwd_emit),
+        "arena_bytes": prog.plan.arena_bytes,
+        "arena_bytes_total": max(prog.plan.arena_bytes, prog.forward_plan.arena_bytes, 64),
+        "state_bytes": max(prog.state_bytes, 64), "state": state,
+        "inputs": _io(g.inputs, prog.plan, ranges), "targets": _io(g.targets, prog.plan, ranges),
+        "forward_inputs": _io(fg.inputs, prog.forward_plan, fwd_ranges),
+        "outputs": _io(fg.outputs, prog.forward_plan, {}),
+        "loss_offset": prog.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
+    }
+    template = _env().get_template("model.cpp.j2")
+    ctx["hash"] = "0" * 16
+    digest = hashlib.sha256(template.render(**ctx).encode()).hexdigest()[:16]
+    ctx["hash"] = digest
+    return template.render(**ctx), digest

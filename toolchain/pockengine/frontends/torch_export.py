@@ -1,0 +1,204 @@
+"""PyTorch frontend: `torch.export` → PockEngine IR.
+
+We export the model's training IR and run PyTorch's decompositions for every
+op we do not convert ourselves (so `linear`, `conv2d`, `lstm`, `sdpa`,
+`cross_entropy_loss` ... stay whole, and anything decomposable into them
+still works). Buffer mutations (BatchNorm running statistics) come back
+functionalised and become `assign` nodes. Each converter in `CONVERTERS`
+turns one ATen op into IR nodes.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.export.graph_signature import InputKind, OutputKind
+
+from ..errors import PockError
+from ..ir.graph import Graph, Value
+from ..ir.verify import verify
+from .aten import CONVERTERS, Ctx, to_ir_dtype
+
+aten = torch.ops.aten
+
+
+class _TrainStep(nn.Module):
+    """model + loss as one module, so the loss is traced into the graph."""
+
+    def __init__(self, model: nn.Module, loss_fn, n_inputs: int):
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+        self.n_inputs = n_inputs
+
+    def forward(self, *args):
+        out = self.model(*args[: self.n_inputs])
+        return self.loss_fn(out, *args[self.n_inputs:])
+
+
+class _Inference(nn.Module):
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args):
+        return self.model(*args)
+
+
+def _first(out):
+    return out[0] if isinstance(out, (tuple, list)) else out
+
+
+def _cross_entropy(out, y):
+    logits = _first(out)
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+
+def _mse(out, y):
+    return torch.nn.functional.mse_loss(_first(out), y)
+
+
+LOSSES = {"cross_entropy": _cross_entropy, "mse": _mse}
+
+
+def resolve_loss(loss):
+    if callable(loss):
+        return loss
+    if loss in LOSSES:
+        return LOSSES[loss]
+    raise PockError(f"loss must be one of {sorted(LOSSES)} or a callable(outputs, *targets), got {loss!r}")
+
+
+def _decomposition_table():
+    table = torch.export.default_decompositions()
+    for op in list(table.keys()):
+        if op in CONVERTERS:
+            del table[op]
+    return table
+
+
+def _export(module: nn.Module, args: tuple, what: str):
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ep = torch.export.export(module, args, strict=False)
+            return ep.run_decompositions(_decomposition_table())
+    except PockError:
+        raise
+    except Exception as e:  # torch raises many types; the user needs the reason
+        raise PockError(f"torch.export could not trace the {what}: {type(e).__name__}: {e}") from e
+
+
+def check_example(tensors, what: str) -> tuple:
+    if isinstance(tensors, torch.Tensor):
+        tensors = (tensors,)
+    if not isinstance(tensors, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise PockError(f"{what} must be a tuple of torch tensors, got {type(tensors).__name__}")
+    for i, t in enumerate(tensors):
+        to_ir_dtype(t.dtype, f"{what}[{i}]")
+    return tuple(tensors)
+
+
+def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=None, name="model") -> Graph:
+    """Training graph (loss given) or inference graph (loss None) of `model`."""
+    inputs = check_example(example_inputs, "example_inputs")
+    if loss is not None:
+        targets = check_example(example_targets, "example_targets")
+        module, args, what = _TrainStep(model, resolve_loss(loss), len(inputs)), inputs + targets, "training step"
+    else:
+        targets = ()
+        module, args, what = _Inference(model), inputs, "model's forward"
+    ep = _export(module, args, what)
+    g = Graph(name)
+    ctx = Ctx(g)
+    _bind_placeholders(ep, g, ctx, len(inputs), module)
+    for node in ep.graph.nodes:
+        if node.op == "call_function":
+            ctx.convert(node)
+    _bind_outputs(ep, g, ctx, training=loss is not None)
+    return verify(g, "frontend")
+
+
+def _strip(name: str) -> str:
+    return name[len("model."):] if name.startswith("model.") else name
+
+
+def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, module: nn.Module):
+    sig = ep.graph_signature
+    placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
+    user_index = 0
+    for spec in sig.input_specs:
+        fx = placeholders[spec.arg.name]
+        if spec.kind == InputKind.USER_INPUT:
+            val = fx.meta["val"]
+            kind = "input" if user_index < n_inputs else "target"
+            label = f"input{user_index}" if kind == "input" else f"target{user_index - n_inputs}"
+            ctx.env[fx.name] = g.add_input(label, val.shape, to_ir_dtype(val.dtype, label), kind)
+            user_index += 1
+            continue
+        if spec.kind == InputKind.PARAMETER:
+            kind, tensor = "param", ep.state_dict[spec.target]
+        elif spec.kind == InputKind.BUFFER:
+            kind = "buffer"
+            tensor = ep.state_dict[spec.target] if spec.target in ep.state_dict else ep.constants[spec.target]
+        elif spec.kind == InputKind.CONSTANT_TENSOR:
+            kind, tensor = "const", ep.constants[spec.target]
+        else:
+            raise PockError(f"unsupported exported input {spec.arg.name} of kind {spec.kind.name}")
+        name = _strip(spec.target)
+        if kind == "const" or (kind == "buffer" and not spec.persistent):
+            name = f"{kind}:{name}"
+            kind = "const" if kind == "const" else "buffer"
+        t = tensor.detach()
+        ctx.env[fx.name] = g.add_state(name, t.shape, to_ir_dtype(t.dtype, name), kind,
+                                       data=t.contiguous().cpu().numpy().copy())
+
+
+def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool):
+    out_node = next(n for n in ep.graph.nodes if n.op == "output")
+    results = out_node.args[0]
+    user = []
+    for spec, arg in zip(ep.graph_signature.output_specs, results):
+        if spec.kind == OutputKind.BUFFER_MUTATION:
+            dst = g.state[_strip(spec.target)]
+            src = ctx.value(arg)
+            g.add("assign", [dst, src], source=dst.name.rsplit(".", 1)[0])
+        elif spec.kind == OutputKind.USER_OUTPUT:
+            user.append(ctx.get(arg))
+        else:
+            raise PockError(f"unsupported exported output of kind {spec.kind.name} ({spec.target})")
+    flat = []
+    for u in user:
+        flat.extend(u if isinstance(u, (tuple, list)) else [u])
+    if training:
+        if len(flat) != 1 or not isinstance(flat[0], Value) or flat[0].shape != () or flat[0].dtype != "f32":
+            raise PockError("the loss must return a single float32 scalar tensor")
+        g.loss = flat[0]
+    else:
+        for v in flat:
+            if not isinstance(v, Value):
+                raise PockError(f"model outputs must be tensors, got {type(v).__name__}")
+        g.outputs = flat
+
+
+def state_arrays(g: Graph) -> dict[str, np.ndarray]:
+    return {n: v.data for n, v in g.state.items() if v.data is not None}
+
+
+def tied_aliases(model: nn.Module) -> dict[str, str]:
+    """state_dict names that share a tensor with an earlier name: alias -> canonical."""
+    seen: dict[int, str] = {}
+    aliases = {}
+    for name, t in model.state_dict(keep_vars=True).items():
+        key = id(t)
+        if key in seen:
+            aliases[name] = seen[key]
+        else:
+            seen[key] = name
+    return aliases
+
+
+__all__ = ["export_graph", "resolve_loss", "tied_aliases", "state_arrays", "check_example", "math"]

@@ -1,0 +1,156 @@
+"""PockEngine's IR: a typed SSA graph with static shapes.
+
+A `Value` is a tensor with a fixed shape and dtype. Its `kind` says where it
+lives: user inputs/targets and temporaries live in the arena (the memory plan);
+parameters, buffers, constants and optimizer state live in the state region.
+A `Node` applies one op (see ir/ops.py) to input values and defines output
+values; ops that write state in place (optimizer updates, running-stat
+assignment) list the state values they write in `mutates`.
+Every node remembers the module path it came from (`source`) and whether it
+belongs to the forward, backward or update phase.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPE_BYTES = {"f32": 4, "i64": 8, "i32": 4, "u8": 1}
+ARENA_KINDS = ("input", "target", "temp")
+STATE_KINDS = ("param", "buffer", "const", "opt_state")
+
+
+@dataclass(eq=False)
+class Value:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str = "temp"
+    producer: "Node | None" = None
+    data: Any = None  # initial contents (numpy) for state values
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+    @property
+    def in_state(self) -> bool:
+        return self.kind in STATE_KINDS
+
+    def __repr__(self) -> str:
+        return f"%{self.name}:{self.dtype}{list(self.shape)}"
+
+
+@dataclass(eq=False)
+class Node:
+    op: str
+    inputs: list[Value | None]
+    outputs: list[Value | None]
+    attrs: dict = field(default_factory=dict)
+    source: str = ""
+    phase: str = "forward"  # "forward" | "backward" | "update"
+
+    @property
+    def mutates(self) -> list[Value]:
+        from .ops import OPS
+
+        return [self.inputs[i] for i in OPS[self.op].mutates]
+
+    @property
+    def out(self) -> Value:
+        return self.outputs[0]
+
+    def __repr__(self) -> str:
+        outs = ", ".join(repr(o) for o in self.outputs if o is not None)
+        ins = ", ".join("None" if v is None else f"%{v.name}" for v in self.inputs)
+        attrs = "".join(f", {k}={v}" for k, v in self.attrs.items())
+        src = f"  # {self.source}" if self.source else ""
+        return f"{outs or '()'} = {self.op}({ins}{attrs}){src}"
+
+
+class Graph:
+    """Nodes in program order plus the named tensors the program is about."""
+
+    def __init__(self, name: str = "model"):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
+        self.targets: list[Value] = []
+        self.outputs: list[Value] = []  # user outputs (the forward graph)
+        self.loss: Value | None = None
+        self.state: dict[str, Value] = {}  # params, buffers, consts, opt_state by name
+        self._names: set[str] = set()
+
+    # -- values ------------------------------------------------------------
+    def _unique(self, base: str) -> str:
+        base = base.replace(".", "_").replace(":", "_") or "v"
+        name, i = base, 1
+        while name in self._names:
+            name, i = f"{base}_{i}", i + 1
+        self._names.add(name)
+        return name
+
+    def new_value(self, base: str, shape, dtype: str, kind: str = "temp") -> Value:
+        assert dtype in DTYPE_BYTES, dtype
+        return Value(self._unique(base), tuple(int(s) for s in shape), dtype, kind)
+
+    def add_state(self, name: str, shape, dtype: str, kind: str, data=None) -> Value:
+        assert kind in STATE_KINDS and name not in self.state, name
+        v = Value(name, tuple(int(s) for s in shape), dtype, kind, data=data)
+        self._names.add(name)
+        self.state[name] = v
+        return v
+
+    def add_input(self, name: str, shape, dtype: str, kind: str = "input") -> Value:
+        v = self.new_value(name, shape, dtype, kind)
+        (self.inputs if kind == "input" else self.targets).append(v)
+        return v
+
+    # -- nodes -------------------------------------------------------------
+    def add(self, op: str, inputs, attrs=None, *, source="", phase="forward", name=None, wanted=None):
+        """Append a node; output shapes come from the op table. `wanted[i] =
+        False` leaves optional output i absent (None). Returns the outputs
+        (a single Value when the op has one output)."""
+        from .ops import OPS, infer
+
+        attrs = dict(attrs or {})
+        specs = infer(op, list(inputs), attrs)
+        outs = []
+        for i, (shape, dtype) in enumerate(specs):
+            if wanted is not None and not wanted[i]:
+                outs.append(None)
+            else:
+                outs.append(self.new_value(name or op, shape, dtype))
+        node = Node(op, list(inputs), outs, attrs, source, phase)
+        for o in outs:
+            if o is not None:
+                o.producer = node
+        self.nodes.append(node)
+        return outs[0] if len(outs) == 1 else outs
+
+    def params(self) -> list[Value]:
+        return [v for v in self.state.values() if v.kind == "param"]
+
+    def users(self) -> dict[int, list[Node]]:
+        """id(value) -> nodes reading it, in program order."""
+        table: dict[int, list[Node]] = {}
+        for n in self.nodes:
+            for v in n.inputs:
+                if v is not None:
+                    table.setdefault(id(v), []).append(n)
+        return table
+
+    def dump(self) -> str:
+        lines = [f"graph {self.name}("]
+        lines += [f"  in  {v!r}" for v in self.inputs + self.targets]
+        lines += [f"  {v.kind:9} {v!r}" for v in self.state.values()]
+        lines.append(")")
+        lines += [f"  [{n.phase[0]}] {n!r}" for n in self.nodes]
+        if self.loss is not None:
+            lines.append(f"  loss {self.loss!r}")
+        lines += [f"  out {v!r}" for v in self.outputs]
+        return "\n".join(lines)

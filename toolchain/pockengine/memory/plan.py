@@ -1,0 +1,138 @@
+"""Liveness and the static memory plan: every arena tensor gets a fixed
+offset in one arena, largest first into the lowest gap among the tensors
+alive at the same time (TFLite Micro's greedy planner). A view (reshape)
+shares its source's storage, which then lives until the view's last use.
+`verify_plan` proves that no two tensors alive at the same time overlap."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import OPS
+
+ALIGN = 64
+
+
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+@dataclass
+class Buffer:
+    value: Value
+    size: int
+    first: int  # step index of definition (-1: written before the step)
+    last: int   # step index of last use
+    offset: int = -1
+    aliases: list = field(default_factory=list)
+
+
+@dataclass
+class MemoryPlan:
+    buffers: list[Buffer]
+    offsets: dict[int, int]  # id(value) -> arena offset (views included)
+    arena_bytes: int
+
+    def offset(self, v: Value) -> int:
+        return self.offsets[id(v)]
+
+
+def root_of(v: Value) -> Value:
+    while v.producer is not None and OPS[v.producer.op].view:
+        v = v.producer.inputs[0]
+    return v
+
+
+def liveness(order: list[Node], g: Graph, keep_to_end: list[Value]) -> list[Buffer]:
+    end = len(order)
+    bufs: dict[int, Buffer] = {}
+
+    def buf(v: Value) -> Buffer | None:
+        r = root_of(v)
+        if r.in_state:
+            return None
+        if id(r) not in bufs:
+            first = -1 if r.kind in ("input", "target") else None
+            bufs[id(r)] = Buffer(r, _align(max(r.nbytes, 1)), first, -1)
+        return bufs[id(r)]
+
+    for v in g.inputs + g.targets:
+        buf(v)
+    for i, n in enumerate(order):
+        for v in n.inputs:
+            if v is not None and (b := buf(v)) is not None:
+                b.last = max(b.last, i)
+        for o in n.outputs:
+            if o is None:
+                continue
+            b = buf(o)
+            if b is None:
+                continue
+            if b.value is o:
+                b.first = i
+            else:
+                b.aliases.append(o)
+            b.last = max(b.last, i)
+    for v in keep_to_end:
+        if (b := buf(v)) is not None:
+            b.last = end
+    for b in bufs.values():
+        if b.first is None:  # defined by a node outside the order (cannot happen after DCE)
+            raise AssertionError(f"{b.value!r} is never produced")
+        b.last = max(b.last, b.first)
+    return list(bufs.values())
+
+
+def plan_memory(order: list[Node], g: Graph, keep_to_end: list[Value]) -> MemoryPlan:
+    buffers = liveness(order, g, keep_to_end)
+    placed: list[Buffer] = []
+    for b in sorted(buffers, key=lambda b: (-b.size, b.first)):
+        busy = sorted((p.offset, p.offset + p.size) for p in placed if p.first <= b.last and b.first <= p.last)
+        offset = 0
+        for start, stop in busy:
+            if offset + b.size <= start:
+                break
+            offset = max(offset, stop)
+        b.offset = offset
+        placed.append(b)
+    offsets = {}
+    for b in buffers:
+        offsets[id(b.value)] = b.offset
+        for a in b.aliases:
+            offsets[id(a)] = b.offset
+    size = max((b.offset + b.size for b in buffers), default=0)
+    plan = MemoryPlan(buffers, offsets, size)
+    verify_plan(plan)
+    return plan
+
+
+def verify_plan(plan: MemoryPlan) -> None:
+    """No two buffers alive at the same step share a byte."""
+    if not plan.buffers:
+        return
+    first = np.array([b.first for b in plan.buffers])
+    last = np.array([b.last for b in plan.buffers])
+    lo = np.array([b.offset for b in plan.buffers])
+    hi = lo + np.array([b.size for b in plan.buffers])
+    if (lo < 0).any() or (hi > plan.arena_bytes).any():
+        raise AssertionError("memory plan: a buffer lies outside the arena")
+    time = (first[:, None] <= last[None, :]) & (first[None, :] <= last[:, None])
+    space = (lo[:, None] < hi[None, :]) & (lo[None, :] < hi[:, None])
+    clash = time & space
+    np.fill_diagonal(clash, False)
+    if clash.any():
+        i, j = map(int, np.argwhere(clash)[0])
+        a, b = plan.buffers[i], plan.buffers[j]
+        raise AssertionError(f"memory plan: {a.value!r} and {b.value!r} are alive together and overlap")
+
+
+def state_layout(g: Graph) -> tuple[dict[str, int], int]:
+    """Offsets of the state tensors: params, buffers, constants, optimizer state."""
+    order = {"param": 0, "buffer": 1, "const": 2, "opt_state": 3}
+    offsets, at = {}, 0
+    for v in sorted(g.state.values(), key=lambda v: order[v.kind]):
+        offsets[v.name] = at
+        at += _align(max(v.nbytes, 1))
+    return offsets, at

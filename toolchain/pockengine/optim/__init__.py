@@ -1,0 +1,3 @@
+from .optimizers import SGD, AdamW, Optimizer
+
+__all__ = ["SGD", "AdamW", "Optimizer"]

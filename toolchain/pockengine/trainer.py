@@ -1,0 +1,371 @@
+"""Trainer: one compiled model's shared library (the C API of pock.h) over ctypes.
+
+    trainer = Trainer("libmodel.so")            # all-zero state
+    trainer = Trainer("libmodel.so", "w.ckpt")  # state from a checkpoint
+    loss = trainer.step((x,), (y,))
+    out = trainer.forward((x,))
+
+Inputs may be torch tensors (shared with numpy, no copy, when on the CPU and
+contiguous), numpy arrays, or Python numbers/lists.  Arrays and tensors must
+have exactly the compiled shape and dtype: a float64 array for a float32 input
+is an error, never a silent cast.  Every failure raises PockError.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import threading
+from collections import namedtuple
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .errors import PockError
+
+_MAX_DIMS = 8
+_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32), 3: np.dtype(np.uint8)}
+_KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
+_INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
+_ERR_CLOSED = 7
+
+IOInfo = namedtuple("IOInfo", "name dtype shape")
+TensorInfo = namedtuple("TensorInfo", "name kind dtype shape")  # kind: "param" | "buffer" | ...
+
+
+class _Tensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.POINTER(ctypes.c_int64))]
+
+
+class _Buffer(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("nbytes", ctypes.c_int64)]
+
+
+class _Info(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("dtype", ctypes.c_int32), ("ndim", ctypes.c_int32),
+                ("shape", ctypes.c_int64 * _MAX_DIMS), ("nbytes", ctypes.c_int64), ("kind", ctypes.c_int32)]
+
+
+_h, _i32, _i64, _str, _vp = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p
+_SIGNATURES = {
+    "pock_last_error": (_str, []),
+    "pock_version": (_str, []),
+    "pock_model_name": (_str, []),
+    "pock_model_hash": (_str, []),
+    "pock_open": (_i32, [_str, ctypes.POINTER(_h)]),
+    "pock_close": (None, [_h]),
+    "pock_io_count": (_i32, [_i32]),
+    "pock_io_info": (_i32, [_i32, _i32, ctypes.POINTER(_Info)]),
+    "pock_tensor_count": (_i32, []),
+    "pock_tensor_info_at": (_i32, [_i32, ctypes.POINTER(_Info)]),
+    "pock_step": (_i32, [_h, ctypes.POINTER(_Tensor), _i32, ctypes.POINTER(_Tensor), _i32,
+                         ctypes.POINTER(ctypes.c_float)]),
+    "pock_forward": (_i32, [_h, ctypes.POINTER(_Tensor), _i32, ctypes.POINTER(_Buffer), _i32]),
+    "pock_get_tensor": (_i32, [_h, _str, _vp, _i64]),
+    "pock_set_tensor": (_i32, [_h, _str, _vp, _i64]),
+    "pock_save": (_i32, [_h, _str]),
+    "pock_load": (_i32, [_h, _str]),
+    "pock_set_learning_rate": (_i32, [_h, ctypes.c_float]),
+    "pock_get_learning_rate": (_i32, [_h, ctypes.POINTER(ctypes.c_float)]),
+    "pock_step_count": (_i32, [_h, ctypes.POINTER(ctypes.c_int64)]),
+    "pock_set_num_threads": (_i32, [_h, _i32]),
+}
+_LIBS: dict[str, ctypes.CDLL] = {}
+_LIBS_LOCK = threading.Lock()
+
+
+def _load_library(path) -> ctypes.CDLL:
+    key = os.path.realpath(os.fspath(path))
+    with _LIBS_LOCK:
+        lib = _LIBS.get(key)
+        if lib is None:
+            try:
+                lib = ctypes.CDLL(key)
+            except OSError as e:
+                raise PockError(f"cannot load model library {os.fspath(path)!r}: {e}") from None
+            for name, (restype, argtypes) in _SIGNATURES.items():
+                try:
+                    fn = getattr(lib, name)
+                except AttributeError:
+                    raise PockError(f"{os.fspath(path)!r} is not a PockEngine model library (no {name})") from None
+                fn.restype, fn.argtypes = restype, argtypes
+            _LIBS[key] = lib
+        return lib
+
+
+def _describe(shape: Sequence[int], dtype) -> str:
+    return f"{tuple(shape)} {np.dtype(dtype).name}"
+
+
+def _from_torch(value, label: str) -> np.ndarray | None:
+    """A CPU numpy view of a torch tensor (None if value is not one)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(value, torch.Tensor):
+        return None
+    t = value.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    try:
+        return t.resolve_conj().resolve_neg().numpy()
+    except (TypeError, RuntimeError):  # e.g. bfloat16: numpy has no such dtype
+        raise PockError(f"{label}: {str(t.dtype).replace('torch.', '')} tensors are not supported "
+                        f"(got shape {tuple(t.shape)})") from None
+
+
+def _input_array(value, label: str, io: IOInfo) -> np.ndarray:
+    """value as a C-contiguous array of exactly io's shape and dtype."""
+    arr = _from_torch(value, label)
+    if arr is None:
+        if isinstance(value, np.ndarray):
+            arr = value
+        elif isinstance(value, (int, float, list, tuple)) and not isinstance(value, bool):
+            # Python numbers carry no width: take the compiled one where the kind fits.
+            arr = np.asarray(value)
+            if (arr.dtype.kind in "iu" and io.dtype.kind in "iuf") or (arr.dtype.kind == "f" and io.dtype.kind == "f"):
+                arr = arr.astype(io.dtype)
+        else:
+            raise PockError(f"{label}: expected an array or tensor of shape {_describe(io.shape, io.dtype)}, "
+                            f"got {type(value).__name__}")
+    if arr.shape != io.shape or arr.dtype != io.dtype:
+        raise PockError(f"{label}: expected shape {_describe(io.shape, io.dtype)}, "
+                        f"got {_describe(arr.shape, arr.dtype)}")
+    return np.ascontiguousarray(arr)
+
+
+def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
+    """value for state tensor `info`: like torch's load_state_dict, a float
+    tensor takes any real numbers and an integer one any integers."""
+    label = f"state tensor {name!r}"
+    arr = _from_torch(value, label)
+    if arr is None:
+        arr = np.asarray(value)
+    if arr.shape != info.shape:
+        raise PockError(f"{label}: expected shape {_describe(info.shape, info.dtype)}, "
+                        f"got {_describe(arr.shape, arr.dtype)}")
+    if arr.dtype != info.dtype:
+        if not (arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and info.dtype.kind == "f")):
+            raise PockError(f"{label}: expected dtype {info.dtype.name}, got {arr.dtype.name}")
+        arr = arr.astype(info.dtype)
+    return np.ascontiguousarray(arr)
+
+
+class Trainer:
+    """One trainer over a compiled model library: step, forward, state, checkpoints."""
+
+    def __init__(self, lib_path, checkpoint=None):
+        self._handle = None  # first, so that close()/__del__ work whatever fails below
+        self._lock = threading.RLock()
+        self.lib_path = Path(lib_path)
+        self._lib = lib = _load_library(lib_path)
+        self.inputs = self._io_infos(_INPUTS)
+        self.targets = self._io_infos(_TARGETS)
+        self.outputs = self._io_infos(_OUTPUTS)
+        self.tensors = []
+        for i in range(lib.pock_tensor_count()):
+            info = _Info()
+            self._check(lib.pock_tensor_info_at(i, ctypes.byref(info)))
+            self.tensors.append(TensorInfo(info.name.decode(), _KINDS.get(info.kind, str(info.kind)),
+                                           _DTYPES[info.dtype], tuple(info.shape[:info.ndim])))
+        self._tensor_by_name = {t.name: t for t in self.tensors}
+        # Descriptors are built once: a call only fills in data pointers.
+        self._in_structs, self._in_shapes = self._structs(self.inputs)
+        self._tg_structs, self._tg_shapes = self._structs(self.targets)
+        self._out_bufs = (_Buffer * max(1, len(self.outputs)))()
+        handle = ctypes.c_void_p()
+        ckpt = None if checkpoint is None else os.fsencode(os.fspath(checkpoint))
+        self._check(lib.pock_open(ckpt, ctypes.byref(handle)))
+        self._handle = handle
+
+    # ------------------------------------------------------------------ set-up
+    def _io_infos(self, group: int) -> list[IOInfo]:
+        out = []
+        for i in range(self._lib.pock_io_count(group)):
+            info = _Info()
+            self._check(self._lib.pock_io_info(group, i, ctypes.byref(info)))
+            out.append(IOInfo(info.name.decode(), _DTYPES[info.dtype], tuple(info.shape[:info.ndim])))
+        return out
+
+    @staticmethod
+    def _structs(ios: list[IOInfo]):
+        structs = (_Tensor * max(1, len(ios)))()
+        shapes = [(ctypes.c_int64 * max(1, len(io.shape)))(*io.shape) for io in ios]
+        for s, io, shape in zip(structs, ios, shapes):
+            s.dtype = {v: k for k, v in _DTYPES.items()}[io.dtype]
+            s.ndim = len(io.shape)
+            s.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+        return structs, shapes
+
+    def _check(self, status: int) -> None:
+        if status != 0:
+            err = PockError(self._lib.pock_last_error().decode(errors="replace"))
+            err.status = status
+            raise err
+
+    def _live(self):
+        if self._handle is None:
+            err = PockError("trainer is closed")
+            err.status = _ERR_CLOSED
+            raise err
+        return self._handle
+
+    def _fill(self, values, ios: list[IOInfo], structs, what: str) -> list[np.ndarray]:
+        seq = list(values) if isinstance(values, (tuple, list)) else [values]
+        if len(seq) != len(ios):
+            names = ", ".join(io.name for io in ios)
+            raise PockError(f"expected {len(ios)} {what}s ({names}), got {len(seq)}")
+        arrays = [_input_array(v, f"{what} {i} {io.name!r}", io) for i, (v, io) in enumerate(zip(seq, ios))]
+        for s, a in zip(structs, arrays):
+            s.data = a.ctypes.data
+        return arrays  # the caller keeps them alive across the C call
+
+    # ------------------------------------------------------------------ training
+    def step(self, inputs, targets) -> float:
+        """One training step (forward, loss, backward, update); returns the loss."""
+        with self._lock:
+            h = self._live()
+            keep = (self._fill(inputs, self.inputs, self._in_structs, "input"),
+                    self._fill(targets, self.targets, self._tg_structs, "target"))
+            loss = ctypes.c_float()
+            self._check(self._lib.pock_step(h, self._in_structs, len(self.inputs), self._tg_structs,
+                                            len(self.targets), ctypes.byref(loss)))
+            del keep
+            return float(loss.value)
+
+    def forward(self, inputs):
+        """Inference with the current weights: one numpy array, or a tuple of them."""
+        with self._lock:
+            h = self._live()
+            keep = self._fill(inputs, self.inputs, self._in_structs, "input")
+            outs = [np.empty(o.shape, o.dtype) for o in self.outputs]
+            for b, a in zip(self._out_bufs, outs):
+                b.data, b.nbytes = a.ctypes.data, a.nbytes
+            self._check(self._lib.pock_forward(h, self._in_structs, len(self.inputs), self._out_bufs, len(outs)))
+            del keep
+            return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # ------------------------------------------------------------------ state
+    def get_tensor(self, name: str) -> np.ndarray:
+        """A copy of any state tensor, optimizer state and constants included."""
+        with self._lock:
+            h = self._live()
+            info = self._tensor_by_name.get(name)
+            if info is None:
+                raise PockError(f"unknown state tensor {name!r}")
+            out = np.empty(info.shape, info.dtype)
+            self._check(self._lib.pock_get_tensor(h, name.encode(), out.ctypes.data, out.nbytes))
+            return out
+
+    def set_tensor(self, name: str, value) -> None:
+        """Overwrite any state tensor (same conversions as load_state_dict)."""
+        info = self._tensor_by_name.get(name)
+        if info is None:
+            raise PockError(f"unknown state tensor {name!r}")
+        arr = _state_array(value, name, info)
+        with self._lock:
+            self._check(self._lib.pock_set_tensor(self._live(), name.encode(), arr.ctypes.data, arr.nbytes))
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """{PyTorch name: array} of the parameters and buffers, in the model's order."""
+        return {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Strict: the keys must be exactly state_dict()'s, with the same shapes.
+        Nothing changes unless every entry is valid."""
+        self._live()
+        wanted = [t for t in self.tensors if t.kind in ("param", "buffer")]
+        names = {t.name for t in wanted}
+        problems = []
+        missing = [t.name for t in wanted if t.name not in state_dict]
+        unexpected = [k for k in state_dict if k not in names]
+        if missing:
+            problems.append("missing keys: " + ", ".join(map(repr, missing)))
+        if unexpected:
+            problems.append("unexpected keys: " + ", ".join(map(repr, unexpected)))
+        staged = []
+        for t in wanted:
+            if t.name in state_dict:
+                try:
+                    staged.append((t.name, _state_array(state_dict[t.name], t.name, t)))
+                except PockError as e:
+                    problems.append(str(e))
+        if problems:
+            raise PockError("load_state_dict: " + "; ".join(problems))
+        with self._lock:
+            h = self._live()
+            for name, arr in staged:
+                self._check(self._lib.pock_set_tensor(h, name.encode(), arr.ctypes.data, arr.nbytes))
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self, path) -> None:
+        """Write a checkpoint (all state, step count, learning rate) atomically."""
+        with self._lock:
+            self._check(self._lib.pock_save(self._live(), os.fsencode(os.fspath(path))))
+
+    def load(self, path) -> None:
+        """Restore a checkpoint; a corrupt one or one for another model raises
+        PockError and leaves the trainer as it was."""
+        with self._lock:
+            self._check(self._lib.pock_load(self._live(), os.fsencode(os.fspath(path))))
+
+    # ------------------------------------------------------------------ settings
+    @property
+    def learning_rate(self) -> float:
+        with self._lock:
+            lr = ctypes.c_float()
+            self._check(self._lib.pock_get_learning_rate(self._live(), ctypes.byref(lr)))
+            return float(lr.value)
+
+    @learning_rate.setter
+    def learning_rate(self, lr: float) -> None:
+        with self._lock:
+            self._check(self._lib.pock_set_learning_rate(self._live(), float(lr)))
+
+    @property
+    def step_count(self) -> int:
+        with self._lock:
+            n = ctypes.c_int64()
+            self._check(self._lib.pock_step_count(self._live(), ctypes.byref(n)))
+            return int(n.value)
+
+    def set_num_threads(self, n: int) -> None:
+        with self._lock:
+            self._check(self._lib.pock_set_num_threads(self._live(), int(n)))
+
+    @property
+    def model_name(self) -> str:
+        return self._lib.pock_model_name().decode()
+
+    @property
+    def model_hash(self) -> str:
+        return self._lib.pock_model_hash().decode()
+
+    # ------------------------------------------------------------------ lifetime
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    def close(self) -> None:
+        """Free the trainer; later calls raise PockError.  Closing twice is fine."""
+        with self._lock:
+            if self._handle is not None:
+                self._lib.pock_close(self._handle)
+                self._handle = None
+
+    def __enter__(self) -> "Trainer":
+        self._live()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else f"{len(self.tensors)} state tensors"
+        return f"<pockengine.Trainer {self.model_name!r} ({state}) from {str(self.lib_path)!r}>"
