@@ -90,7 +90,8 @@ def assert_same(a, b):
 # ---------------------------------------------------------------------- description
 def test_describes_the_model(trainer):
     assert trainer.model_name == "tiny" and trainer.model_hash == "7e57000000000001"
-    assert [(i.name, i.shape, i.dtype.name) for i in trainer.inputs] == [("x", (4, 3), "float32"), ("ids", (4,), "int64")]
+    inputs = [(i.name, i.shape, i.dtype.name) for i in trainer.inputs]
+    assert inputs == [("x", (4, 3), "float32"), ("ids", (4,), "int64")]
     assert [(i.name, i.shape) for i in trainer.targets] == [("target", (4, 2))]
     assert [(i.name, i.shape) for i in trainer.outputs] == [("y", (4, 2))]
     kinds = {t.name: t.kind for t in trainer.tensors}
@@ -262,6 +263,22 @@ def test_load_state_dict_reports_every_problem(trainer):
         trainer.load_state_dict({"fc.weight": np.zeros((1, 1), np.float32), "bogus": np.zeros(1)})
     msg = str(e.value)
     assert "'fc.bias'" in msg and "'steps_seen'" in msg and "'bogus'" in msg and "(1, 1)" in msg
+
+
+def test_tied_parameter_aliases(lib):
+    with Trainer(lib, aliases={"head.weight": "fc.weight"}) as t:
+        random_state(t, 10)
+        sd = t.state_dict()
+        assert list(sd) == STATE_DICT_KEYS + ["head.weight"]
+        assert sd["head.weight"] is sd["fc.weight"]  # one tensor, two names, as in torch
+        np.testing.assert_array_equal(t.get_tensor("head.weight"), t.get_tensor("fc.weight"))
+        del sd["head.weight"]
+        t.load_state_dict(sd)  # the tied name may be left out
+        sd["head.weight"] = np.full((2, 3), 5.0, np.float32)
+        t.load_state_dict(sd)  # the later name wins, as in torch
+        np.testing.assert_array_equal(t.get_tensor("fc.weight"), sd["head.weight"])
+        with pytest.raises(PockError, match=r"'head.weight': expected shape \(2, 3\)"):
+            t.load_state_dict({**sd, "head.weight": np.zeros(3, np.float32)})
 
 
 def test_get_and_set_tensor_errors(trainer):

@@ -157,7 +157,9 @@ pock_status save_checkpoint(const pock_trainer* t, const char* path) {
   const PockModel* m = t->model;
   const std::string tmp = std::string(path) + ".tmp-" + std::to_string(static_cast<long>(getpid()));
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(), std::strerror(errno));
+  if (!f)
+    return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(),
+                std::strerror(errno));
 
   Writer w{f};
   w.put(kMagic, sizeof kMagic);
@@ -197,21 +199,25 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
   const PockModel* m = t->model;
   std::vector<uint8_t> file;
   int err = 0;
-  if (!read_file(path, &file, &err)) return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
+  if (!read_file(path, &file, &err))
+    return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
 
   const size_t n = file.size();
   if (n < sizeof kMagic || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
-    return fail(POCK_ERR_CHECKPOINT, "'%s' is not a PockEngine checkpoint (%s)", path, n < sizeof kMagic ? "too short" : "bad magic");
+    return fail(POCK_ERR_CHECKPOINT, "'%s' is not a PockEngine checkpoint (%s)", path,
+                n < sizeof kMagic ? "too short" : "bad magic");
   if (n < sizeof kMagic + 8) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is truncated (%zu bytes)", path, n);
   uint32_t stored, version;
   std::memcpy(&stored, file.data() + n - 4, 4);
   const uint32_t computed = crc32_update(0, file.data(), n - 4);
   if (stored != computed)
-    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt or truncated (CRC-32 mismatch: stored %08x, computed %08x)", path,
-                stored, computed);
+    return fail(POCK_ERR_CHECKPOINT,
+                "checkpoint '%s' is corrupt or truncated (CRC-32 mismatch: stored %08x, computed %08x)", path, stored,
+                computed);
   std::memcpy(&version, file.data() + sizeof kMagic, 4);
   if (version != kVersion)
-    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' has format version %u; this runtime reads version %u", path, version, kVersion);
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' has format version %u; this runtime reads version %u", path,
+                version, kVersion);
 
   Reader r{file.data(), n - 4, sizeof kMagic + 4};
   const std::string hash = r.str();
@@ -220,9 +226,10 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
   const uint32_t count = r.take<uint32_t>();
   if (!r.ok) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: truncated header", path);
   if (hash != m->hash)
-    return fail(POCK_ERR_CHECKPOINT, "checkpoint is for model %s but this library is %s ('%s', model '%s')", hash.c_str(), m->hash,
-                path, m->name);
-  if (steps < 0) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: step count %lld", path, (long long)steps);
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint is for model %s but this library is %s ('%s', model '%s')",
+                hash.c_str(), m->hash, path, m->name);
+  if (steps < 0)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: step count %lld", path, (long long)steps);
 
   std::vector<const uint8_t*> data(static_cast<size_t>(m->n_state), nullptr);
   for (uint32_t k = 0; k < count; ++k) {
@@ -234,27 +241,33 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
     for (int32_t d = 0; d < ndim; ++d) shape[d] = r.take<int64_t>();
     const int64_t nbytes = r.take<int64_t>();
     if (!r.ok || nbytes < 0 || static_cast<uint64_t>(nbytes) > r.size - r.pos)
-      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: tensor '%s' runs past the end of the file", path, name.c_str());
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: tensor '%s' runs past the end of the file", path,
+                  name.c_str());
     const uint8_t* bytes = r.p + r.pos;
     r.pos += static_cast<size_t>(nbytes);
 
     const int32_t i = find_state(m, name.c_str());
-    if (i < 0) return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' holds tensor '%s', which model '%s' does not have", path, name.c_str(), m->name);
+    if (i < 0)
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' holds tensor '%s', which model '%s' does not have", path,
+                  name.c_str(), m->name);
     const PockStateTensor& s = m->state[i];
     if (data[static_cast<size_t>(i)])
       return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: tensor '%s' appears twice", path, name.c_str());
     bool same = kind == s.kind && dtype == s.dtype && ndim == s.ndim && nbytes == s.nbytes;
     for (int32_t d = 0; same && d < ndim; ++d) same = shape[d] == s.shape[d];
     if (!same)
-      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s': tensor '%s' is %s (kind %d) but the model expects %s (kind %d)", path,
-                  name.c_str(), describe(shape, ndim, dtype).c_str(), kind, describe(s.shape, s.ndim, s.dtype).c_str(), s.kind);
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s': tensor '%s' is %s (kind %d); the model expects %s (kind %d)",
+                  path, name.c_str(), describe(shape, ndim, dtype).c_str(), kind,
+                  describe(s.shape, s.ndim, s.dtype).c_str(), s.kind);
     data[static_cast<size_t>(i)] = bytes;
   }
   if (r.pos != r.size)
-    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: %zu unexpected bytes after the last tensor", path, r.size - r.pos);
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: %zu unexpected bytes after the last tensor", path,
+                r.size - r.pos);
   for (int32_t i = 0; i < m->n_state; ++i)
     if (!data[static_cast<size_t>(i)])
-      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' lacks tensor '%s' of model '%s'", path, m->state[i].name, m->name);
+      return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' lacks tensor '%s' of model '%s'", path, m->state[i].name,
+                  m->name);
 
   // Everything is valid: only now touch the trainer.
   for (int32_t i = 0; i < m->n_state; ++i) {

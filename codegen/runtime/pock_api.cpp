@@ -17,6 +17,9 @@
 
 #define POCK_RUNTIME_VERSION "0.1.0"
 
+using pock_rt::describe;
+using pock_rt::fail;
+
 namespace {
 
 thread_local std::string g_last_error;
@@ -28,11 +31,11 @@ pock_status guarded(F&& body) {
   try {
     return body();
   } catch (const std::bad_alloc&) {
-    return pock_rt::fail(POCK_ERR_NO_MEMORY, "out of memory");
+    return fail(POCK_ERR_NO_MEMORY, "out of memory");
   } catch (const std::exception& e) {
-    return pock_rt::fail(POCK_ERR_INTERNAL, "internal error: %s", e.what());
+    return fail(POCK_ERR_INTERNAL, "internal error: %s", e.what());
   } catch (...) {
-    return pock_rt::fail(POCK_ERR_INTERNAL, "internal error: unknown exception");
+    return fail(POCK_ERR_INTERNAL, "internal error: unknown exception");
   }
 }
 
@@ -63,32 +66,33 @@ uint8_t* alloc_zeroed(int64_t nbytes) {
 // The generated model is trusted, but a wrong offset would corrupt memory
 // silently; check its description once when a trainer opens.
 pock_status check_io_table(const PockModel* m, const char* what, const PockIO* io, int32_t n) {
-  if (n > 0 && !io) return pock_rt::fail(POCK_ERR_INTERNAL, "model '%s': %s table is NULL", m->name, what);
+  if (n > 0 && !io) return fail(POCK_ERR_INTERNAL, "model '%s': %s table is NULL", m->name, what);
   for (int32_t i = 0; i < n; ++i) {
     const PockIO& e = io[i];
     if (e.ndim < 0 || e.ndim > POCK_MAX_DIMS || element_size(e.dtype) == 0 ||
         e.nbytes != numel(e.shape, e.ndim) * element_size(e.dtype) || e.offset < 0 ||
         e.offset + e.nbytes > m->arena_bytes)
-      return pock_rt::fail(POCK_ERR_INTERNAL, "model '%s': %s %d '%s' does not fit its arena (offset %lld, %lld bytes of %lld)",
-                           m->name, what, i, e.name, (long long)e.offset, (long long)e.nbytes, (long long)m->arena_bytes);
+      return fail(POCK_ERR_INTERNAL, "model '%s': %s %d '%s' does not fit its arena (offset %lld, %lld of %lld bytes)",
+                  m->name, what, i, e.name, (long long)e.offset, (long long)e.nbytes, (long long)m->arena_bytes);
   }
   return POCK_OK;
 }
 
 pock_status check_model(const PockModel* m) {
-  if (!m) return pock_rt::fail(POCK_ERR_INTERNAL, "pock_compiled_model() returned NULL");
+  if (!m) return fail(POCK_ERR_INTERNAL, "pock_compiled_model() returned NULL");
   if (m->arena_bytes < 0 || m->state_bytes < 0 || m->n_state < 0 || (m->n_state > 0 && !m->state))
-    return pock_rt::fail(POCK_ERR_INTERNAL, "model '%s': malformed description", m->name);
+    return fail(POCK_ERR_INTERNAL, "model '%s': malformed description", m->name);
   for (int32_t i = 0; i < m->n_state; ++i) {
     const PockStateTensor& s = m->state[i];
     if (s.ndim < 0 || s.ndim > POCK_MAX_DIMS || element_size(s.dtype) == 0 ||
         s.nbytes != numel(s.shape, s.ndim) * element_size(s.dtype) || s.offset < 0 ||
         s.offset + s.nbytes > m->state_bytes)
-      return pock_rt::fail(POCK_ERR_INTERNAL, "model '%s': state tensor '%s' does not fit the state (offset %lld, %lld bytes of %lld)",
-                           m->name, s.name, (long long)s.offset, (long long)s.nbytes, (long long)m->state_bytes);
+      return fail(POCK_ERR_INTERNAL, "model '%s': state tensor '%s' does not fit (offset %lld, %lld of %lld bytes)",
+                  m->name, s.name, (long long)s.offset, (long long)s.nbytes, (long long)m->state_bytes);
   }
   if (m->step && (m->loss_offset < 0 || m->loss_offset + 4 > m->arena_bytes))
-    return pock_rt::fail(POCK_ERR_INTERNAL, "model '%s': loss offset %lld is outside the arena", m->name, (long long)m->loss_offset);
+    return fail(POCK_ERR_INTERNAL, "model '%s': loss offset %lld is outside the arena", m->name,
+                (long long)m->loss_offset);
   pock_status s = check_io_table(m, "input", m->inputs, m->n_inputs);
   if (s == POCK_OK) s = check_io_table(m, "target", m->targets, m->n_targets);
   if (s == POCK_OK) s = check_io_table(m, "forward input", m->fwd_inputs, m->n_fwd_inputs);
@@ -105,15 +109,15 @@ std::string io_names(const PockIO* io, int32_t n) {
 template <class T>
 pock_status check_range(const char* what, int32_t i, const PockIO& e, const T* v, int64_t n) {
   for (int64_t k = 0; k < n; ++k) {
-    const int64_t x = static_cast<int64_t>(v[k]);
-    if (x >= e.int_lo && x < e.int_hi) continue;
-    if (e.has_ignore && x == e.int_ignore) continue;
+    const long long x = static_cast<long long>(v[k]);
+    if ((x >= e.int_lo && x < e.int_hi) || (e.has_ignore && x == e.int_ignore)) continue;
+    const long long lo = e.int_lo, hi = e.int_hi, ignore = e.int_ignore;
     if (e.has_ignore)
-      return pock_rt::fail(POCK_ERR_VALUE, "%s %d '%s' holds %lld at flat index %lld, outside [%lld, %lld) and not the ignore index %lld",
-                           what, i, e.name, (long long)x, (long long)k, (long long)e.int_lo, (long long)e.int_hi,
-                           (long long)e.int_ignore);
-    return pock_rt::fail(POCK_ERR_VALUE, "%s %d '%s' holds %lld at flat index %lld, outside [%lld, %lld)", what, i, e.name,
-                         (long long)x, (long long)k, (long long)e.int_lo, (long long)e.int_hi);
+      return fail(POCK_ERR_VALUE,
+                  "%s %d '%s' holds %lld at flat index %lld, outside [%lld, %lld) and not the ignore index %lld",
+                  what, i, e.name, x, (long long)k, lo, hi, ignore);
+    return fail(POCK_ERR_VALUE, "%s %d '%s' holds %lld at flat index %lld, outside [%lld, %lld)", what, i, e.name, x,
+                (long long)k, lo, hi);
   }
   return POCK_OK;
 }
@@ -122,21 +126,21 @@ pock_status check_range(const char* what, int32_t i, const PockIO& e, const T* v
 // (int32 data is accepted where int64 is compiled), pointers and int ranges.
 pock_status check_group(const char* what, const PockIO* io, int32_t n_io, const pock_tensor* ts, int32_t n) {
   if (n != n_io)
-    return pock_rt::fail(POCK_ERR_INVALID_ARGUMENT, "expected %d %ss (%s), got %d", n_io, what, io_names(io, n_io).c_str(), n);
-  if (n > 0 && !ts) return pock_rt::fail(POCK_ERR_INVALID_ARGUMENT, "%ss: the tensor array is NULL", what);
+    return fail(POCK_ERR_INVALID_ARGUMENT, "expected %d %ss (%s), got %d", n_io, what, io_names(io, n_io).c_str(), n);
+  if (n > 0 && !ts) return fail(POCK_ERR_INVALID_ARGUMENT, "%ss: the tensor array is NULL", what);
   for (int32_t i = 0; i < n; ++i) {
     const pock_tensor& t = ts[i];
     const PockIO& e = io[i];
     if (t.ndim < 0 || t.ndim > POCK_MAX_DIMS)
-      return pock_rt::fail(POCK_ERR_SHAPE, "%s %d '%s': ndim %d is outside [0, %d]", what, i, e.name, t.ndim, POCK_MAX_DIMS);
-    if (t.ndim > 0 && !t.shape) return pock_rt::fail(POCK_ERR_INVALID_ARGUMENT, "%s %d '%s': shape is NULL", what, i, e.name);
+      return fail(POCK_ERR_SHAPE, "%s %d '%s': ndim %d is outside [0, %d]", what, i, e.name, t.ndim, POCK_MAX_DIMS);
+    if (t.ndim > 0 && !t.shape) return fail(POCK_ERR_INVALID_ARGUMENT, "%s %d '%s': shape is NULL", what, i, e.name);
     bool shape_ok = t.ndim == e.ndim;
     for (int32_t d = 0; shape_ok && d < t.ndim; ++d) shape_ok = t.shape[d] == e.shape[d];
     const bool dtype_ok = t.dtype == e.dtype || (e.dtype == POCK_I64 && t.dtype == POCK_I32);
     if (!shape_ok || !dtype_ok)
-      return pock_rt::fail(shape_ok ? POCK_ERR_DTYPE : POCK_ERR_SHAPE, "%s %d '%s': expected shape %s, got %s", what, i, e.name,
-                           pock_rt::describe(e.shape, e.ndim, e.dtype).c_str(), pock_rt::describe(t.shape, t.ndim, t.dtype).c_str());
-    if (!t.data && e.nbytes > 0) return pock_rt::fail(POCK_ERR_INVALID_ARGUMENT, "%s %d '%s': data is NULL", what, i, e.name);
+      return fail(shape_ok ? POCK_ERR_DTYPE : POCK_ERR_SHAPE, "%s %d '%s': expected shape %s, got %s", what, i, e.name,
+                  describe(e.shape, e.ndim, e.dtype).c_str(), describe(t.shape, t.ndim, t.dtype).c_str());
+    if (!t.data && e.nbytes > 0) return fail(POCK_ERR_INVALID_ARGUMENT, "%s %d '%s': data is NULL", what, i, e.name);
     if (e.int_lo < e.int_hi) {
       const int64_t count = numel(e.shape, e.ndim);
       pock_status s = POCK_OK;
@@ -181,8 +185,8 @@ PockCtx make_ctx(pock_trainer* t) {
   return ctx;
 }
 
-void fill_info(pock_tensor_info* out, const char* name, int32_t dtype, int32_t ndim, const int64_t* shape, int64_t nbytes,
-               int32_t kind) {
+void fill_info(pock_tensor_info* out, const char* name, int32_t dtype, int32_t ndim, const int64_t* shape,
+               int64_t nbytes, int32_t kind) {
   std::memset(out, 0, sizeof(*out));
   out->name = name;
   out->dtype = dtype;
@@ -203,29 +207,33 @@ const PockIO* io_group(int32_t group, int32_t* n) {
 }
 
 #define CHECK_TRAINER(t, fn) \
-  if (!(t)) return pock_rt::fail(POCK_ERR_INVALID_ARGUMENT, "%s: trainer is NULL", fn)
+  if (!(t)) return fail(POCK_ERR_INVALID_ARGUMENT, "%s: trainer is NULL", fn)
 
 }  // namespace
 
 namespace pock_rt {
 
 pock_status fail(pock_status s, const char* fmt, ...) {
-  char small[512];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = std::vsnprintf(small, sizeof small, fmt, ap);
-  va_end(ap);
-  if (n < 0) {
-    g_last_error = fmt;
-  } else if (static_cast<size_t>(n) < sizeof small) {
-    g_last_error.assign(small, static_cast<size_t>(n));
-  } else {
-    std::string big(static_cast<size_t>(n) + 1, '\0');
+  try {  // fail() must not throw: it runs outside guarded() too
+    char small[512];
+    va_list ap;
     va_start(ap, fmt);
-    std::vsnprintf(&big[0], big.size(), fmt, ap);
+    const int n = std::vsnprintf(small, sizeof small, fmt, ap);
     va_end(ap);
-    big.resize(static_cast<size_t>(n));
-    g_last_error.swap(big);
+    if (n < 0) {
+      g_last_error = fmt;
+    } else if (static_cast<size_t>(n) < sizeof small) {
+      g_last_error.assign(small, static_cast<size_t>(n));
+    } else {
+      std::string big(static_cast<size_t>(n) + 1, '\0');
+      va_start(ap, fmt);
+      std::vsnprintf(&big[0], big.size(), fmt, ap);
+      va_end(ap);
+      big.resize(static_cast<size_t>(n));
+      g_last_error.swap(big);
+    }
+  } catch (...) {
+    g_last_error.clear();
   }
   return s;
 }
@@ -255,8 +263,6 @@ int32_t find_state(const PockModel* m, const char* name) {
 
 }  // namespace pock_rt
 
-using pock_rt::fail;
-
 extern "C" {
 
 POCK_API const char* pock_last_error(void) { return g_last_error.c_str(); }
@@ -275,8 +281,8 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
     t->state = alloc_zeroed(m->state_bytes);
     if (!t->arena || !t->state) {
       pock_close(t);
-      return fail(POCK_ERR_NO_MEMORY, "cannot allocate %lld bytes of arena and %lld bytes of state", (long long)m->arena_bytes,
-                  (long long)m->state_bytes);
+      return fail(POCK_ERR_NO_MEMORY, "cannot allocate %lld bytes of arena and %lld bytes of state",
+                  (long long)m->arena_bytes, (long long)m->state_bytes);
     }
     if (checkpoint_path) {
       if (pock_status s = pock_rt::load_checkpoint(t, checkpoint_path)) {
@@ -361,9 +367,11 @@ POCK_API pock_status pock_forward(pock_trainer* t, const pock_tensor* inputs, in
     for (int32_t i = 0; i < n_outputs; ++i) {
       const PockIO& e = m->outputs[i];
       if (outputs[i].nbytes != e.nbytes)
-        return fail(POCK_ERR_INVALID_ARGUMENT, "output %d '%s': buffer holds %lld bytes, expected %lld for %s", i, e.name,
-                    (long long)outputs[i].nbytes, (long long)e.nbytes, pock_rt::describe(e.shape, e.ndim, e.dtype).c_str());
-      if (!outputs[i].data && e.nbytes > 0) return fail(POCK_ERR_INVALID_ARGUMENT, "output %d '%s': data is NULL", i, e.name);
+        return fail(POCK_ERR_INVALID_ARGUMENT, "output %d '%s': buffer holds %lld bytes, expected %lld for %s", i,
+                    e.name, (long long)outputs[i].nbytes, (long long)e.nbytes,
+                    describe(e.shape, e.ndim, e.dtype).c_str());
+      if (!outputs[i].data && e.nbytes > 0)
+        return fail(POCK_ERR_INVALID_ARGUMENT, "output %d '%s': data is NULL", i, e.name);
     }
     copy_group(t->arena, m->fwd_inputs, inputs, n_inputs);
     PockCtx ctx = make_ctx(t);
@@ -381,11 +389,13 @@ static pock_status find_for_copy(pock_trainer* t, const char* fn, const char* na
   CHECK_TRAINER(t, fn);
   if (!name) return fail(POCK_ERR_INVALID_ARGUMENT, "%s: name is NULL", fn);
   const int32_t i = pock_rt::find_state(t->model, name);
-  if (i < 0) return fail(POCK_ERR_INVALID_ARGUMENT, "%s: unknown state tensor '%s' (not in model '%s')", fn, name, t->model->name);
+  if (i < 0)
+    return fail(POCK_ERR_INVALID_ARGUMENT, "%s: unknown state tensor '%s' (not in model '%s')", fn, name,
+                t->model->name);
   const PockStateTensor& s = t->model->state[i];
   if (nbytes != s.nbytes)
     return fail(POCK_ERR_INVALID_ARGUMENT, "%s: tensor '%s' is %s (%lld bytes), got %lld bytes", fn, name,
-                pock_rt::describe(s.shape, s.ndim, s.dtype).c_str(), (long long)s.nbytes, (long long)nbytes);
+                describe(s.shape, s.ndim, s.dtype).c_str(), (long long)s.nbytes, (long long)nbytes);
   if (!ptr && nbytes > 0) return fail(POCK_ERR_INVALID_ARGUMENT, "%s: data pointer for '%s' is NULL", fn, name);
   *out = &s;
   return POCK_OK;
@@ -423,7 +433,8 @@ POCK_API pock_status pock_load(pock_trainer* t, const char* path) {
 
 POCK_API pock_status pock_set_learning_rate(pock_trainer* t, float lr) {
   CHECK_TRAINER(t, "pock_set_learning_rate");
-  if (!std::isfinite(lr) || lr < 0.0f) return fail(POCK_ERR_VALUE, "learning rate must be finite and >= 0, got %g", (double)lr);
+  if (!std::isfinite(lr) || lr < 0.0f)
+    return fail(POCK_ERR_VALUE, "learning rate must be finite and >= 0, got %g", (double)lr);
   t->lr = lr;
   return POCK_OK;
 }

@@ -154,9 +154,12 @@ def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
 class Trainer:
     """One trainer over a compiled model library: step, forward, state, checkpoints."""
 
-    def __init__(self, lib_path, checkpoint=None):
+    def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None):
+        """aliases: {name: canonical name} for tied parameters that PyTorch's
+        state_dict lists under several names but the library stores once."""
         self._handle = None  # first, so that close()/__del__ work whatever fails below
         self._lock = threading.RLock()
+        self._aliases = dict(aliases or {})
         self.lib_path = Path(lib_path)
         self._lib = lib = _load_library(lib_path)
         self.inputs = self._io_infos(_INPUTS)
@@ -246,48 +249,55 @@ class Trainer:
             return outs[0] if len(outs) == 1 else tuple(outs)
 
     # ------------------------------------------------------------------ state
+    def _info(self, name: str) -> TensorInfo:
+        info = self._tensor_by_name.get(self._aliases.get(name, name))
+        if info is None:
+            raise PockError(f"unknown state tensor {name!r}")
+        return info
+
     def get_tensor(self, name: str) -> np.ndarray:
-        """A copy of any state tensor, optimizer state and constants included."""
+        """A copy of any state tensor (optimizer state and constants included)."""
         with self._lock:
             h = self._live()
-            info = self._tensor_by_name.get(name)
-            if info is None:
-                raise PockError(f"unknown state tensor {name!r}")
+            info = self._info(name)
             out = np.empty(info.shape, info.dtype)
-            self._check(self._lib.pock_get_tensor(h, name.encode(), out.ctypes.data, out.nbytes))
+            self._check(self._lib.pock_get_tensor(h, info.name.encode(), out.ctypes.data, out.nbytes))
             return out
 
     def set_tensor(self, name: str, value) -> None:
         """Overwrite any state tensor (same conversions as load_state_dict)."""
-        info = self._tensor_by_name.get(name)
-        if info is None:
-            raise PockError(f"unknown state tensor {name!r}")
+        info = self._info(name)
         arr = _state_array(value, name, info)
         with self._lock:
-            self._check(self._lib.pock_set_tensor(self._live(), name.encode(), arr.ctypes.data, arr.nbytes))
+            self._check(self._lib.pock_set_tensor(self._live(), info.name.encode(), arr.ctypes.data, arr.nbytes))
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """{PyTorch name: array} of the parameters and buffers, in the model's order."""
-        return {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
+        """{PyTorch name: array} of the parameters and buffers, in the model's
+        order; a tied parameter's other names follow, sharing its array."""
+        sd = {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
+        sd.update({alias: sd[canon] for alias, canon in self._aliases.items() if canon in sd})
+        return sd
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Strict: the keys must be exactly state_dict()'s, with the same shapes.
-        Nothing changes unless every entry is valid."""
+        """Strict: the keys must be exactly state_dict()'s (a tied parameter's
+        other names may be left out), with the same shapes.  Nothing changes
+        unless every entry is valid."""
         self._live()
         wanted = [t for t in self.tensors if t.kind in ("param", "buffer")]
         names = {t.name for t in wanted}
+        aliases = {a: self._tensor_by_name[c] for a, c in self._aliases.items() if c in names}
         problems = []
         missing = [t.name for t in wanted if t.name not in state_dict]
-        unexpected = [k for k in state_dict if k not in names]
+        unexpected = [k for k in state_dict if k not in names and k not in aliases]
         if missing:
             problems.append("missing keys: " + ", ".join(map(repr, missing)))
         if unexpected:
             problems.append("unexpected keys: " + ", ".join(map(repr, unexpected)))
-        staged = []
-        for t in wanted:
-            if t.name in state_dict:
+        staged = []  # a tied name after its canonical one: it wins, as in torch
+        for key, t in [(t.name, t) for t in wanted] + list(aliases.items()):
+            if key in state_dict:
                 try:
-                    staged.append((t.name, _state_array(state_dict[t.name], t.name, t)))
+                    staged.append((t.name, _state_array(state_dict[key], key, t)))
                 except PockError as e:
                     problems.append(str(e))
         if problems:

@@ -58,7 +58,7 @@ void batch_norm_train_fwd(const float* x, const float* w, const float* b, const 
       new_rm[c] = static_cast<float>((1.0 - momentum) * rm[c] + static_cast<double>(momentum) * mu);
     if (rv != nullptr && new_rv != nullptr) {
       // PyTorch rejects a single value per channel in training; use the biased var then.
-      const double unbiased = count > 1 ? sq / static_cast<double>(count) : var;
+      const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
       new_rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + static_cast<double>(momentum) * unbiased);
     }
     const double scale = invstd * (w != nullptr ? w[c] : 1.0f);

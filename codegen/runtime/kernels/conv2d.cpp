@@ -2,15 +2,32 @@
 // gradients.  Stride, padding, dilation and groups (incl. depthwise) are all
 // supported.  Paths:
 //   * 1x1, stride 1, pad 0: one GEMM per image and group (pk::gemm, batched);
-//   * everything else: a direct loop over kernel taps, where each tap is a
-//     run of contiguous (stride 1) or strided multiply-adds over an output row
-//     whose valid range is computed up front (no per-element padding checks).
-// Depthwise (groups == C == O) is the direct loop with one input channel per
-// output channel.  No kernel allocates; there is no im2col scratch.
+//   * other convolutions whose GEMM would have at least kGemmMinRows rows
+//     (output channels per group; input channels per group for the input
+//     gradient): an implicit GEMM per image and group, where the im2col
+//     (resp. col2im) matrix is generated block by block straight into the
+//     GEMM's bounded packing buffers — no scratch memory;
+//   * everything else, incl. depthwise (groups == C == O): a direct loop over
+//     kernel taps, each tap a run of contiguous (stride 1) or strided
+//     multiply-adds over an output row whose valid range is computed up front.
+// No kernel allocates.
 #include "pock_kernels.h"
 
 namespace pk {
+namespace detail {
+// Defined in gemm.cpp (implicit GEMM): C[M,N] (row stride ldc) = A @ B
+// (+ C when accumulate); read_at fills out[r*ld + c] with A^T[r0+r][c0+c]
+// ([K, M]), read_b with B[r0+r][c0+c] ([K, N]).
+using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
+void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, const void* b_ctx, float* C,
+                  i64 ldc, i64 M, i64 N, i64 K, bool accumulate);
+}  // namespace detail
+
 namespace {
+
+// Below this many GEMM rows the zero-padded micro-tiles waste most of their
+// work and the direct loop is used instead.
+constexpr i64 kGemmMinRows = 8;
 
 // [lo, hi): the output positions o in [0, out) whose input coordinate
 // o*stride + offset falls inside [0, size).
@@ -26,13 +43,20 @@ Range valid_range(i64 offset, i64 stride, i64 size, i64 out) {
 }
 
 // y[i] += a * x[i*xs] for i in [0, n); the stride-1 case in fixed-size chunks
-// so the compiler vectorises it at -O2.
+// (16, then 8 and 4 for the tail) so the compiler vectorises it at -O2.
 inline void axpy(i64 n, float a, const float* __restrict x, i64 xs, float* __restrict y) {
   if (xs == 1) {
-    constexpr int kChunk = 16;
     i64 i = 0;
-    for (; i + kChunk <= n; i += kChunk)
-      for (int j = 0; j < kChunk; ++j) y[i + j] += a * x[i + j];
+    for (; i + 16 <= n; i += 16)
+      for (int j = 0; j < 16; ++j) y[i + j] += a * x[i + j];
+    if (i + 8 <= n) {
+      for (int j = 0; j < 8; ++j) y[i + j] += a * x[i + j];
+      i += 8;
+    }
+    if (i + 4 <= n) {
+      for (int j = 0; j < 4; ++j) y[i + j] += a * x[i + j];
+      i += 4;
+    }
     for (; i < n; ++i) y[i] += a * x[i];
   } else {
     for (i64 i = 0; i < n; ++i) y[i] += a * x[i * xs];
@@ -68,6 +92,145 @@ bool is_pointwise(const Conv2dParams& p) {
          p.OH == p.H && p.OW == p.W;
 }
 
+// ---- implicit-GEMM operand readers (all fill out[r*ld + c], r < rows, c < cols)
+
+// Zero out[0:n) with stride `step`.
+inline void zero_strided(float* out, i64 n, i64 step) {
+  for (i64 i = 0; i < n; ++i) out[i * step] = 0.0f;
+}
+
+// One output row segment of an im2col row: for q in [q0, q0+n), position q of
+// output row `oh` reads input (oh*sh + off_h, q*sw + off_w) of plane xp, or 0
+// in the padding.  Written to out[i*step].
+inline void im2col_segment(const float* xp, const Conv2dParams& p, i64 oh, i64 off_h, i64 off_w,
+                           const Range& rw, i64 q0, i64 n, float* out, i64 step) {
+  const i64 ih = oh * p.stride_h + off_h;
+  if (ih < 0 || ih >= p.H) {
+    zero_strided(out, n, step);
+    return;
+  }
+  const i64 q1 = q0 + n;
+  const i64 lo = rw.lo < q0 ? q0 : (rw.lo > q1 ? q1 : rw.lo);
+  const i64 hi = rw.hi < lo ? lo : (rw.hi > q1 ? q1 : rw.hi);
+  const float* xrow = xp + ih * p.W;
+  zero_strided(out, lo - q0, step);
+  for (i64 q = lo; q < hi; ++q) out[(q - q0) * step] = xrow[q * p.stride_w + off_w];
+  zero_strided(out + (hi - q0) * step, q1 - hi, step);
+}
+
+// A^T of a row-major matrix a[M, lda]: out[r][c] = a[(c0+c)*lda + r0 + r].
+struct TransposedCtx {
+  const float* a;
+  i64 lda;
+};
+void read_transposed(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const auto& ctx = *static_cast<const TransposedCtx*>(vctx);
+  for (i64 c = 0; c < cols; ++c) {
+    const float* src = ctx.a + (c0 + c) * ctx.lda + r0;
+    for (i64 r = 0; r < rows; ++r) out[r * ld + c] = src[r];
+  }
+}
+
+// Image n, group g: x = first input channel of the group, dy = first output
+// channel of the group, w = first weight of the group.
+struct ConvCtx {
+  const Conv2dParams* p;
+  const float* x;
+  const float* dy;
+  const float* w;
+};
+
+// Forward B = im2col: row (c, kh, kw), column (oh, ow) -> x[c, ih, iw] or 0.
+void read_im2col(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+  const Conv2dParams& p = *ctx.p;
+  const i64 KHW = p.KH * p.KW;
+  for (i64 r = 0; r < rows; ++r) {
+    const i64 row = r0 + r, c = row / KHW, kh = row % KHW / p.KW, kw = row % p.KW;
+    const i64 off_h = kh * p.dil_h - p.pad_h, off_w = kw * p.dil_w - p.pad_w;
+    const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
+    const float* xp = ctx.x + c * p.H * p.W;
+    i64 oh = c0 / p.OW, ow = c0 % p.OW;
+    for (i64 t = 0; t < cols; ow = 0, ++oh) {
+      const i64 run = p.OW - ow < cols - t ? p.OW - ow : cols - t;
+      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + r * ld + t, 1);
+      t += run;
+    }
+  }
+}
+
+// Weight-gradient B = im2col^T: row (oh, ow), column (c, kh, kw).
+void read_im2col_t(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+  const Conv2dParams& p = *ctx.p;
+  const i64 KHW = p.KH * p.KW;
+  for (i64 t = 0; t < cols; ++t) {
+    const i64 col = c0 + t, c = col / KHW, kh = col % KHW / p.KW, kw = col % p.KW;
+    const i64 off_h = kh * p.dil_h - p.pad_h, off_w = kw * p.dil_w - p.pad_w;
+    const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
+    const float* xp = ctx.x + c * p.H * p.W;
+    i64 oh = r0 / p.OW, ow = r0 % p.OW;
+    for (i64 r = 0; r < rows; ow = 0, ++oh) {
+      const i64 run = p.OW - ow < rows - r ? p.OW - ow : rows - r;
+      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + r * ld + t, ld);
+      r += run;
+    }
+  }
+}
+
+// Input-gradient A^T: row (o, kh, kw), column c -> w[o, c, kh, kw].
+void read_weight_t(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+  const Conv2dParams& p = *ctx.p;
+  const i64 KHW = p.KH * p.KW, Cg = p.C / p.groups;
+  for (i64 r = 0; r < rows; ++r) {
+    const i64 row = r0 + r, o = row / KHW, tap = row % KHW;
+    const float* src = ctx.w + (o * Cg + c0) * KHW + tap;
+    for (i64 c = 0; c < cols; ++c) out[r * ld + c] = src[c * KHW];
+  }
+}
+
+// Input-gradient B = col2im: row (o, kh, kw), column (ih, iw) -> dy[o, oh, ow]
+// where ih = oh*sh - ph + kh*dh and iw = ow*sw - pw + kw*dw, or 0 when no
+// output position reads (ih, iw) through this tap.
+void read_col2im(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+  const Conv2dParams& p = *ctx.p;
+  const i64 KHW = p.KH * p.KW;
+  for (i64 r = 0; r < rows; ++r) {
+    const i64 row = r0 + r, o = row / KHW, kh = row % KHW / p.KW, kw = row % p.KW;
+    const i64 nh = p.pad_h - kh * p.dil_h, nw = p.pad_w - kw * p.dil_w;  // oh*sh = ih + nh
+    const float* dyp = ctx.dy + o * p.OH * p.OW;
+    float* o_row = out + r * ld;
+    i64 ih = c0 / p.W, iw = c0 % p.W;
+    for (i64 t = 0; t < cols; iw = 0, ++ih) {
+      const i64 run = p.W - iw < cols - t ? p.W - iw : cols - t;
+      float* dst = o_row + t;
+      t += run;
+      const i64 th = ih + nh;
+      if (th < 0 || th % p.stride_h != 0 || th / p.stride_h >= p.OH) {
+        zero_strided(dst, run, 1);
+        continue;
+      }
+      const float* dyrow = dyp + th / p.stride_h * p.OW;
+      if (p.stride_w == 1) {
+        // ow = iw + nw must lie in [0, OW): iw in [-nw, OW - nw)
+        const i64 q1 = iw + run;
+        const i64 lo = -nw < iw ? iw : (-nw > q1 ? q1 : -nw);
+        const i64 hi = p.OW - nw < lo ? lo : (p.OW - nw > q1 ? q1 : p.OW - nw);
+        zero_strided(dst, lo - iw, 1);
+        for (i64 q = lo; q < hi; ++q) dst[q - iw] = dyrow[q + nw];
+        zero_strided(dst + (hi - iw), q1 - hi, 1);
+      } else {
+        for (i64 u = 0; u < run; ++u) {
+          const i64 tw = iw + u + nw;
+          dst[u] = (tw >= 0 && tw % p.stride_w == 0 && tw / p.stride_w < p.OW) ? dyrow[tw / p.stride_w] : 0.0f;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 // y[n,o] = b[o] + sum over the group's input channels and taps of w * x.
@@ -89,6 +252,17 @@ void conv2d_fwd(const float* x, const float* w, const float* b, float* y, const 
     return;
   }
   const i64 KHW = p.KH * p.KW;
+  if (Og >= kGemmMinRows) {
+    // y_n[g] [Og, OHW] += w[g] [Og, Cg*KHW] @ im2col(x_n[g]) [Cg*KHW, OHW]
+    for (i64 n = 0; n < p.N; ++n)
+      for (i64 g = 0; g < G; ++g) {
+        const ConvCtx ctx{&p, x + (n * p.C + g * Cg) * HW, nullptr, nullptr};
+        const TransposedCtx wt{w + g * Og * Cg * KHW, Cg * KHW};
+        detail::gemm_readers(read_transposed, &wt, read_im2col, &ctx, y + (n * p.O + g * Og) * OHW, OHW, Og, OHW,
+                             Cg * KHW, true);
+      }
+    return;
+  }
   for (i64 n = 0; n < p.N; ++n)
     for (i64 o = 0; o < p.O; ++o) {
       const i64 g = o / Og;
@@ -104,8 +278,8 @@ void conv2d_fwd(const float* x, const float* w, const float* b, float* y, const 
             const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
             const float wv = wp[kh * p.KW + kw];
             for (i64 oh = rh.lo; oh < rh.hi; ++oh) {
-              const float* xrow = xp + (oh * p.stride_h + off_h) * p.W + off_w;
-              axpy(rw.hi - rw.lo, wv, xrow + rw.lo * p.stride_w, p.stride_w, yp + oh * p.OW + rw.lo);
+              const float* xrow = xp + (oh * p.stride_h + off_h) * p.W + (rw.lo * p.stride_w + off_w);
+              axpy(rw.hi - rw.lo, wv, xrow, p.stride_w, yp + oh * p.OW + rw.lo);
             }
           }
         }
@@ -127,6 +301,16 @@ void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dPa
     return;
   }
   const i64 KHW = p.KH * p.KW;
+  if (Cg >= kGemmMinRows) {
+    // dx_n[g] [Cg, HW] = w[g]^T [Cg, Og*KHW] @ col2im(dy_n[g]) [Og*KHW, HW]
+    for (i64 n = 0; n < p.N; ++n)
+      for (i64 g = 0; g < G; ++g) {
+        const ConvCtx ctx{&p, nullptr, dy + (n * p.O + g * Og) * OHW, w + g * Og * Cg * KHW};
+        detail::gemm_readers(read_weight_t, &ctx, read_col2im, &ctx, dx + (n * p.C + g * Cg) * HW, HW, Cg, HW,
+                             Og * KHW, false);
+      }
+    return;
+  }
   for (i64 n = 0; n < p.N; ++n)
     for (i64 ci = 0; ci < p.C; ++ci) {
       const i64 g = ci / Cg, c = ci % Cg;
@@ -143,8 +327,8 @@ void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dPa
             const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
             const float wv = wp[kh * p.KW + kw];
             for (i64 oh = rh.lo; oh < rh.hi; ++oh) {
-              float* dxrow = dxp + (oh * p.stride_h + off_h) * p.W + off_w;
-              axpy_scatter(rw.hi - rw.lo, wv, dyp + oh * p.OW + rw.lo, dxrow + rw.lo * p.stride_w, p.stride_w);
+              float* dxrow = dxp + (oh * p.stride_h + off_h) * p.W + (rw.lo * p.stride_w + off_w);
+              axpy_scatter(rw.hi - rw.lo, wv, dyp + oh * p.OW + rw.lo, dxrow, p.stride_w);
             }
           }
         }
@@ -161,6 +345,10 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
   const i64 x_group_channels = G == 1 ? 0 : xc / G;  // channel offset of group g in x is g * this
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW;
   if (k <= 0) return;
+  if (p.N == 0) {  // no images: the gradient is zero
+    for (i64 i = 0; i < p.O * k * p.KH * p.KW; ++i) dw[i] = 0.0f;
+    return;
+  }
   if (is_pointwise(p)) {
     // dw[g] [Og, k] = sum_n dy_n[g] [Og, HW] @ x_n[g, 0:k]^T [HW, k].
     for (i64 g = 0; g < G; ++g) {
@@ -178,6 +366,17 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     return;
   }
   const i64 KHW = p.KH * p.KW;
+  if (Og >= kGemmMinRows) {
+    // dw[g] [Og, k*KHW] = sum_n dy_n[g] [Og, OHW] @ im2col(x_n[g, 0:k])^T [OHW, k*KHW]
+    for (i64 g = 0; g < G; ++g)
+      for (i64 n = 0; n < p.N; ++n) {
+        const ConvCtx ctx{&p, x + (n * xc + g * x_group_channels) * HW, nullptr, nullptr};
+        const TransposedCtx dyt{dy + (n * p.O + g * Og) * OHW, OHW};
+        detail::gemm_readers(read_transposed, &dyt, read_im2col_t, &ctx, dw + g * Og * k * KHW, k * KHW, Og,
+                             k * KHW, OHW, n > 0);
+      }
+    return;
+  }
   for (i64 o = 0; o < p.O; ++o) {
     const i64 g = o / Og;
     for (i64 c = 0; c < k; ++c) {
@@ -193,8 +392,8 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
             const float* dyp = dy + (n * p.O + o) * OHW;
             const float* xp = x + (n * xc + xch) * HW;
             for (i64 oh = rh.lo; oh < rh.hi; ++oh) {
-              const float* xrow = xp + (oh * p.stride_h + off_h) * p.W + off_w;
-              acc += dot(rw.hi - rw.lo, dyp + oh * p.OW + rw.lo, xrow + rw.lo * p.stride_w, p.stride_w);
+              const float* xrow = xp + (oh * p.stride_h + off_h) * p.W + (rw.lo * p.stride_w + off_w);
+              acc += dot(rw.hi - rw.lo, dyp + oh * p.OW + rw.lo, xrow, p.stride_w);
             }
           }
           dw[(o * k + c) * KHW + kh * p.KW + kw] = static_cast<float>(acc);

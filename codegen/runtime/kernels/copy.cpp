@@ -44,11 +44,15 @@ void strided_copy(const T* x, T* y, const StridedCopy& p) {
     T* dst = y + oo;
     if (sin == 1 && sout == 1) {
       std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(T));
+    } else if (sin == 0) {  // expand of the innermost dim: a broadcast fill
+      const T v = *src;
+      if (sout == 1) {
+        for (i64 i = 0; i < n; ++i) dst[i] = v;
+      } else {
+        for (i64 i = 0; i < n; ++i) dst[i * sout] = v;
+      }
     } else if (sout == 1) {
       for (i64 i = 0; i < n; ++i) dst[i] = src[i * sin];
-    } else if (sin == 0) {
-      const T v = *src;
-      for (i64 i = 0; i < n; ++i) dst[i * sout] = v;
     } else {
       for (i64 i = 0; i < n; ++i) dst[i * sout] = src[i * sin];
     }

@@ -94,11 +94,12 @@ void pack_b(const MatView& b, i64 k0, i64 kc, i64 j0, i64 nc, float* __restrict 
   }
 }
 
-// C[0:mr, 0:nr] (row stride ldc) = (accumulate ? C : 0) + Apanel @ Bpanel.
+// C[0:mr, 0:nr] (row stride ldc) = beta * C + Apanel @ Bpanel, where beta == 0
+// overwrites without reading C (so NaN/garbage in C never leaks).
 // a: kc x MR packed, b: kc x NR packed.  The full MR x NR tile is always
 // computed (padding is zero); only the valid mr x nr part is written.
 void micro_kernel(i64 kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
-                  i64 ldc, int mr, int nr, bool accumulate) {
+                  i64 ldc, int mr, int nr, float beta) {
   float acc[kMR][kNR];
   for (int r = 0; r < kMR; ++r)
     for (int j = 0; j < kNR; ++j) acc[r][j] = 0.0f;
@@ -115,25 +116,56 @@ void micro_kernel(i64 kc, const float* __restrict a, const float* __restrict b, 
   if (mr == kMR && nr == kNR) {
     for (int r = 0; r < kMR; ++r) {
       float* __restrict cr = c + r * ldc;
-      if (accumulate)
+      if (beta == 0.0f)
+        for (int j = 0; j < kNR; ++j) cr[j] = acc[r][j];
+      else if (beta == 1.0f)
         for (int j = 0; j < kNR; ++j) cr[j] += acc[r][j];
       else
-        for (int j = 0; j < kNR; ++j) cr[j] = acc[r][j];
+        for (int j = 0; j < kNR; ++j) cr[j] = beta * cr[j] + acc[r][j];
     }
   } else {
     for (int r = 0; r < mr; ++r) {
       float* cr = c + r * ldc;
-      for (int j = 0; j < nr; ++j) cr[j] = accumulate ? cr[j] + acc[r][j] : acc[r][j];
+      for (int j = 0; j < nr; ++j) cr[j] = beta == 0.0f ? acc[r][j] : beta * cr[j] + acc[r][j];
     }
   }
 }
 
-// One product C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when accumulate).
-void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, bool accumulate) {
+// Reader-based packing (implicit GEMM): `read` fills out[r*ld + c] with rows
+// [r0, r0+rows) x columns [c0, c0+cols) of a logical matrix.  The A reader
+// reads op(A)^T ([K, M]); the B reader reads op(B) ([K, N]).
+using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
+
+void pack_a_reader(BlockReadFn read, const void* ctx, i64 i0, i64 mc, i64 k0, i64 kc, float* out) {
+  for (i64 p = 0; p < mc; p += kMR) {
+    const i64 rows = mc - p < kMR ? mc - p : kMR;
+    float* dst = out + p * kc;
+    read(ctx, k0, kc, i0 + p, rows, dst, kMR);
+    for (i64 k = 0; k < kc; ++k)
+      for (i64 r = rows; r < kMR; ++r) dst[k * kMR + r] = 0.0f;
+  }
+}
+
+void pack_b_reader(BlockReadFn read, const void* ctx, i64 k0, i64 kc, i64 j0, i64 nc, float* out) {
+  for (i64 p = 0; p < nc; p += kNR) {
+    const i64 cols = nc - p < kNR ? nc - p : kNR;
+    float* dst = out + p * kc;
+    read(ctx, k0, kc, j0 + p, cols, dst, kNR);
+    for (i64 k = 0; k < kc; ++k)
+      for (i64 j = cols; j < kNR; ++j) dst[k * kNR + j] = 0.0f;
+  }
+}
+
+// One product C[M,N] (row stride ldc) = op(A) @ op(B) + beta * C,
+// blocked as: column blocks (NC) > depth blocks (KC, B packed) > row blocks
+// (MC, A packed) > NR x MR micro-tiles.  pack_a(i0, mc, k0, kc, out) and
+// pack_b(k0, kc, j0, nc, out) fill the packed panels.
+template <class PackA, class PackB>
+void gemm_core(const PackA& pack_a, const PackB& pack_b, float* c, i64 ldc, i64 M, i64 N, i64 K, float beta) {
   if (K == 0) {
-    if (!accumulate)
+    if (beta != 1.0f)
       for (i64 i = 0; i < M; ++i)
-        for (i64 j = 0; j < N; ++j) c[i * ldc + j] = 0.0f;
+        for (i64 j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
     return;
   }
   alignas(64) float a_pack[kMC * kKC];
@@ -142,17 +174,17 @@ void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i6
     const i64 nc = N - j0 < kNC ? N - j0 : kNC;
     for (i64 k0 = 0; k0 < K; k0 += kKC) {
       const i64 kc = K - k0 < kKC ? K - k0 : kKC;
-      const bool acc = accumulate || k0 > 0;
-      pack_b(b, k0, kc, j0, nc, b_pack);
+      const float block_beta = k0 == 0 ? beta : 1.0f;  // later depth blocks accumulate
+      pack_b(k0, kc, j0, nc, b_pack);
       for (i64 i0 = 0; i0 < M; i0 += kMC) {
         const i64 mc = M - i0 < kMC ? M - i0 : kMC;
-        pack_a(a, i0, mc, k0, kc, a_pack);
+        pack_a(i0, mc, k0, kc, a_pack);
         for (i64 jr = 0; jr < nc; jr += kNR) {
           const int nr = static_cast<int>(nc - jr < kNR ? nc - jr : kNR);
           for (i64 ir = 0; ir < mc; ir += kMR) {
             const int mr = static_cast<int>(mc - ir < kMR ? mc - ir : kMR);
             micro_kernel(kc, a_pack + ir * kc, b_pack + jr * kc, c + (i0 + ir) * ldc + (j0 + jr), ldc, mr, nr,
-                         acc);
+                         block_beta);
           }
         }
       }
@@ -160,28 +192,45 @@ void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i6
   }
 }
 
+void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, float beta) {
+  gemm_core([&](i64 i0, i64 mc, i64 k0, i64 kc, float* out) { pack_a(a, i0, mc, k0, kc, out); },
+            [&](i64 k0, i64 kc, i64 j0, i64 nc, float* out) { pack_b(b, k0, kc, j0, nc, out); }, c, ldc, M, N, K,
+            beta);
+}
+
 }  // namespace
 
+// Entry points for other kernels of this library (conv2d.cpp, linear.cpp
+// declare them where used; not part of the public contract).
 namespace detail {
-// Strided single product for other kernels in this library (declared where
-// used; not part of the public contract): op(A)[i][k] = A[i*a_rs + k*a_cs],
-// op(B)[k][j] = B[k*b_rs + j*b_cs], C[i][j] at C[i*ldc + j].
+// op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs]:
+// C[i][j] (at C[i*ldc + j]) = sum_k op(A)[i][k] op(B)[k][j] (+ C when accumulate).
 void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
                   i64 M, i64 N, i64 K, bool accumulate) {
-  gemm_views(MatView{A, a_rs, a_cs}, MatView{B, b_rs, b_cs}, C, ldc, M, N, K, accumulate);
+  gemm_views(MatView{A, a_rs, a_cs}, MatView{B, b_rs, b_cs}, C, ldc, M, N, K, accumulate ? 1.0f : 0.0f);
+}
+
+// Implicit GEMM: the operands are produced block by block by reader callbacks
+// (read_at reads op(A)^T [K, M], read_b reads op(B) [K, N]); e.g. a
+// convolution's im2col matrix generated on the fly without any scratch.
+void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, const void* b_ctx, float* C,
+                  i64 ldc, i64 M, i64 N, i64 K, bool accumulate) {
+  gemm_core([&](i64 i0, i64 mc, i64 k0, i64 kc, float* out) { pack_a_reader(read_at, at_ctx, i0, mc, k0, kc, out); },
+            [&](i64 k0, i64 kc, i64 j0, i64 nc, float* out) { pack_b_reader(read_b, b_ctx, k0, kc, j0, nc, out); },
+            C, ldc, M, N, K, accumulate ? 1.0f : 0.0f);
 }
 }  // namespace detail
 
-// Batched C_b = op(A_b) @ op(B_b) + beta * C_b (beta 0 or 1), batches in order
-// (so sc = 0 with beta = 1 sums every batch's product into one C).
+// Batched C_b = op(A_b) @ op(B_b) + beta * C_b, batches in order (so sc = 0
+// with beta = 1 sums every batch's product into one C).  The contract uses
+// beta 0 (C is never read) or 1; any other beta scales C.
 void gemm(const float* A, const float* B, float* C, const GemmParams& p) {
-  const bool accumulate = p.beta != 0.0f;
   for (i64 bi = 0; bi < p.batch; ++bi) {
     // op(A)[i][k]: A stored [M,K] (rs=K, cs=1) or [K,M] when ta (rs=1, cs=M).
     const MatView a{A + bi * p.sa, p.ta ? 1 : p.K, p.ta ? p.M : 1};
     // op(B)[k][j]: B stored [K,N] (rs=N, cs=1) or [N,K] when tb (rs=1, cs=K).
     const MatView b{B + bi * p.sb, p.tb ? 1 : p.N, p.tb ? p.K : 1};
-    gemm_views(a, b, C + bi * p.sc, p.N, p.M, p.N, p.K, accumulate);
+    gemm_views(a, b, C + bi * p.sc, p.N, p.M, p.N, p.K, p.beta);
   }
 }
 

@@ -237,6 +237,7 @@ void mm_tn(i64 N, i64 k, i64 M, Rows<const float> A, Rows<const float> X, float*
     const RowCursor<const float> ra(A, r0), rx(X, r0);
     const bool a2 = acc || r0 > 0;
     i64 j = 0;
+    for (; j + 32 <= k; j += 32) tn_cols<32>(N, j, rc, ra, rx, C, ldc, a2);
     for (; j + 16 <= k; j += 16) tn_cols<16>(N, j, rc, ra, rx, C, ldc, a2);
     for (; j + 8 <= k; j += 8) tn_cols<8>(N, j, rc, ra, rx, C, ldc, a2);
     for (; j < k; ++j) tn_cols<1>(N, j, rc, ra, rx, C, ldc, a2);
@@ -366,8 +367,8 @@ void gru_bwd(const float* dy, const float* dhn, const float* x, const float* h0,
 
   // ---- large products over all T*B rows ----
   const i64 TB = T * B;
-  const auto dGi = dense<const float>(dG, S);                 // input-projection grads: cols 0:3H
-  const auto dGh_n = dense<const float>(dG + 3 * H, S);       // hidden n-part: cols 3H:4H
+  const auto dGi = dense<const float>(dG, S);            // input-projection grads: cols 0:3H
+  const auto dGh_n = dense<const float>(dG + 3 * H, S);  // hidden n-part: cols 3H:4H
   if (dx) mm_nn(TB, I, 3 * H, dGi, w_ih, I, batch_first(dx, B, T, I, 0), false);
   if (dw_ih) mm_tn(3 * H, k_ih, TB, dGi, batch_first(x, B, T, I, 0), dw_ih, k_ih, false);
   if (dw_hh) {

@@ -235,6 +235,7 @@ void mm_tn(i64 N, i64 k, i64 M, Rows<const float> A, Rows<const float> X, float*
     const RowCursor<const float> ra(A, r0), rx(X, r0);
     const bool a2 = acc || r0 > 0;
     i64 j = 0;
+    for (; j + 32 <= k; j += 32) tn_cols<32>(N, j, rc, ra, rx, C, ldc, a2);
     for (; j + 16 <= k; j += 16) tn_cols<16>(N, j, rc, ra, rx, C, ldc, a2);
     for (; j + 8 <= k; j += 8) tn_cols<8>(N, j, rc, ra, rx, C, ldc, a2);
     for (; j < k; ++j) tn_cols<1>(N, j, rc, ra, rx, C, ldc, a2);

@@ -172,6 +172,10 @@ def test_gemm_k0_and_beta0_overwrites_nan(lib):
     c = bufs(4, 5)
     lib.shim_gemm(P(x), P(y), P(c), 1, 4, 5, 3, 0, 0, 0, 0, 0, 0.0)
     close(c, x.astype(np.float64) @ y)
+    # other betas scale C (beyond the contract's 0/1, kept consistent)
+    c = bufs(4, 5, init=c0)
+    lib.shim_gemm(P(x), P(y), P(c), 1, 4, 5, 3, 0, 0, 0, 0, 0, 0.5)
+    close(c, 0.5 * c0 + x.astype(np.float64) @ y)
     bufs.check_guards()
 
 
@@ -247,6 +251,15 @@ CONV_CASES = [
     (2, 3, 6, 6, 6, (3, 3), (1, 1), (1, 1), (1, 1), 3),  # depthwise, multiplier 2
     (1, 2, 3, 3, 2, (5, 5), (1, 1), (2, 2), (1, 1), 1),  # kernel wider than the input
     (2, 3, 40, 37, 4, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # rows longer than a chunk
+    # enough channels per group for the implicit-GEMM paths
+    (2, 16, 9, 11, 24, (3, 3), (1, 1), (1, 1), (1, 1), 1),
+    (2, 12, 10, 9, 16, (3, 2), (2, 3), (1, 2), (2, 1), 1),
+    (2, 16, 11, 10, 16, (5, 5), (2, 2), (2, 2), (1, 1), 2),
+    (1, 10, 13, 12, 9, (3, 3), (3, 2), (0, 1), (1, 2), 1),
+    (2, 16, 7, 7, 8, (1, 1), (2, 2), (0, 0), (1, 1), 1),  # strided 1x1
+    (2, 3, 16, 16, 16, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # GEMM forward, direct input gradient
+    (1, 20, 20, 20, 12, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # several GEMM blocks in K and N
+    (2, 8, 5, 5, 8, (5, 5), (1, 1), (3, 3), (1, 1), 1),  # padding wider than half the kernel
 ]
 
 

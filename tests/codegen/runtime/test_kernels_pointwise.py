@@ -321,12 +321,22 @@ def test_strided_copy(lib, rng, dt):
         x[1:3, :, 4:, 1:],                   # slice with offsets
         x[2],                                # select
         np.broadcast_to(x[:, :1, :, 2:3], (4, 7, 9, 3)),   # expand (stride 0)
+        np.broadcast_to(x[:, 1:2, :, 3:4], (4, 2, 9, 11)),  # expand of the innermost dim
         x[..., ::-2],                        # negative step
     ]
     for v in views:
         y = np.zeros(v.shape, x.dtype)
         copy_into(lib, dt, x, v, y, y)
         np.testing.assert_array_equal(y, v)
+    # strided destinations: expand into every other column; a permuted view into a permuted view
+    for src in (np.broadcast_to(x[..., :1], (4, 6, 9, 3)), x.transpose(0, 1, 3, 2)[..., ::3]):
+        ybuf = np.zeros(src.shape[:3] + (2 * src.shape[3],), x.dtype)
+        copy_into(lib, dt, x, src, ybuf, ybuf[..., 1::2])
+        np.testing.assert_array_equal(ybuf[..., 1::2], src)
+        np.testing.assert_array_equal(ybuf[..., 0::2], 0)
+    ybuf = np.zeros((9, 5, 6, 4), x.dtype)
+    copy_into(lib, dt, x, x, ybuf, ybuf.transpose(3, 2, 0, 1))
+    np.testing.assert_array_equal(ybuf.transpose(3, 2, 0, 1), x)
     # cat along dim 1: two copies into offsets of one output
     a, b = data_of(rng, dt, (3, 4, 5)), data_of(rng, dt, (3, 2, 5))
     out = np.zeros((3, 6, 5), x.dtype)
@@ -381,6 +391,14 @@ def test_softmax(lib, rng, log):
         y2 = x.copy()  # in place
         lib.pw_softmax(log, 0, P(y2), None, P(y2), outer, d, inner)
         np.testing.assert_array_equal(y2, y)
+    # stability: huge logits that differ per (outer, inner) column (exp would overflow without the max)
+    for shape, dim in [((4, 10), 1), ((2, 3, 200), 1), ((3, 6, 5), 1)]:
+        x = rnd(rng, *shape, scale=5.0) + np.linspace(-3000, 3000, math.prod(shape)).reshape(shape).astype(np.float32)
+        outer, d, inner = math.prod(shape[:dim]), shape[dim], math.prod(shape[dim + 1:])
+        y = np.empty_like(x)
+        lib.pw_softmax(log, 0, P(x), None, P(y), outer, d, inner)
+        want = (torch.log_softmax if log else torch.softmax)(torch.from_numpy(x).double(), dim)
+        close(y, want, rtol=1e-4, atol=1e-4 if log else 1e-6)
 
 
 # ------------------------------------------------------------------ loss

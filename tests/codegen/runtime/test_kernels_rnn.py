@@ -43,6 +43,15 @@ def lib(shim_builder):
     return L
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _torch_one_thread():
+    # the references are tiny; thread start-up costs more than it saves
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 class Buffers:
     """Output buffers: NaN-filled, each followed by a guard region."""
 
@@ -71,6 +80,12 @@ def rand(rng, *shape, scale=1.0):
     return (rng.standard_normal(shape) * scale).astype(np.float32)
 
 
+def wscale(fan_in):
+    # large enough for non-trivial gates, small enough that long sequences stay
+    # out of the chaotic regime where float32 rounding is amplified exponentially
+    return min(0.4, 1.2 / np.sqrt(fan_in))
+
+
 def t64(a, grad=False):
     return None if a is None else torch.tensor(a, dtype=torch.float64, requires_grad=grad)
 
@@ -84,11 +99,11 @@ def lstm_case(B, T, I, H, P, bias, use_h0, use_c0, use_dhn, use_dcn, seed):
     P = P if proj else H
     c = dict(B=B, T=T, I=I, H=H, P=P, bias=bias, proj=proj)
     c["x"] = rand(rng, B, T, I)
-    c["w_ih"] = rand(rng, 4 * H, I, scale=0.4)
-    c["w_hh"] = rand(rng, 4 * H, P, scale=0.4)
+    c["w_ih"] = rand(rng, 4 * H, I, scale=wscale(I))
+    c["w_hh"] = rand(rng, 4 * H, P, scale=wscale(P))
     c["b_ih"] = rand(rng, 4 * H, scale=0.3) if bias else None
     c["b_hh"] = rand(rng, 4 * H, scale=0.3) if bias else None
-    c["w_hr"] = rand(rng, P, H, scale=0.5) if proj else None
+    c["w_hr"] = rand(rng, P, H, scale=wscale(H)) if proj else None
     c["h0"] = rand(rng, B, P) if use_h0 else None
     c["c0"] = rand(rng, B, H) if use_c0 else None
     c["dy"] = rand(rng, B, T, P)
@@ -197,7 +212,9 @@ LSTM_CASES = [
     (3, 2, 10, 9, 0, True, True, True, False, True, 2, 5, 0),
     (4, 6, 33, 20, 9, True, True, True, True, True, 33, 9, 20),
     (1, 3, 4, 7, 1, True, False, False, True, True, 1, 1, 3),
-    (2, 3, 515, 5, 0, True, True, True, True, False, 514, 5, 0),  # crosses the 512-column tile
+    (2, 3, 515, 5, 0, True, True, True, True, False, 514, 5, 0),  # wide input: W panels, column tails
+    (4, 70, 3, 65, 0, True, True, True, True, True, 3, 64, 0),  # 4H and T*B > 256: depth blocking
+    (3, 90, 5, 66, 7, True, True, True, True, True, 5, 7, 65),
 ]
 
 
@@ -256,8 +273,8 @@ def gru_case(B, T, I, H, bias, use_h0, use_dhn, seed):
     rng = np.random.default_rng(seed)
     c = dict(B=B, T=T, I=I, H=H, bias=bias)
     c["x"] = rand(rng, B, T, I)
-    c["w_ih"] = rand(rng, 3 * H, I, scale=0.4)
-    c["w_hh"] = rand(rng, 3 * H, H, scale=0.4)
+    c["w_ih"] = rand(rng, 3 * H, I, scale=wscale(I))
+    c["w_hh"] = rand(rng, 3 * H, H, scale=wscale(H))
     c["b_ih"] = rand(rng, 3 * H, scale=0.3) if bias else None
     c["b_hh"] = rand(rng, 3 * H, scale=0.3) if bias else None
     c["h0"] = rand(rng, B, H) if use_h0 else None
@@ -347,7 +364,8 @@ GRU_CASES = [
     (1, 7, 17, 11, True, False, True, 17, 11),
     (4, 6, 33, 20, True, True, True, 20, 19),
     (3, 2, 10, 9, True, False, False, 2, 9),
-    (2, 3, 515, 5, True, True, True, 513, 5),  # crosses the 512-column tile
+    (2, 3, 515, 5, True, True, True, 513, 5),  # wide input: W panels, column tails
+    (4, 65, 4, 86, True, True, True, 4, 85),  # 3H and T*B > 256: depth blocking
 ]
 
 

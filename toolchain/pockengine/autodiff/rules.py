@@ -150,6 +150,9 @@ RULES["log"] = lambda b, n, g, need: [b.add("div", [g[0], n.inputs[0]])]
 RULES["sqrt"] = lambda b, n, g, need: [b.add("mul_scalar", [b.add("div", [g[0], n.outputs[0]])], {"c": 0.5})]
 RULES["rsqrt"] = lambda b, n, g, need: [b.add("pow_scalar_bwd", [g[0], n.inputs[0]], {"e": -0.5})]
 RULES["neg"] = lambda b, n, g, need: [b.add("neg", [g[0]])]
+# d|x| = sign(x): x / (|x| + 1e-30) is exactly +-1 for any normal float32 and 0 at 0, as torch.sign
+RULES["abs"] = lambda b, n, g, need: [
+    b.add("mul", [g[0], b.add("div", [n.inputs[0], b.add("add_scalar", [n.outputs[0]], {"c": 1e-30})])])]
 RULES["reciprocal"] = lambda b, n, g, need: [
     b.add("neg", [b.add("mul", [g[0], b.add("mul", [n.outputs[0], n.outputs[0]])])])]
 RULES["add_scalar"] = lambda b, n, g, need: [g[0]]

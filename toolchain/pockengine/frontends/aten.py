@@ -319,6 +319,13 @@ def _where(c, cond, a, b):
     return c.add("where", [cond, a, b])
 
 
+@conv(aten.bitwise_not.default, aten.logical_not.default)
+def _not(c, m):
+    if m.dtype != "u8":
+        raise PockError(f"bitwise not is supported on bool tensors only ({c.source})")
+    return c.add("rsub_scalar", [m], {"c": 1.0})
+
+
 @conv(aten.masked_fill.Scalar)
 def _masked_fill(c, x, mask, value):
     return c.add("where", [mask, _full(c, (), value), x])

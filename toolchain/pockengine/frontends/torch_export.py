@@ -22,6 +22,8 @@ from ..ir.graph import Graph, Value
 from ..ir.verify import verify
 from .aten import CONVERTERS, Ctx, to_ir_dtype
 
+NUMPY = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
+
 aten = torch.ops.aten
 
 
@@ -114,7 +116,7 @@ def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=No
     ep = _export(module, args, what)
     g = Graph(name)
     ctx = Ctx(g)
-    _bind_placeholders(ep, g, ctx, len(inputs), module)
+    _bind_placeholders(ep, g, ctx, len(inputs), tied_aliases(model))
     for node in ep.graph.nodes:
         if node.op == "call_function":
             ctx.convert(node)
@@ -126,7 +128,7 @@ def _strip(name: str) -> str:
     return name[len("model."):] if name.startswith("model.") else name
 
 
-def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, module: nn.Module):
+def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str, str]):
     sig = ep.graph_signature
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     user_index = 0
@@ -148,13 +150,17 @@ def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, module: nn.Module)
             kind, tensor = "const", ep.constants[spec.target]
         else:
             raise PockError(f"unsupported exported input {spec.arg.name} of kind {spec.kind.name}")
-        name = _strip(spec.target)
+        name = aliases.get(_strip(spec.target), _strip(spec.target))  # tied weights: one canonical name
+        if name in g.state:
+            ctx.env[fx.name] = g.state[name]
+            continue
         if kind == "const" or (kind == "buffer" and not spec.persistent):
             name = f"{kind}:{name}"
             kind = "const" if kind == "const" else "buffer"
         t = tensor.detach()
-        ctx.env[fx.name] = g.add_state(name, t.shape, to_ir_dtype(t.dtype, name), kind,
-                                       data=t.contiguous().cpu().numpy().copy())
+        dtype = to_ir_dtype(t.dtype, name)
+        data = t.contiguous().cpu().numpy().copy()
+        ctx.env[fx.name] = g.add_state(name, t.shape, dtype, kind, data=data.astype(NUMPY[dtype], copy=False))
 
 
 def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool):

@@ -58,7 +58,7 @@ class Node:
     def mutates(self) -> list[Value]:
         from .ops import OPS
 
-        return [self.inputs[i] for i in OPS[self.op].mutates]
+        return [self.inputs[i] for i in OPS[self.op].mutates if self.inputs[i] is not None]
 
     @property
     def out(self) -> Value:

@@ -262,7 +262,7 @@ def _lstm_bwd(i, a):
     b, t, h, p = x[0], x[1], a["hidden"], a["proj"]
     return [(x, "f32"), ((b, p), "f32"), ((b, h), "f32"), ((4 * h, a["k_ih"]), "f32"),
             ((4 * h, a["k_hh"]), "f32"), ((4 * h,), "f32"), ((4 * h,), "f32"), ((p, a["k_hr"]), "f32"),
-            ((t * b * 4 * h + 2 * b * h + 2 * b * p,), "f32")]
+            ((t * b * 4 * h + b * h + (t * b * p + b * h if p != h else b * p),), "f32")]  # lstm_bwd_scratch_floats
 
 
 _op("lstm", _lstm, _lstm_flops)
@@ -284,7 +284,7 @@ def _gru_bwd(i, a):
     x = i[2].shape
     b, t, h = x[0], x[1], a["hidden"]
     return [(x, "f32"), ((b, h), "f32"), ((3 * h, a["k_ih"]), "f32"), ((3 * h, a["k_hh"]), "f32"),
-            ((3 * h,), "f32"), ((3 * h,), "f32"), ((t * b * 3 * h * 2 + 2 * b * h,), "f32")]
+            ((3 * h,), "f32"), ((3 * h,), "f32"), ((t * b * 4 * h + b * h,), "f32")]  # gru_bwd_scratch_floats
 
 
 _op("gru", _gru, _gru_flops)

@@ -1,0 +1,183 @@
+"""Build a model's shared library for this machine: the generated model TU(s)
+linked with the runtime (codegen/runtime/*.cpp) and the kernels
+(codegen/runtime/kernels/*.cpp), with the system C++ compiler.
+
+Everything is cached under POCK_CACHE_DIR (default ~/.cache/pockengine):
+
+    obj/<stem>-<key>.o    one object per source; key = hash of the compiler, the
+                          flags, the source and the headers it can see.  The
+                          runtime and kernel objects are compiled once and shared
+                          by every model, so a new model compiles only its own TU.
+    lib/<stem>-<key>.so   one library per set of objects.
+
+Outputs are written to a temporary name and renamed into place, under a file
+lock, so several processes (pytest-xdist workers) can build at once.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Iterable, Sequence
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: atomic renames alone keep the cache consistent
+    fcntl = None
+
+from ..errors import PockError
+
+ROOT = Path(__file__).resolve().parents[3]
+BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-march=native", "-fvisibility=hidden", "-pthread")
+_STDERR_TAIL = 4000
+
+
+def runtime_dir() -> Path:
+    """codegen/runtime of this checkout (POCK_RUNTIME_DIR overrides it)."""
+    return Path(os.environ.get("POCK_RUNTIME_DIR", ROOT / "codegen" / "runtime"))
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine"))
+
+
+def compiler() -> tuple[str, ...]:
+    """The C++ compiler command: $CXX (which may hold a launcher, e.g. "ccache g++") or g++."""
+    return tuple(shlex.split(os.environ.get("CXX", "g++")))
+
+
+@functools.lru_cache(maxsize=None)
+def _compiler_id(cxx: tuple[str, ...]) -> str:
+    try:
+        r = subprocess.run([*cxx, "--version"], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise PockError(f"C++ compiler {' '.join(cxx)!r} not found; install g++ or set CXX") from None
+    if r.returncode != 0:
+        raise PockError(f"C++ compiler {' '.join(cxx)!r} does not run: {r.stderr.strip()[-_STDERR_TAIL:]}")
+    return r.stdout
+
+
+def runtime_sources(kernels: bool = True) -> list[Path]:
+    rt = runtime_dir()
+    srcs = sorted(rt.glob("*.cpp"))
+    if kernels:
+        srcs += sorted((rt / "kernels").glob("*.cpp"))
+    return srcs
+
+
+def _digest(paths: Iterable[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(str(p.name).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(target: Path):
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / (target.name + ".lock"), "a+") as f:
+        if fcntl is not None:
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run(cmd: Sequence[str], what: str) -> None:
+    try:
+        r = subprocess.run(list(cmd), capture_output=True, text=True)
+    except FileNotFoundError:
+        raise PockError(f"C++ compiler {cmd[0]!r} not found; install g++ or set CXX") from None
+    if r.returncode != 0:
+        tail = (r.stderr or r.stdout).strip()[-_STDERR_TAIL:]
+        raise PockError(f"{what} failed (exit {r.returncode}): {shlex.join(cmd)}\n{tail}")
+
+
+_Command = Callable[[Path], list]  # output path -> the compiler command that writes it
+
+
+def _produce(target: Path, cmd_for: _Command, what: str) -> Path:
+    """Run cmd_for(tmp) to make target unless it exists; atomic and locked."""
+    if target.exists():
+        return target
+    with _locked(target):
+        if not target.exists():
+            tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+            try:
+                _run(cmd_for(tmp), what)
+                os.replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return target
+
+
+def _object(src: Path, cxx: tuple[str, ...], flags: tuple[str, ...], headers_key: str) -> tuple[Path, _Command]:
+    """The cached object for src and the command that makes it."""
+    h = hashlib.sha256()
+    for part in (_compiler_id(cxx), " ".join(cxx), "\0".join(flags), headers_key, src.name):
+        h.update(part.encode() + b"\0")
+    h.update(src.read_bytes())
+    obj = cache_dir() / "obj" / f"{src.stem}-{h.hexdigest()[:24]}.o"
+    return obj, lambda tmp: [*cxx, *flags, "-c", str(src), "-o", str(tmp)]
+
+
+def build_shared_library(
+    sources: list[Path],
+    out_dir: Path,
+    extra_flags: Sequence[str] = (),
+    *,
+    kernels: bool = True,
+    name: str | None = None,
+) -> Path:
+    """Compile the model TU(s) in `sources` with the runtime (and, when
+    `kernels`, every kernel) into a shared library and copy it into out_dir.
+
+    Only the pock_* functions of pock.h are exported.  `extra_flags` go to
+    every compile and to the link (and into every cache key).  The library is
+    named `name` when given, else lib<first source stem>-<key>.so: a new name
+    for new contents, so a process never dlopen()s a stale library of the same
+    name.  A compiler failure raises PockError with the end of its output.
+    """
+    sources = [Path(s).resolve() for s in sources]
+    if not sources:
+        raise PockError("build_shared_library: no model sources given")
+    for s in sources:
+        if not s.is_file():
+            raise PockError(f"build_shared_library: source {str(s)!r} does not exist")
+    rt = runtime_dir()
+    cxx = compiler()
+    flags = (*BASE_FLAGS, "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
+    runtime_headers = _digest(sorted(rt.rglob("*.h")))
+
+    jobs = [_object(s, cxx, flags, runtime_headers) for s in runtime_sources(kernels)]
+    for s in sources:  # a model TU also sees the headers beside it
+        local = (*flags, "-I", str(s.parent))
+        jobs.append(_object(s, cxx, local, runtime_headers + _digest(sorted(s.parent.glob("*.h")))))
+    todo = [(obj, cmd) for obj, cmd in jobs if not obj.exists()]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            for f in [pool.submit(_produce, obj, cmd, "C++ compilation") for obj, cmd in todo]:
+                f.result()
+
+    objs = [str(obj) for obj, _ in jobs]
+    key = hashlib.sha256("\0".join([*cxx, *objs, *flags]).encode()).hexdigest()[:24]
+    stem = sources[0].stem
+    lib = _produce(cache_dir() / "lib" / f"{stem}-{key}.so",
+                   lambda tmp: [*cxx, "-shared", *flags, *objs, "-o", str(tmp), *extra_flags], "linking")
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dest = out_dir / (name or f"lib{stem}-{key[:12]}.so")
+    if name is not None or not dest.exists():
+        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+        shutil.copyfile(lib, tmp)
+        os.replace(tmp, dest)
+    return dest
