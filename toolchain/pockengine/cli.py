@@ -66,7 +66,7 @@ def build_host(prog, out: Path) -> dict:
     (out / "CMakeLists.txt").write_text(cmake_lists(prog.name, RUNTIME_DIR))
     (out / "summary.md").write_text(prog.summary())
     trainer = prog.build(out_dir=out / "build")
-    lib = Path(trainer.library_path)
+    lib = Path(trainer.lib_path)
     target = out / f"libpock_{prog.name}{lib.suffix}"
     target.write_bytes(lib.read_bytes())
     trainer.save(str(out / f"{prog.name}.pockckpt"))

@@ -71,10 +71,10 @@ def evaluate(trainer, ids: np.ndarray, batch: int, seq: int) -> tuple[float, flo
 
 
 def logits_dim(trainer) -> int:
-    return trainer.output_shapes[0][-1]
+    return trainer.outputs[0].shape[-1]
 
 
-def main(steps: int = 300, batch: int = 8, seq: int = 16, vocab_size: int = 1500) -> None:
+def main(steps: int = 500, batch: int = 8, seq: int = 16, vocab_size: int = 1500) -> None:
     from tqdm import tqdm
 
     torch.manual_seed(0)
@@ -121,6 +121,29 @@ def main(steps: int = 300, batch: int = 8, seq: int = 16, vocab_size: int = 1500
     print("\n| held-out text | loss | top-1 | top-3 |\n|---|---|---|---|")
     print(f"| before | {before[0]:.3f} | {before[1]:.1%} | {before[2]:.1%} |")
     print(f"| after  | {after[0]:.3f} | {after[1]:.1%} | {after[2]:.1%} |")
+    plot = save_plot(losses, ROOT / "out" / "demo_loss.png")
+    print(f"\nloss curve plot: {plot.relative_to(ROOT)}")
+
+
+def save_plot(losses: list[float], path: Path) -> Path:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    k = 20
+    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(losses, alpha=0.3, label="step loss")
+    ax.plot(np.arange(k - 1, len(losses)), smooth, label=f"mean of {k} steps")
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy")
+    ax.set_title("Keyboard LM fine-tuned by the compiled C++ step")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
 
 
 if __name__ == "__main__":

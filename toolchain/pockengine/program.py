@@ -143,7 +143,7 @@ class Program:
         for name, v in self.state.items():
             if v.data is not None:
                 trainer.set_tensor(name, v.data)
-        trainer._aliases = dict(self.aliases)
+        trainer._aliases = dict(self.aliases)  # state_dict lists tied weights under every PyTorch name
         return trainer
 
 
