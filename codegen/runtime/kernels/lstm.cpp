@@ -6,8 +6,9 @@
 //   c_t = f*c_{t-1} + i*g;    r_t = o*tanh(c_t)
 //   h_t = r_t W_hr^T (proj) or r_t
 //
-// Forward: the input projection of all timesteps is one product straight into
-// `gates`; each step then adds the recurrent product and activates in place.
+// Forward: the input projection of all timesteps goes straight into `gates` (one
+// pk::gemm product per batch element); each step then adds the recurrent product
+// and activates in place.
 // h_{t-1} is read back from y (batch-first), c_{t-1} from `cells`.
 //
 // Backward (full BPTT): one reverse sweep produces the pre-activation gradients
@@ -22,238 +23,26 @@
 #include "pock_kernels.h"
 
 namespace pk {
+namespace detail {
+// Defined in gemm.cpp: C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when
+// accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
+void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
+                  i64 M, i64 N, i64 K, bool accumulate);
+}  // namespace detail
+
 namespace {
 
-// ---- small matrix-product helpers (file-local; no dependence on pk::gemm) ----
-//
-//   mm_nt  C_r = A_r W^T + bias   dot form      (input / recurrent projections)
-//   mm_nn  C_r = A_r W            outer product (dx, dh)
-//   mm_tn  C   = A^T X            outer product (weight gradients)
-// Each keeps a small tile of C in registers; the fixed-size inner loops
-// vectorize even under -O2's cheapest vectorizer cost model, without
-// reassociation flags.
+using detail::gemm_strided;
 
-// A set of matrix rows: row r = (o, i), o = r / ni, i = r % ni, lives at
-// base + o*so + i*si.  Walks [T,B,*] and batch-first [B,T,*] tensors (and
-// time-shifted views of them) without copying.
-template <typename F>
-struct Rows {
-  F* base;
-  i64 ni, so, si;
-};
-template <typename F>
-Rows<F> dense(F* base, i64 ld) { return {base, 1, ld, 0}; }
-// rows (t, b) of a batch-first [B,T,width] tensor, t-major, starting at time t0
-template <typename F>
-Rows<F> batch_first(F* base, i64 B, i64 T, i64 width, i64 t0) { return {base + t0 * width, B, width, T * width}; }
-
-// Sequential walk over a Rows set from row r on (no divisions per row).
-template <typename F>
-struct RowCursor {
-  F* outer;
-  F* p;
-  i64 i, ni, so, si;
-  RowCursor(const Rows<F>& R, i64 r)
-      : outer(R.base + (r / R.ni) * R.so), p(nullptr), i(r % R.ni), ni(R.ni), so(R.so), si(R.si) {
-    p = outer + i * si;
-  }
-  void next() {
-    if (++i == ni) {
-      i = 0;
-      outer += so;
-      p = outer;
-    } else {
-      p += si;
-    }
-  }
-};
-
-constexpr int kLanes = 8;     // independent partial sums per dot product
-constexpr i64 kDepth = 256;   // reduction-depth block of the outer-product kernels
-constexpr i64 kPanel = 8192;  // floats of W kept hot by mm_nt (32 KB)
-
-template <int MR, int NC>
-inline void store_tile(const float (&s)[MR][NC], float* const (&c)[MR], bool acc) {
-  for (int m = 0; m < MR; ++m)
-    for (int j = 0; j < NC; ++j) c[m][j] = acc ? c[m][j] + s[m][j] : s[m][j];
+// c[0:n] += x[0:n]
+inline void add_to(float* __restrict c, const float* __restrict x, i64 n) {
+  for (i64 j = 0; j < n; ++j) c[j] += x[j];
 }
 
-// c[m][n] (= or +=) b1[n] + b2[n] + dot(a[m][0:K], w[n*ldw : n*ldw+K])
-template <int MR, int NR>
-inline void nt_tile(const float* const (&a)[MR], const float* w, i64 ldw, i64 K, float* const (&c)[MR],
-                    const float* b1, const float* b2, bool acc) {
-  float s[MR][NR][kLanes] = {};
-  i64 k = 0;
-  for (; k + kLanes <= K; k += kLanes)
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; ++m)
-#pragma GCC unroll 4
-      for (int n = 0; n < NR; ++n)
-        for (int l = 0; l < kLanes; ++l) s[m][n][l] += a[m][k + l] * w[n * ldw + k + l];
-  float out[MR][NR];
-  for (int m = 0; m < MR; ++m)
-    for (int n = 0; n < NR; ++n) {
-      float v = 0.f;
-      for (int l = 0; l < kLanes; ++l) v += s[m][n][l];
-      for (i64 kk = k; kk < K; ++kk) v += a[m][kk] * w[n * ldw + kk];
-      if (b1) v += b1[n];
-      if (b2) v += b2[n];
-      out[m][n] = v;
-    }
-  store_tile<MR, NR>(out, c, acc);
-}
-
-template <int MR>
-void nt_rows(RowCursor<const float>& ra, RowCursor<float>& rc, i64 n0, i64 n1, i64 K, const float* W, i64 ldw,
-             const float* b1, const float* b2, bool acc) {
-  const float* a[MR];
-  float* c[MR];
-  for (int m = 0; m < MR; ++m, ra.next(), rc.next()) {
-    a[m] = ra.p;
-    c[m] = rc.p;
-  }
-  i64 n = n0;
-  for (; n + 4 <= n1; n += 4) {
-    float* cn[MR];
-    for (int m = 0; m < MR; ++m) cn[m] = c[m] + n;
-    nt_tile<MR, 4>(a, W + n * ldw, ldw, K, cn, b1 ? b1 + n : nullptr, b2 ? b2 + n : nullptr, acc);
-  }
-  for (; n < n1; ++n) {
-    float* cn[MR];
-    for (int m = 0; m < MR; ++m) cn[m] = c[m] + n;
-    nt_tile<MR, 1>(a, W + n * ldw, ldw, K, cn, b1 ? b1 + n : nullptr, b2 ? b2 + n : nullptr, acc);
-  }
-}
-
-// C_r[n] (= or +=) b1[n] + b2[n] + dot(A_r[0:K], W_n[0:K])   r<M, n<N; W is [N, ldw]; b1, b2 nullable
-void mm_nt(i64 M, i64 N, i64 K, Rows<const float> A, const float* W, i64 ldw, Rows<float> C, const float* b1,
-           const float* b2, bool acc) {
-  i64 nb = kPanel / (K > 0 ? K : 1) / 4 * 4;  // a panel of W rows stays in L1 while all of A passes
-  if (nb < 4) nb = 4;
-  for (i64 n0 = 0; n0 < N; n0 += nb) {
-    const i64 n1 = n0 + nb < N ? n0 + nb : N;
-    RowCursor<const float> ra(A, 0);
-    RowCursor<float> rc(C, 0);
-    i64 r = 0;
-    for (; r + 2 <= M; r += 2) nt_rows<2>(ra, rc, n0, n1, K, W, ldw, b1, b2, acc);
-    for (; r < M; ++r) nt_rows<1>(ra, rc, n0, n1, K, W, ldw, b1, b2, acc);
-  }
-}
-
-// c[m][0:NC] (= or +=) sum_k a[m][k] * w[k*ldw + 0:NC]
-template <int MR, int NC>
-inline void nn_tile(const float* const (&a)[MR], const float* w, i64 ldw, i64 K, float* const (&c)[MR], bool acc) {
-  float s[MR][NC] = {};
-  for (i64 k = 0; k < K; ++k) {
-    const float* wk = w + k * ldw;
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; ++m) {
-      const float u = a[m][k];
-      for (int j = 0; j < NC; ++j) s[m][j] += u * wk[j];
-    }
-  }
-  store_tile<MR, NC>(s, c, acc);
-}
-
-template <int NC>
-void nn_cols(i64 M, i64 j, i64 k0, i64 K, Rows<const float> A, const float* W, i64 ldw, Rows<float> C, bool acc) {
-  RowCursor<const float> ra(A, 0);
-  RowCursor<float> rc(C, 0);
-  const float* w = W + k0 * ldw + j;
-  i64 r = 0;
-  for (; r + 4 <= M; r += 4) {
-    const float* a[4];
-    float* c[4];
-    for (int m = 0; m < 4; ++m, ra.next(), rc.next()) {
-      a[m] = ra.p + k0;
-      c[m] = rc.p + j;
-    }
-    nn_tile<4, NC>(a, w, ldw, K, c, acc);
-  }
-  for (; r < M; ++r, ra.next(), rc.next()) {
-    const float* a[1] = {ra.p + k0};
-    float* c[1] = {rc.p + j};
-    nn_tile<1, NC>(a, w, ldw, K, c, acc);
-  }
-}
-
-// C_r[0:N] (= or +=) sum_k A_r[k] * W[k*ldw + 0:N]   r<M; W is [K, ldw]
-void mm_nn(i64 M, i64 N, i64 K, Rows<const float> A, const float* W, i64 ldw, Rows<float> C, bool acc) {
-  if (K == 0) {
-    if (!acc)
-      for (RowCursor<float> rc(C, 0); M > 0; --M, rc.next()) std::memset(rc.p, 0, sizeof(float) * N);
-    return;
-  }
-  for (i64 k0 = 0; k0 < K; k0 += kDepth) {
-    const i64 kc = K - k0 < kDepth ? K - k0 : kDepth;
-    const bool a2 = acc || k0 > 0;
-    i64 j = 0;
-    for (; j + 16 <= N; j += 16) nn_cols<16>(M, j, k0, kc, A, W, ldw, C, a2);
-    for (; j + 8 <= N; j += 8) nn_cols<8>(M, j, k0, kc, A, W, ldw, C, a2);
-    for (; j < N; ++j) nn_cols<1>(M, j, k0, kc, A, W, ldw, C, a2);
-  }
-}
-
-// c[m][0:NC] (= or +=) sum over K rows of A_row[n+m] * X_row[j : j+NC]
-template <int MR, int NC>
-inline void tn_tile(RowCursor<const float> ra, RowCursor<const float> rx, i64 n, i64 j, i64 K,
-                    float* const (&c)[MR], bool acc) {
-  float s[MR][NC] = {};
-  for (i64 k = 0; k < K; ++k, ra.next(), rx.next()) {
-    const float* u = ra.p + n;
-    const float* v = rx.p + j;
-#pragma GCC unroll 4
-    for (int m = 0; m < MR; ++m)
-      for (int jj = 0; jj < NC; ++jj) s[m][jj] += u[m] * v[jj];
-  }
-  store_tile<MR, NC>(s, c, acc);
-}
-
-template <int NC>
-void tn_cols(i64 N, i64 j, i64 K, const RowCursor<const float>& ra, const RowCursor<const float>& rx, float* C,
-             i64 ldc, bool acc) {
-  i64 n = 0;
-  for (; n + 4 <= N; n += 4) {
-    float* c[4] = {C + n * ldc + j, C + (n + 1) * ldc + j, C + (n + 2) * ldc + j, C + (n + 3) * ldc + j};
-    tn_tile<4, NC>(ra, rx, n, j, K, c, acc);
-  }
-  for (; n < N; ++n) {
-    float* c[1] = {C + n * ldc + j};
-    tn_tile<1, NC>(ra, rx, n, j, K, c, acc);
-  }
-}
-
-// C[n*ldc + 0:k] (= or +=) sum_r A_r[n] * X_r[0:k]   n<N, r<M   (a dW = dG^T X product)
-void mm_tn(i64 N, i64 k, i64 M, Rows<const float> A, Rows<const float> X, float* C, i64 ldc, bool acc) {
-  if (M == 0) {
-    if (!acc)
-      for (i64 n = 0; n < N; ++n) std::memset(C + n * ldc, 0, sizeof(float) * k);
-    return;
-  }
-  for (i64 r0 = 0; r0 < M; r0 += kDepth) {
-    const i64 rc = M - r0 < kDepth ? M - r0 : kDepth;
-    const RowCursor<const float> ra(A, r0), rx(X, r0);
-    const bool a2 = acc || r0 > 0;
-    i64 j = 0;
-    for (; j + 32 <= k; j += 32) tn_cols<32>(N, j, rc, ra, rx, C, ldc, a2);
-    for (; j + 16 <= k; j += 16) tn_cols<16>(N, j, rc, ra, rx, C, ldc, a2);
-    for (; j + 8 <= k; j += 8) tn_cols<8>(N, j, rc, ra, rx, C, ldc, a2);
-    for (; j < k; ++j) tn_cols<1>(N, j, rc, ra, rx, C, ldc, a2);
-  }
-}
-
-// c[0:n] += a * x[0:n]  (fixed-width chunks + scalar tail)
-inline void axpy(float* __restrict c, const float* __restrict x, float a, i64 n) {
-  i64 j = 0;
-  for (; j + kLanes <= n; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) c[j + l] += a * x[j + l];
-  for (; j < n; ++j) c[j] += a * x[j];
-}
-
-// db[0:N] = sum_r A_r[0:N]
-void col_sum(i64 M, i64 N, Rows<const float> A, float* db) {
+// db[0:N] = sum of the M rows A[r*lda + 0:N]
+void col_sum(i64 M, i64 N, const float* A, i64 lda, float* db) {
   std::memset(db, 0, sizeof(float) * N);
-  for (RowCursor<const float> ra(A, 0); M > 0; --M, ra.next()) axpy(db, ra.p, 1.f, N);
+  for (i64 r = 0; r < M; ++r) add_to(db, A + r * lda, N);
 }
 
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
@@ -279,17 +68,23 @@ void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_i
     return;
   }
 
-  // Input projection of every timestep: gates[t,b,:] = x[b,t,:] W_ih^T + b_ih + b_hh.
-  mm_nt(T * B, G, I, batch_first(x, B, T, I, 0), w_ih, I, dense(gates, G), bi, bh, false);
+  // Input projection of every timestep: gates[t,b,:] = x[b,t,:] W_ih^T + b_ih + b_hh
+  // (biases written first, the product accumulated onto them), one product of
+  // T rows per batch element (x[b] is a dense [T,I] block; its gate rows are B*4H apart).
+  if (bi)
+    for (i64 r = 0; r < T * B; ++r)
+      for (i64 j = 0; j < G; ++j) gates[r * G + j] = bi[j] + bh[j];
+  for (i64 b = 0; b < B; ++b)
+    gemm_strided(x + b * T * I, I, 1, w_ih, 1, I, gates + b * G, B * G, T, G, I, bi != nullptr);
 
   for (i64 t = 0; t < T; ++t) {
     float* gt = gates + t * B * G;
     float* ct = cells + t * B * H;
     // h_{t-1}: y[:, t-1, :] or h0 (absent = zeros, nothing to add)
     if (t > 0)
-      mm_nt(B, G, P, batch_first<const float>(y, B, T, P, t - 1), w_hh, P, dense(gt, G), nullptr, nullptr, true);
+      gemm_strided(y + (t - 1) * P, T * P, 1, w_hh, 1, P, gt, G, B, G, P, true);
     else if (h0)
-      mm_nt(B, G, P, dense(h0, P), w_hh, P, dense(gt, G), nullptr, nullptr, true);
+      gemm_strided(h0, P, 1, w_hh, 1, P, gt, G, B, G, P, true);
 
     for (i64 b = 0; b < B; ++b) {
       float* g = gt + b * G;
@@ -311,9 +106,7 @@ void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_i
       }
     }
     // h_t = r_t W_hr^T
-    if (proj)
-      mm_nt(B, P, H, dense<const float>(hraw + t * B * H, H), w_hr, H, batch_first(y, B, T, P, t), nullptr, nullptr,
-            false);
+    if (proj) gemm_strided(hraw + t * B * H, H, 1, w_hr, 1, H, y + t * P, T * P, B, P, H, false);
   }
 
   if (hn)
@@ -356,10 +149,10 @@ void lstm_bwd(const float* dy, const float* dhn, const float* dcn, const float* 
   for (i64 t = T - 1; t >= 0; --t) {
     // dh_t = dy[:, t, :] + (recurrent part already in dh)
     float* dh = proj ? dH + t * B * P : dH;
-    for (i64 b = 0; b < B; ++b) axpy(dh + b * P, dy + (b * T + t) * P, 1.f, P);
+    for (i64 b = 0; b < B; ++b) add_to(dh + b * P, dy + (b * T + t) * P, P);
     const float* drt = dh;  // dL/dr_t
     if (proj) {
-      mm_nn(B, H, P, dense<const float>(dh, P), w_hr, H, dense(dr, H), false);
+      gemm(dh, w_hr, dr, GemmParams{1, B, H, P, false, false, 0, 0, 0, 0.f});
       drt = dr;
     }
 
@@ -387,26 +180,32 @@ void lstm_bwd(const float* dy, const float* dhn, const float* dcn, const float* 
 
     // recurrent part of dh_{t-1} = dG_t W_hh  (at t == 0: dh0)
     float* dst = t > 0 ? (proj ? dH + (t - 1) * B * P : dH) : dh0;
-    if (dst) mm_nn(B, P, G, dense<const float>(dgt, G), w_hh, P, dense(dst, P), false);
+    if (dst) gemm(dgt, w_hh, dst, GemmParams{1, B, P, G, false, false, 0, 0, 0, 0.f});
   }
   if (dc0) std::memcpy(dc0, dc, sizeof(float) * B * H);
 
   // ---- large products over all T*B rows ----
+  // dG is [T,B,4H]; x, y and dx are batch-first, so the products touching them
+  // run per batch element b: dG[:, b, :] is T rows B*4H apart, x[b] a dense [T,I].
   const i64 TB = T * B;
-  const auto dGr = dense<const float>(dG, G);
-  if (dx) mm_nn(TB, I, G, dGr, w_ih, I, batch_first(dx, B, T, I, 0), false);
-  if (dw_ih) mm_tn(G, k_ih, TB, dGr, batch_first(x, B, T, I, 0), dw_ih, k_ih, false);
+  if (dx)
+    for (i64 b = 0; b < B; ++b)
+      gemm_strided(dG + b * G, B * G, 1, w_ih, I, 1, dx + b * T * I, I, T, I, G, false);
+  if (dw_ih)  // dW_ih[:, 0:k_ih] = sum_b dG[:, b, :]^T x[b][:, 0:k_ih]
+    for (i64 b = 0; b < B; ++b)
+      gemm_strided(dG + b * G, 1, B * G, x + b * T * I, I, 1, dw_ih, k_ih, G, k_ih, T, b > 0);
   if (dw_hh) {
     // h_{t-1} = y[:, t-1, :] for t >= 1, h0 (absent = zeros) for t = 0
-    mm_tn(G, k_hh, (T - 1) * B, dense<const float>(dG + B * G, G), batch_first(y, B, T, P, 0), dw_hh, k_hh, false);
-    if (h0) mm_tn(G, k_hh, B, dGr, dense(h0, P), dw_hh, k_hh, true);
+    for (i64 b = 0; b < B; ++b)
+      gemm_strided(dG + B * G + b * G, 1, B * G, y + b * T * P, P, 1, dw_hh, k_hh, G, k_hh, T - 1, b > 0);
+    if (h0) gemm_strided(dG, 1, G, h0, P, 1, dw_hh, k_hh, G, k_hh, B, true);
   }
   if (db_ih || db_hh) {
     float* db = db_ih ? db_ih : db_hh;
-    col_sum(TB, G, dGr, db);
+    col_sum(TB, G, dG, G, db);
     if (db_ih && db_hh) std::memcpy(db_hh, db_ih, sizeof(float) * G);
   }
-  if (dw_hr) mm_tn(P, k_hr, TB, dense<const float>(dH, P), dense(hraw, H), dw_hr, k_hr, false);
+  if (dw_hr) gemm_strided(dH, 1, P, hraw, H, 1, dw_hr, k_hr, P, k_hr, TB, false);
 }
 
 }  // namespace pk
