@@ -32,6 +32,7 @@
 // dtype and shape before it changes any state.
 #include <cerrno>
 #include <cstdio>
+#include <sys/stat.h>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -126,6 +127,11 @@ pock_status io_failure(const char* path, const std::string& tmp, const char* wha
 }
 
 bool read_file(const char* path, std::vector<uint8_t>* out, int* err) {
+  struct stat st;
+  if (::stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {  // a directory would "seek" to LLONG_MAX
+    *err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    return false;
+  }
   FILE* f = std::fopen(path, "rb");
   if (!f) {
     *err = errno;

@@ -89,6 +89,16 @@ set_target_properties(pock_{name} PROPERTIES CXX_VISIBILITY_PRESET hidden)
 """
 
 
+def _find_ndk() -> str | None:
+    import os
+    for var in ("ANDROID_NDK_HOME", "ANDROID_NDK_ROOT"):
+        if os.environ.get(var) and Path(os.environ[var]).is_dir():
+            return os.environ[var]
+    sdk = os.environ.get("ANDROID_HOME") or os.environ.get("ANDROID_SDK_ROOT")
+    ndks = sorted((Path(sdk) / "ndk").glob("*")) if sdk else []
+    return str(ndks[-1]) if ndks else None
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pock-build", description="Compile a PyTorch model's training step.")
     parser.add_argument("spec", help="path/to/file.py:function or pock.toml")
@@ -110,6 +120,10 @@ def _run(args) -> int:
     kwargs, name = load_spec(args.spec)
     if name:
         kwargs.setdefault("name", name)
+    if args.platform == "android" and not args.cxx and not _find_ndk():
+        raise PockError("--platform android needs the Android NDK: install it (Android Studio > SDK Manager > NDK, "
+                        "or sdkmanager 'ndk;27.0.12077973') and set ANDROID_NDK_HOME, or pass --cxx PATH to an "
+                        "aarch64 C++ compiler")
     if args.platform != "host":
         raise PockError(f"--platform {args.platform} is not available in this version of pock-build; "
                         "use --platform host")

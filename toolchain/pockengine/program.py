@@ -16,7 +16,7 @@ import torch.nn as nn
 from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
 from .errors import PockError
-from .frontends.torch_export import check_example, export_graph, tied_aliases
+from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
 from .ir.ops import flops
 from .ir.verify import verify
@@ -163,9 +163,10 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     inputs = check_example(example_inputs, "example_inputs")
     targets = check_example(example_targets, "example_targets")
     name = name or _c_name(type(model).__name__)
+    resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
+    named = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    trained = resolve_update(named, update)
     was_training = model.training
-    with torch.no_grad():
-        pass
     graph = export_graph(model, inputs, targets, loss, name)
     try:
         model.eval()
@@ -173,8 +174,6 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     finally:
         model.train(was_training)
 
-    named = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    trained = resolve_update(named, update)
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]

@@ -113,6 +113,9 @@ def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=No
     else:
         targets = ()
         module, args, what = _Inference(model), inputs, "model's forward"
+    # distinct tensors per argument: torch.export routes every use of one tensor object passed
+    # twice (e.g. an autoencoder's (x,), (x,)) to the last placeholder
+    args = tuple(t.clone() for t in args)
     ep = _export(module, args, what)
     g = Graph(name)
     ctx = Ctx(g)
