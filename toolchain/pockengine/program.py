@@ -128,7 +128,6 @@ class Program:
             raise PockError(f"backend(s) {unknown} are not available in this build; available: ['cpu']")
         from .build.host import build_shared_library
         from .trainer import Trainer
-        from .codegen import RUNTIME_DIR  # noqa: F401 - ensures the runtime tree is where we expect
 
         src_dir = Path(out_dir) if out_dir else _cache_dir() / "models"
         src_dir.mkdir(parents=True, exist_ok=True)

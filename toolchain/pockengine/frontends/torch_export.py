@@ -9,7 +9,6 @@ turns one ATen op into IR nodes.
 """
 from __future__ import annotations
 
-import math
 import warnings
 
 import numpy as np
@@ -210,4 +209,4 @@ def tied_aliases(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
-__all__ = ["export_graph", "resolve_loss", "tied_aliases", "state_arrays", "check_example", "math"]
+__all__ = ["export_graph", "resolve_loss", "tied_aliases", "state_arrays", "check_example"]
