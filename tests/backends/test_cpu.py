@@ -4,8 +4,7 @@ from pockengine.backends.cpu import EMITTERS, check_coverage
 from pockengine.ir.ops import OPS
 
 # ops that only appear in backward passes or write state: they need no gradient rule
-NO_RULE = {op for op in OPS if "_bwd" in op} | {
-                                            "assign", "sgd_update", "adamw_update"}
+NO_RULE = {op for op in OPS if "_bwd" in op} | {"assign", "sgd_update", "adamw_update"}
 
 
 def test_every_op_has_a_cpu_emitter():
