@@ -1,0 +1,43 @@
+// pock_parallel.h — the one way kernels use threads.
+//
+//   pk::parallel_for(n, grain, [&](i64 begin, i64 end) { ... });
+//
+// splits [0, n) into contiguous chunks of at least `grain` items and runs
+// them on the calling trainer's persistent thread pool (the calling thread
+// takes part). It returns when every chunk is done. Nothing allocates: the
+// callable is passed by reference through a type-erased function_ref.
+// Outside a step, or with one thread, the whole range runs inline.
+// Kernels must give each chunk disjoint outputs (no atomics needed).
+#pragma once
+#include <cstdint>
+#include <utility>
+
+namespace pk {
+
+using i64 = int64_t;
+
+// A non-owning, non-allocating reference to a callable void(i64, i64).
+class RangeFn {
+ public:
+  template <typename F>
+  RangeFn(F& f) : obj_(&f), call_([](void* o, i64 b, i64 e) { (*static_cast<F*>(o))(b, e); }) {}
+  void operator()(i64 b, i64 e) const { call_(obj_, b, e); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, i64, i64);
+};
+
+// Implemented in codegen/runtime/threadpool.cpp.
+void parallel_for_impl(i64 n, i64 grain, RangeFn fn);
+// Threads available to the current step (1 outside a step).
+int num_threads();
+
+template <typename F>
+inline void parallel_for(i64 n, i64 grain, F&& f) {
+  if (n <= 0) return;
+  auto& ref = f;
+  parallel_for_impl(n, grain < 1 ? 1 : grain, RangeFn(ref));
+}
+
+}  // namespace pk
