@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := g++ cmake make
+APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user
 
 .PHONY: setup sysdeps demo test bench clean
 
@@ -25,6 +25,25 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -n 2 -q tests
+
+# `make bench`: the compiled training step against PyTorch eager, torch.compile, ExecuTorch
+# training and ONNX Runtime training (bench/run.py -> bench/results.md, bench/results.png).
+# ExecuTorch goes into .venv (it brings no torch of its own); ONNX Runtime training needs
+# onnx 1.17, so it gets .venv-ort, which sees .venv's torch through a .pth file. A peer that
+# does not install is reported as n/a, never skipped silently.
+ORT_VENV := .venv-ort
+bench: setup
+	@$(PY) -c "import executorch" 2>/dev/null || $(PY) -m pip install -q executorch==1.5.1 \
+		|| echo "bench: executorch did not install; its rows will read n/a"
+	@test -x $(ORT_VENV)/bin/python || $(PYTHON) -m venv $(ORT_VENV)
+	@echo '*' > $(ORT_VENV)/.gitignore
+	@$(ORT_VENV)/bin/python -c "import sys, sysconfig, pathlib; pathlib.Path(sysconfig.get_paths()['purelib'], \
+		'zz_pockengine_venv.pth').write_text(sys.argv[1] + chr(10))" \
+		"$$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")"
+	@$(ORT_VENV)/bin/python -c "import onnxruntime.training" 2>/dev/null \
+		|| $(ORT_VENV)/bin/python -m pip install -q onnxruntime-training==1.19.2 onnx==1.17.0 \
+		|| echo "bench: onnxruntime-training did not install; its rows will read n/a"
+	$(PY) bench/run.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -94,8 +94,9 @@ def test_source_has_a_comment_per_node(built):
     indices = [int(m.group(1)) for m in re.finditer(r"// \[(\d+)\] (?:forward|backward|update) ", cpp)]
     # each node of the training step is commented (the inference pass repeats the scheme from 0)
     assert indices[:n_nodes] == list(range(n_nodes))
-    for op in ("linear", "relu", "cross_entropy", "sgd_update"):
+    for op in ("linear", "relu_bwd", "cross_entropy", "sgd_update"):
         assert re.search(rf"// \[\d+\] (forward|backward|update) .*= {op}\(", cpp), op
+    assert re.search(r"= linear\(.*act=relu\)", cpp)  # the ReLU is fused into the linear kernel
 
 
 def test_cmakelists_builds_the_generated_source(built):

@@ -276,7 +276,12 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
     *out = nullptr;
     const PockModel* m = pock_compiled_model();
     if (pock_status s = check_model(m)) return s;
-    pock_trainer* t = new pock_trainer{m, nullptr, nullptr, m->default_lr, 0, 1};
+    pock_trainer* t = new pock_trainer{m, nullptr, nullptr, m->default_lr, 0, pock_rt::default_num_threads()};
+    try {
+      t->pool = pock_rt::pool_create(t->num_threads);
+    } catch (...) {  // no threads to be had: run single-threaded
+      t->num_threads = 1;
+    }
     t->arena = alloc_zeroed(m->arena_bytes);
     t->state = alloc_zeroed(m->state_bytes);
     if (!t->arena || !t->state) {
@@ -297,6 +302,7 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
 
 POCK_API void pock_close(pock_trainer* t) {
   if (!t) return;
+  pock_rt::pool_destroy(t->pool);
   std::free(t->arena);
   std::free(t->state);
   delete t;
@@ -344,6 +350,7 @@ POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32
     copy_group(t->arena, m->inputs, inputs, n_inputs);
     copy_group(t->arena, m->targets, targets, n_targets);
     PockCtx ctx = make_ctx(t);
+    pock_rt::PoolScope scope(t->pool);
     m->step(&ctx);
     float loss;
     std::memcpy(&loss, t->arena + m->loss_offset, sizeof loss);
@@ -375,7 +382,10 @@ POCK_API pock_status pock_forward(pock_trainer* t, const pock_tensor* inputs, in
     }
     copy_group(t->arena, m->fwd_inputs, inputs, n_inputs);
     PockCtx ctx = make_ctx(t);
-    m->forward(&ctx);
+    {
+      pock_rt::PoolScope scope(t->pool);
+      m->forward(&ctx);
+    }
     for (int32_t i = 0; i < n_outputs; ++i) {
       const PockIO& e = m->outputs[i];
       if (e.nbytes > 0) std::memcpy(outputs[i].data, t->arena + e.offset, static_cast<size_t>(e.nbytes));
@@ -456,8 +466,22 @@ POCK_API pock_status pock_step_count(pock_trainer* t, int64_t* steps) {
 POCK_API pock_status pock_set_num_threads(pock_trainer* t, int32_t n) {
   CHECK_TRAINER(t, "pock_set_num_threads");
   if (n < 1) return fail(POCK_ERR_INVALID_ARGUMENT, "number of threads must be >= 1, got %d", n);
-  t->num_threads = n;
-  return POCK_OK;
+  if (n == pock_rt::pool_size(t->pool) && (t->pool != nullptr || n == 1)) {
+    t->num_threads = n;
+    return POCK_OK;
+  }
+  return guarded([&]() -> pock_status {
+    pock_rt::pool_destroy(t->pool);  // joins the old workers first
+    t->pool = nullptr;
+    t->num_threads = 1;
+    try {
+      t->pool = pock_rt::pool_create(n);
+    } catch (const std::exception& e) {
+      return fail(POCK_ERR_INTERNAL, "cannot start %d threads: %s", n, e.what());
+    }
+    t->num_threads = n;
+    return POCK_OK;
+  });
 }
 
 }  // extern "C"

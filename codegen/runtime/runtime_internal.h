@@ -6,6 +6,10 @@
 
 #include "pock_model.h"
 
+namespace pock_rt {
+class ThreadPool;  // threadpool.cpp
+}
+
 struct pock_trainer {
   const PockModel* model;
   uint8_t* arena;  // model->arena_bytes, 64-byte aligned, scratch for one call
@@ -13,6 +17,7 @@ struct pock_trainer {
   float lr;
   int64_t steps;   // optimizer steps completed
   int32_t num_threads;
+  pock_rt::ThreadPool* pool = nullptr;  // num_threads threads (the caller included); owned
 };
 
 namespace pock_rt {
@@ -30,5 +35,22 @@ int32_t find_state(const PockModel* m, const char* name);
 pock_status save_checkpoint(const pock_trainer* t, const char* path);
 pock_status load_checkpoint(pock_trainer* t, const char* path);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
+
+// threadpool.cpp: the persistent pool behind pk::parallel_for.
+int default_num_threads();                  // online cores, at least 1
+ThreadPool* pool_create(int threads);       // threads - 1 workers; throws on failure
+void pool_destroy(ThreadPool* pool);        // joins the workers (nullptr is fine)
+int pool_size(const ThreadPool* pool);      // 1 for nullptr
+// Makes `pool` the current thread's pool (pk::parallel_for uses it) while alive.
+class PoolScope {
+ public:
+  explicit PoolScope(ThreadPool* pool);
+  ~PoolScope();
+  PoolScope(const PoolScope&) = delete;
+  PoolScope& operator=(const PoolScope&) = delete;
+
+ private:
+  ThreadPool* prev_;
+};
 
 }  // namespace pock_rt

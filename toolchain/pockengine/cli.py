@@ -1,6 +1,9 @@
 """pock-build: compile a training step for the host, Android or iOS.
 
-    pock-build SPEC --platform {host,android,ios} [--soc sm8550] [--out DIR]
+    pock-build SPEC --platform {host,android,ios} [--soc sm8550] [--out DIR] [--profile]
+
+--profile (host): after building, run 20 training steps on the spec's example
+inputs with per-op profiling, print the table and write it to DIR/profile.md.
 
 SPEC is `path/to/file.py:function` (the function returns pe.compile's keyword
 arguments) or a `pock.toml` naming such a function:
@@ -106,6 +109,9 @@ def main(argv=None) -> int:
     parser.add_argument("--soc", default=None, help="target SoC for android (e.g. sm8550)")
     parser.add_argument("--out", default=None, help="output directory (default: pock-out/<name>)")
     parser.add_argument("--cxx", default=None, help="android: build the natives with this aarch64 C++ compiler")
+    parser.add_argument("--profile", action="store_true",
+                        help="host: run 20 steps on the example inputs and print the time per op and kernel "
+                             "(also written to OUT/profile.md)")
     args = parser.parse_args(argv)
     try:
         return _run(args)
@@ -137,7 +143,31 @@ def _run(args) -> int:
     for what, path in files.items():
         print(f"  {what:8s} {path}")
     print(f"  summary  {out / 'summary.md'}")
+    if args.profile:
+        print()
+        print(profile_host(files, kwargs, out), end="")
+        print(f"  profile  {out / 'profile.md'}")
     return 0
+
+
+PROFILE_STEPS, PROFILE_WARMUP = 20, 3
+
+
+def profile_host(files: dict, kwargs: dict, out: Path) -> str:
+    """Profile the built library from its initial weights on the spec's example
+    batch; write out/profile.md and return the table."""
+    from .frontends.torch_export import check_example
+    from .profile import format_table
+    from .trainer import Trainer
+    inputs = check_example(kwargs["example_inputs"], "example_inputs")
+    targets = check_example(kwargs.get("example_targets"), "example_targets")
+    with Trainer(files["library"], files["weights"]) as trainer:
+        prof = trainer.profile(inputs, targets, steps=PROFILE_STEPS, warmup=PROFILE_WARMUP)
+    table = format_table(prof)
+    (out / "profile.md").write_text(f"# PockEngine profile `{prof.model}`\n\n{PROFILE_STEPS} training steps "
+                                    f"(after {PROFILE_WARMUP} warm-up steps) on the spec's example inputs, from "
+                                    f"the initial weights.\n\n{table}")
+    return table
 
 
 if __name__ == "__main__":

@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from pathlib import Path
 
 import jinja2
 
 from .backends.cpu import Emit
 from .ir.graph import Graph, Node, Value
+from .ir.ops import flops
 
 ROOT = Path(__file__).resolve().parents[2]
 CODEGEN_DIR = ROOT / "codegen"
@@ -17,14 +19,55 @@ KIND_CODE = {"param": 0, "buffer": 1, "opt_state": 2, "const": 3}
 VERSION = "0.1.0"
 
 
+def cstr(s: str) -> str:
+    """s as a C string literal: printable ASCII as is, any other byte of its
+    UTF-8 as an octal escape (never a trigraph: '?' is escaped too)."""
+    out = []
+    for byte in str(s).encode():
+        ch = chr(byte)
+        out.append("\\" + ch if ch in '"\\?' else ch if 32 <= byte < 127 else f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
 def _env() -> jinja2.Environment:
-    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(CODEGEN_DIR / "templates")),
-                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(CODEGEN_DIR / "templates")),
+                             undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    env.filters["cstr"] = cstr
+    return env
+
+
+_KERNEL_CALL = re.compile(r"\bpk::(\w+)\s*(?:<[^<>()]*>)?\s*\(")
+_KERNEL_ENUM = re.compile(r"\bpk::(?:Binary|Unary)::(\w+)")
+
+
+def kernel_name(lines: list[str]) -> str:
+    """The kernel(s) a node's C++ lines call, for the profiler: "linear_fwd",
+    "binary:add", "fill+linear_bwd_weight"; "view" when they hold no code."""
+    names: list[str] = []
+    code = False
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        code = True
+        for m in _KERNEL_CALL.finditer(line):
+            name = m.group(1)
+            if name in ("binary", "unary"):
+                e = _KERNEL_ENUM.search(line, m.end())
+                name += f":{e.group(1).lower()}" if e else ""
+            if name not in names:
+                names.append(name)
+    if names:
+        return "+".join(names)
+    return "inline" if code else "view"
 
 
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
-    return [{"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
-             "lines": emit.node(n)} for i, n in enumerate(order)]
+    blocks = []
+    for i, n in enumerate(order):
+        lines = emit.node(n)
+        blocks.append({"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
+                       "lines": lines, "op": n.op, "kernel": kernel_name(lines), "flops": flops(n)})
+    return blocks
 
 
 def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:

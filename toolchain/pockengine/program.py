@@ -23,6 +23,7 @@ from .ir.verify import verify
 from .memory.plan import MemoryPlan, plan_memory, state_layout
 from .optim.optimizers import SGD, Optimizer, update_region
 from .passes.dce import eliminate_dead_code
+from .passes.fuse import fuse_activations
 from .passes.schedule import schedule
 
 
@@ -180,6 +181,8 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     verify(graph, "autodiff")
     verify(eliminate_dead_code(graph), "dead-code elimination")
     verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
+    verify(fuse_activations(graph), "activation fusion")
+    verify(fuse_activations(forward_graph), "activation fusion (inference)")
     return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model))
 
 

@@ -16,6 +16,7 @@ import ctypes
 import os
 import sys
 import threading
+import time
 from collections import namedtuple
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -72,6 +73,21 @@ _SIGNATURES = {
     "pock_step_count": (_i32, [_h, ctypes.POINTER(ctypes.c_int64)]),
     "pock_set_num_threads": (_i32, [_h, _i32]),
 }
+
+
+class _NodeProfile(ctypes.Structure):
+    _fields_ = [("index", ctypes.c_int32), ("phase", ctypes.c_char_p), ("op", ctypes.c_char_p),
+                ("kernel", ctypes.c_char_p), ("module", ctypes.c_char_p), ("flops", ctypes.c_int64),
+                ("steps", ctypes.c_int64), ("total_ns", ctypes.c_int64)]
+
+
+# Bound when present: libraries built before the profiler lack them.
+_OPTIONAL_SIGNATURES = {
+    "pock_profile_enable": (_i32, [_h, _i32]),
+    "pock_profile_reset": (_i32, [_h]),
+    "pock_profile_count": (_i32, [_h]),
+    "pock_profile_entry": (_i32, [_h, _i32, ctypes.POINTER(_NodeProfile)]),
+}
 _LIBS: dict[str, ctypes.CDLL] = {}
 _LIBS_LOCK = threading.Lock()
 
@@ -91,6 +107,10 @@ def _load_library(path) -> ctypes.CDLL:
                 except AttributeError:
                     raise PockError(f"{os.fspath(path)!r} is not a PockEngine model library (no {name})") from None
                 fn.restype, fn.argtypes = restype, argtypes
+            for name, (restype, argtypes) in _OPTIONAL_SIGNATURES.items():
+                fn = getattr(lib, name, None)
+                if fn is not None:
+                    fn.restype, fn.argtypes = restype, argtypes
             _LIBS[key] = lib
         return lib
 
@@ -247,6 +267,52 @@ class Trainer:
             self._check(self._lib.pock_forward(h, self._in_structs, len(self.inputs), self._out_bufs, len(outs)))
             del keep
             return outs[0] if len(outs) == 1 else tuple(outs)
+
+    def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
+        """Time every node of the training step over `steps` steps on one batch.
+
+        Returns a pockengine.profile.Profile: a list of row dicts, one per node
+        in schedule order (index, phase, op, kernel, module, flops, ms per step,
+        pct of the step, gflops, ...), with .step_ms (measured wall-clock time
+        per step), .steps and .losses; print it with
+        pockengine.profile.format_table.
+
+        These are real training steps: `warmup` unprofiled steps, then `steps`
+        profiled ones, each updating the weights, the optimizer state and the
+        step count exactly as step() would (profiling only reads a clock
+        between nodes, so the losses and weights are bit-identical to
+        unprofiled training).  Save a checkpoint first to undo them.
+        """
+        from .profile import Profile, make_rows
+        steps, warmup = int(steps), int(warmup)
+        if steps < 1 or warmup < 0:
+            raise PockError(f"profile: steps must be >= 1 and warmup >= 0, got steps={steps}, warmup={warmup}")
+        lib = self._lib
+        if not all(hasattr(lib, name) for name in _OPTIONAL_SIGNATURES):
+            raise PockError(f"{str(self.lib_path)!r} was built before the profiler; rebuild it to profile")
+        with self._lock:
+            h = self._live()
+            if lib.pock_profile_count(h) <= 0:
+                raise PockError(f"model {self.model_name!r} was generated without profiling hooks; "
+                                "regenerate it with this version of PockEngine")
+            losses = [self.step(inputs, targets) for _ in range(warmup)]
+            self._check(lib.pock_profile_enable(h, 1))
+            try:
+                self._check(lib.pock_profile_reset(h))
+                start = time.perf_counter()
+                losses += [self.step(inputs, targets) for _ in range(steps)]
+                elapsed = time.perf_counter() - start
+                entries = []
+                for i in range(lib.pock_profile_count(h)):
+                    e = _NodeProfile()
+                    self._check(lib.pock_profile_entry(h, i, ctypes.byref(e)))
+                    entries.append({"index": e.index, "phase": e.phase.decode(), "op": e.op.decode(),
+                                    "kernel": e.kernel.decode(), "module": e.module.decode(errors="replace"),
+                                    "flops": int(e.flops), "steps": int(e.steps), "total_ns": int(e.total_ns)})
+            finally:
+                lib.pock_profile_enable(h, 0)
+        return Profile(make_rows(entries), model=self.model_name, steps=steps, step_ms=elapsed / steps * 1e3,
+                       losses=losses[warmup:])
 
     # ------------------------------------------------------------------ state
     def _info(self, name: str) -> TensorInfo:

@@ -123,6 +123,36 @@ POCK_API pock_status pock_get_learning_rate(pock_trainer* t, float* lr);
 POCK_API pock_status pock_step_count(pock_trainer* t, int64_t* steps);
 POCK_API pock_status pock_set_num_threads(pock_trainer* t, int32_t n);
 
+/* Per-op profiling of pock_step.  While a trainer's profiling is on, each
+ * node of its training step is timed (a monotonic clock read per node) and
+ * the times add up per node; the steps themselves are unchanged, so the losses
+ * and weights are exactly those of unprofiled steps.  Off (the default), a
+ * node costs one branch.
+ *
+ * pock_profile_enable(t, 1) starts with zeroed counters (or keeps the current
+ * ones if already on); pock_profile_enable(t, 0) stops and frees them, so read
+ * the entries first.  Turn profiling off before pock_close.  Models generated
+ * before the profiler have no node table: enabling fails with
+ * POCK_ERR_INVALID_ARGUMENT and pock_profile_count returns 0. */
+typedef struct pock_node_profile {
+  int32_t index;      /* position in the training step's schedule */
+  const char* phase;  /* "forward", "backward" or "update" */
+  const char* op;     /* IR op, e.g. "linear" */
+  const char* kernel; /* the kernel(s) it calls, e.g. "linear_fwd"; "view" for none */
+  const char* module; /* the module it came from, e.g. "blocks.0.qkv (Linear)" */
+  int64_t flops;      /* per step */
+  int64_t steps;      /* profiled steps since enable/reset */
+  int64_t total_ns;   /* time in this node summed over those steps */
+} pock_node_profile;
+
+POCK_API pock_status pock_profile_enable(pock_trainer* t, int32_t on);
+/* Zero the counters (profiling stays on). */
+POCK_API pock_status pock_profile_reset(pock_trainer* t);
+/* The number of nodes in the training step (0 if the model has no node table). */
+POCK_API int32_t pock_profile_count(pock_trainer* t);
+/* Node `index`'s description and counters (zero counters while profiling is off). */
+POCK_API pock_status pock_profile_entry(pock_trainer* t, int32_t index, pock_node_profile* out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,6 +18,11 @@ namespace pk {
 using i64 = int64_t;
 constexpr int kMaxDims = 6;
 
+// Fused activation epilogues: applied to a kernel's output before it is
+// stored. Only activations whose backward reads the output (relu, relu6)
+// are fused, so the pre-activation tensor never needs to exist.
+enum class Act { None = 0, Relu = 1, Relu6 = 2 };
+
 // ---------------------------------------------------------------- gemm.cpp
 // For b in [0,batch):  C_b = op(A_b) @ op(B_b) + beta * C_b
 //   op(A_b) is [M,K] (A_b stored [M,K], or [K,M] when ta);
@@ -35,6 +40,8 @@ void gemm(const float* A, const float* B, float* C, const GemmParams& p);
 // ---------------------------------------------------------------- linear.cpp
 // y[M,N] = x[M,K] @ w[N,K]^T + b[N]          (b nullable)
 void linear_fwd(const float* x, const float* w, const float* b, float* y, i64 M, i64 N, i64 K);
+// y = act(x @ w^T + b)
+void linear_fwd_act(const float* x, const float* w, const float* b, float* y, i64 M, i64 N, i64 K, Act act);
 // dx[M,K] = dy[M,N] @ w[N,K]
 void linear_bwd_input(const float* dy, const float* w, float* dx, i64 M, i64 N, i64 K);
 // dw[N,k] = dy[M,N]^T @ x[M, 0:k], x stored with row length ldx (ldx >= k)
@@ -49,6 +56,8 @@ struct Conv2dParams {
   i64 stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
 };
 void conv2d_fwd(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p);
+// y = act(conv2d(x, w) + b)
+void conv2d_fwd_act(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act);
 void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dParams& p);
 // dw[O, k, KH, KW]: the gradient of the first k input channels (per group) of
 // the weight.  x holds xc channels: xc == C (the full input) or, only when
@@ -95,11 +104,17 @@ void layer_norm_bwd(const float* dy, const float* x, const float* mean, const fl
 void batch_norm_train_fwd(const float* x, const float* w, const float* b, const float* rm, const float* rv,
                           float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
                           i64 N, i64 C, i64 S, float momentum, float eps);
+// y = act(batch_norm(x)); the other outputs as batch_norm_train_fwd
+void batch_norm_train_fwd_act(const float* x, const float* w, const float* b, const float* rm, const float* rv,
+                              float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
+                              i64 N, i64 C, i64 S, float momentum, float eps, Act act);
 void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mean, const float* save_invstd,
                           const float* w, float* dx, float* dw, float* db, i64 N, i64 C, i64 S);
 // Eval mode: running statistics.
 void batch_norm_eval_fwd(const float* x, const float* w, const float* b, const float* rm, const float* rv,
                          float* y, i64 N, i64 C, i64 S, float eps);
+void batch_norm_eval_fwd_act(const float* x, const float* w, const float* b, const float* rm, const float* rv,
+                             float* y, i64 N, i64 C, i64 S, float eps, Act act);
 // dx = dy*w*invstd; dw = sum dy*(x-rm)*invstd; db = sum dy   (each nullable)
 void batch_norm_eval_bwd(const float* dy, const float* x, const float* rm, const float* rv, const float* w,
                          float* dx, float* dw, float* db, i64 N, i64 C, i64 S, float eps);

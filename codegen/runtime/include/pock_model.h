@@ -38,6 +38,19 @@ struct PockIO {           // an input, target or output living in ctx->arena
   int32_t has_ignore;
 };
 
+struct PockNodeInfo {     // one node of the training step, for the profiler
+  const char* phase;      // "forward" | "backward" | "update"
+  const char* op;         // IR op, e.g. "linear"
+  const char* kernel;     // the kernel(s) it calls, e.g. "linear_fwd"; "view" when it emits no code
+  const char* module;     // module it came from, e.g. "blocks.0.qkv (Linear)"
+  int64_t flops;          // per step
+};
+
+struct PockNodeTable {    // the training step's nodes, in schedule order
+  int32_t n_nodes;
+  const PockNodeInfo* nodes;
+};
+
 struct PockModel {
   const char* name;
   const char* hash;        // hex, structural hash of the compiled program
@@ -59,6 +72,28 @@ struct PockModel {
   const PockIO* outputs;
   void (*forward)(PockCtx*);
   float default_lr;
+  // Appended after the fields above, so models generated before the profiler
+  // (which leave it zero-initialised) still build: nullptr means the step
+  // carries no profiling hooks.
+  const PockNodeTable* step_nodes;
 };
 
 extern "C" const PockModel* pock_compiled_model();
+
+// Profiling hooks the generated training step calls (profile.cpp).  Hidden:
+// not part of the C API.  A step does
+//   PockProfile* const prof = pock_profile_begin(ctx);   // nullptr: profiling off
+//   int64_t t = prof ? pock_profile_now() : 0;
+//   ... node i ...  if (prof) t = pock_profile_node(prof, i, t);
+//   if (prof) pock_profile_end(prof);
+// so with profiling off a node costs one predictable branch, and nothing in a
+// step allocates either way (the counters are allocated by pock_profile_enable).
+struct PockProfile;
+// The profile of the trainer `ctx` belongs to, or nullptr when it is not being
+// profiled (one relaxed atomic load when no trainer is).
+PockProfile* pock_profile_begin(const PockCtx* ctx);
+int64_t pock_profile_now();  // monotonic nanoseconds
+// Add now - t0 to node `node`'s time and return now.
+int64_t pock_profile_node(PockProfile* p, int32_t node, int64_t t0);
+// Count one more profiled step.
+void pock_profile_end(PockProfile* p);

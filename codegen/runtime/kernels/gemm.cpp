@@ -1,46 +1,212 @@
 // gemm.cpp — pk::gemm, a cache-blocked single-precision GEMM.
 //
-// Portable C++17 (no intrinsics): the micro-kernel works on a fixed MR x NR
-// tile with compile-time trip counts and a fully unrolled row loop, so that at
-// -O2 the compiler vectorises the column loop (GCC's "very cheap" vectoriser
-// needs a trip count that is a known multiple of the vector width) and keeps
-// all MR x NR accumulators in registers across the depth loop.  Operands are packed into bounded stack
-// buffers (no heap allocation):
-//   * B is packed per [KC x NC] block into NR-wide column panels,
-//   * A is packed per [MC x KC] block into MR-tall row panels,
-// both zero-padded at the edges, so the micro-kernel never needs bounds checks
-// and any transposition is absorbed by the packing routines.
+// Design (no heap allocation; bounded stack buffers):
+//   * C is cut into units of [rows x NC columns]; units run on pk::parallel_for
+//     (large products only: small ones stay on the calling thread).
+//   * Within a unit, for each depth block of KC: op(B)[KC x NC] is packed into
+//     NR-wide column panels (zero-padded), then every MR-row strip of op(A) is
+//     multiplied into the C tiles.  op(A) is read in place when it is row-major
+//     or column-major (only edge strips and reader-produced operands are
+//     packed), so A costs no packing traffic at all.
+//   * Small M with a row-major op(B) reads B in place too (each element is used
+//     once or twice, packing would cost more than it saves), and small M with a
+//     transposed op(B) (x @ w^T, e.g. an LSTM's recurrent step) uses dot
+//     products along the contiguous K of both operands instead of packing B.
+//   * The micro-kernel keeps an MR x NR tile of C in vector registers.  It is
+//     written once over a tiny vector type chosen at compile time: AVX-512
+//     (__AVX512F__), AVX2+FMA (__AVX2__ && __FMA__), NEON (__aarch64__), or a
+//     portable C++ struct of 4 floats that compiles everywhere.
+//   * The store applies beta, then (last depth block) an optional bias per
+//     column and a relu/relu6 epilogue, so linear_fwd_act needs no extra pass.
 #include <cstring>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace pk {
+
 namespace {
 
-// Micro-tile: kMR rows (broadcast A values) x kNR columns (vector lanes of
-// B / C).  The kMR * kNR accumulators must fit in the vector register file,
-// so the tile follows the target's vector width (plain predefined macros).
-#if defined(PK_GEMM_MR) && defined(PK_GEMM_NR)
-constexpr int kMR = PK_GEMM_MR, kNR = PK_GEMM_NR;
-#elif defined(__AVX512F__)
-constexpr int kMR = 12, kNR = 32;  // 24 accumulators, 32 zmm registers
-#elif defined(__AVX__)
-constexpr int kMR = 6, kNR = 16;   // 12 accumulators, 16 ymm registers
+// ------------------------------------------------------------ vector type
+#if defined(__AVX512F__)
+struct V {
+  __m512 v;
+};
+constexpr int kW = 16;
+inline V vzero() { return {_mm512_setzero_ps()}; }
+inline V vload(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline V vbcast(float x) { return {_mm512_set1_ps(x)}; }
+inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
+inline V vfma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }  // a*b + c
+inline V vadd(V a, V b) { return {_mm512_add_ps(a.v, b.v)}; }
+inline V vmul(V a, V b) { return {_mm512_mul_ps(a.v, b.v)}; }
+inline V vmax(V a, V b) { return {_mm512_max_ps(a.v, b.v)}; }  // b when either is NaN
+inline V vmin(V a, V b) { return {_mm512_min_ps(a.v, b.v)}; }
+inline float vsum(V a) { return _mm512_reduce_add_ps(a.v); }
+constexpr int kMR = 12, kNV = 2;  // 24 accumulators of 32 zmm
+#elif defined(__AVX2__) && defined(__FMA__)
+struct V {
+  __m256 v;
+};
+constexpr int kW = 8;
+inline V vzero() { return {_mm256_setzero_ps()}; }
+inline V vload(const float* p) { return {_mm256_loadu_ps(p)}; }
+inline V vbcast(float x) { return {_mm256_set1_ps(x)}; }
+inline void vstore(float* p, V a) { _mm256_storeu_ps(p, a.v); }
+inline V vfma(V a, V b, V c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
+inline V vadd(V a, V b) { return {_mm256_add_ps(a.v, b.v)}; }
+inline V vmul(V a, V b) { return {_mm256_mul_ps(a.v, b.v)}; }
+inline V vmax(V a, V b) { return {_mm256_max_ps(a.v, b.v)}; }
+inline V vmin(V a, V b) { return {_mm256_min_ps(a.v, b.v)}; }
+inline float vsum(V a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+constexpr int kMR = 6, kNV = 2;  // 12 accumulators of 16 ymm
 #elif defined(__aarch64__)
-constexpr int kMR = 8, kNR = 12;   // 24 accumulators, 32 NEON q registers
+struct V {
+  float32x4_t v;
+};
+constexpr int kW = 4;
+inline V vzero() { return {vdupq_n_f32(0.0f)}; }
+inline V vload(const float* p) { return {vld1q_f32(p)}; }
+inline V vbcast(float x) { return {vdupq_n_f32(x)}; }
+inline void vstore(float* p, V a) { vst1q_f32(p, a.v); }
+inline V vfma(V a, V b, V c) { return {vfmaq_f32(c.v, a.v, b.v)}; }
+inline V vadd(V a, V b) { return {vaddq_f32(a.v, b.v)}; }
+inline V vmul(V a, V b) { return {vmulq_f32(a.v, b.v)}; }
+inline V vmax(V a, V b) { return {vmaxq_f32(a.v, b.v)}; }  // NaN propagates
+inline V vmin(V a, V b) { return {vminq_f32(a.v, b.v)}; }
+inline float vsum(V a) { return vaddvq_f32(a.v); }
+constexpr int kMR = 8, kNV = 3;  // 24 accumulators of 32 q registers
 #else
-constexpr int kMR = 4, kNR = 8;    // 8 accumulators, 16 SSE registers
+// Portable: GNU vector extensions (GCC and Clang, any target) lower to the
+// target's SIMD registers where it has them and to scalar code elsewhere.
+typedef float v4f __attribute__((vector_size(16)));
+struct V {
+  v4f v;
+};
+constexpr int kW = 4;
+inline V vzero() { return {v4f{0.0f, 0.0f, 0.0f, 0.0f}}; }
+inline V vload(const float* p) {
+  V a;
+  std::memcpy(&a.v, p, sizeof a.v);
+  return a;
+}
+inline V vbcast(float x) { return {v4f{x, x, x, x}}; }
+inline void vstore(float* p, V a) { std::memcpy(p, &a.v, sizeof a.v); }
+inline V vfma(V a, V b, V c) { return {a.v * b.v + c.v}; }
+inline V vadd(V a, V b) { return {a.v + b.v}; }
+inline V vmul(V a, V b) { return {a.v * b.v}; }
+inline V vmax(V a, V b) {  // b when either is NaN (like maxps)
+  for (int l = 0; l < 4; ++l) a.v[l] = a.v[l] > b.v[l] ? a.v[l] : b.v[l];
+  return a;
+}
+inline V vmin(V a, V b) {
+  for (int l = 0; l < 4; ++l) a.v[l] = a.v[l] < b.v[l] ? a.v[l] : b.v[l];
+  return a;
+}
+inline float vsum(V a) { return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]); }
+constexpr int kMR = 4, kNV = 2;  // 8 accumulators
 #endif
-#ifndef PK_GEMM_KC  // block sizes (overridable for tuning)
-#define PK_GEMM_KC 128
-#define PK_GEMM_MC 24
-#define PK_GEMM_NC 96
-#endif
-constexpr i64 kKC = PK_GEMM_KC;  // depth of one packed block
-constexpr i64 kMC = (PK_GEMM_MC + kMR - 1) / kMR * kMR;  // rows of A per packed block
-constexpr i64 kNC = (PK_GEMM_NC + kNR - 1) / kNR * kNR;  // columns of B per packed block
-static_assert((kMC + kNC) * kKC * sizeof(float) <= 64 * 1024, "packing buffers must stay small (stack)");
 
+constexpr int kNR = kNV * kW;  // micro-tile: kMR rows x kNR columns
+#ifndef PK_GEMM_KC  // block sizes (overridable for tuning)
+#define PK_GEMM_KC 256
+#define PK_GEMM_NC 64
+#endif
+constexpr i64 kKC = PK_GEMM_KC;                          // depth of one packed block
+constexpr i64 kNC = (PK_GEMM_NC + kNR - 1) / kNR * kNR;  // columns of B per packed block
+static_assert((kNC + kMR) * kKC * sizeof(float) <= 96 * 1024, "packing buffers must stay small (stack)");
+// Work below this many multiply-adds stays on the calling thread.
+constexpr i64 kParallelMinFlops = i64(1) << 20;
+// Up to this many rows, a row-major op(B) is read in place (not packed).
+constexpr i64 kDirectBMaxRows = 2 * kMR;
+// Up to this many rows, op(A) @ w^T uses dot products instead of packing w.
+constexpr i64 kDotMaxRows = 16;
+
+// ------------------------------------------------------------ epilogue
+// What the store does: first depth block C = beta*C + acc (beta 0 never reads
+// C), later blocks C += acc; the last block then adds bias[j] and applies act.
+struct Epi {
+  float beta;
+  const float* bias;  // nullable, indexed by the global column
+  Act act;
+};
+
+inline float act_scalar(float x, Act act) {
+  if (act == Act::Relu) return x < 0.0f ? 0.0f : x;  // NaN propagates
+  if (act == Act::Relu6) return x < 0.0f ? 0.0f : (x > 6.0f ? 6.0f : x);
+  return x;
+}
+
+// Stores one row of acc (nr valid columns, nr == kNR on the vector path).
+// col: global column of c[0] (for the bias).
+inline void store_row(float* c, const V* acc, int nr, i64 col, bool first, bool last, const Epi& e) {
+  if (nr == kNR) {
+    for (int v = 0; v < kNV; ++v) {
+      V x = acc[v];
+      if (!first)
+        x = vadd(x, vload(c + v * kW));
+      else if (e.beta == 1.0f)
+        x = vadd(x, vload(c + v * kW));
+      else if (e.beta != 0.0f)
+        x = vfma(vbcast(e.beta), vload(c + v * kW), x);
+      if (last) {
+        if (e.bias) x = vadd(x, vload(e.bias + col + v * kW));
+        if (e.act == Act::Relu) x = vmax(vzero(), x);
+        else if (e.act == Act::Relu6) x = vmin(vbcast(6.0f), vmax(vzero(), x));
+      }
+      vstore(c + v * kW, x);
+    }
+    return;
+  }
+  alignas(64) float t[kNR];
+  for (int v = 0; v < kNV; ++v) vstore(t + v * kW, acc[v]);
+  for (int j = 0; j < nr; ++j) {
+    float x = t[j];
+    if (!first || e.beta == 1.0f) x += c[j];
+    else if (e.beta != 0.0f) x += e.beta * c[j];
+    if (last) {
+      if (e.bias) x += e.bias[col + j];
+      x = act_scalar(x, e.act);
+    }
+    c[j] = x;
+  }
+}
+
+// ------------------------------------------------------------ micro-kernel
+// C[0:mr, 0:nr] (row stride ldc) <- acc = op(A)[0:kMR, 0:kc] @ Bpanel[0:kc, 0:kNR].
+// kRows: op(A)(r, k) at a[r*ars + k] (row-major strip, read in place);
+// otherwise at a[k*acs + r] (a packed panel, acs = kMR, or column-major op(A)).
+// b: the panel, row k at b + k*ldb (ldb = kNR when packed).
+template <bool kRows>
+void micro_kernel(i64 kc, const float* __restrict a, i64 ars, i64 acs, const float* __restrict b, i64 ldb,
+                  float* __restrict c, i64 ldc, int mr, int nr, i64 col, bool first, bool last, const Epi& e) {
+  V acc[kMR][kNV];
+  for (int r = 0; r < kMR; ++r)
+    for (int v = 0; v < kNV; ++v) acc[r][v] = vzero();
+  for (i64 k = 0; k < kc; ++k) {
+    V bv[kNV];
+    for (int v = 0; v < kNV; ++v) bv[v] = vload(b + k * ldb + v * kW);
+#pragma GCC unroll 16
+    for (int r = 0; r < kMR; ++r) {
+      const V ar = vbcast(kRows ? a[r * ars + k] : a[k * acs + r]);
+      for (int v = 0; v < kNV; ++v) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < mr; ++r) store_row(c + r * ldc, acc[r], nr, col, first, last, e);
+}
+
+// ------------------------------------------------------------ operands
 // A view of a row-major matrix that may be read transposed: element (r, c) of
 // op(X) lives at base[r * rs + c * cs].
 struct MatView {
@@ -48,154 +214,224 @@ struct MatView {
   i64 rs, cs;
 };
 
-// Pack rows [i0, i0+mc) x depth [k0, k0+kc) of op(A) into MR-row panels:
-// panel p holds, for each k, the MR values op(A)[i0+p*MR+r][k0+k] (zero-padded).
-void pack_a(const MatView& a, i64 i0, i64 mc, i64 k0, i64 kc, float* __restrict out) {
-  for (i64 p = 0; p < mc; p += kMR) {
-    const i64 rows = mc - p < kMR ? mc - p : kMR;
-    float* dst = out + p * kc;
-    if (a.cs == 1 && rows == kMR) {
-      // op(A) row-major: gather MR rows, one k at a time.
-      const float* src = a.base + (i0 + p) * a.rs + k0;
-      for (i64 k = 0; k < kc; ++k)
-        for (int r = 0; r < kMR; ++r) dst[k * kMR + r] = src[r * a.rs + k];
-    } else if (a.rs == 1 && rows == kMR) {
-      // op(A) stored transposed: MR contiguous values per k.
-      const float* src = a.base + (i0 + p) + k0 * a.cs;
-      for (i64 k = 0; k < kc; ++k)
-        for (int r = 0; r < kMR; ++r) dst[k * kMR + r] = src[k * a.cs + r];
-    } else {
-      for (i64 k = 0; k < kc; ++k)
-        for (int r = 0; r < kMR; ++r)
-          dst[k * kMR + r] = r < rows ? a.base[(i0 + p + r) * a.rs + (k0 + k) * a.cs] : 0.0f;
-    }
-  }
-}
-
-// Pack depth [k0, k0+kc) x columns [j0, j0+nc) of op(B) into NR-column panels:
-// panel p holds, for each k, the NR values op(B)[k0+k][j0+p*NR+j] (zero-padded).
-void pack_b(const MatView& b, i64 k0, i64 kc, i64 j0, i64 nc, float* __restrict out) {
-  for (i64 p = 0; p < nc; p += kNR) {
-    const i64 cols = nc - p < kNR ? nc - p : kNR;
-    float* dst = out + p * kc;
-    if (b.cs == 1 && cols == kNR) {
-      const float* src = b.base + k0 * b.rs + (j0 + p);
-      for (i64 k = 0; k < kc; ++k) std::memcpy(dst + k * kNR, src + k * b.rs, sizeof(float) * kNR);
-    } else if (b.rs == 1 && cols == kNR) {
-      // op(B) stored transposed ([N, K]): column j is a contiguous row of B.
-      const float* src = b.base + k0 + (j0 + p) * b.cs;
-      for (i64 k = 0; k < kc; ++k)
-        for (int j = 0; j < kNR; ++j) dst[k * kNR + j] = src[j * b.cs + k];
-    } else {
-      for (i64 k = 0; k < kc; ++k)
-        for (int j = 0; j < kNR; ++j)
-          dst[k * kNR + j] = j < cols ? b.base[(k0 + k) * b.rs + (j0 + p + j) * b.cs] : 0.0f;
-    }
-  }
-}
-
-// C[0:mr, 0:nr] (row stride ldc) = beta * C + Apanel @ Bpanel, where beta == 0
-// overwrites without reading C (so NaN/garbage in C never leaks).
-// a: kc x MR packed, b: kc x NR packed.  The full MR x NR tile is always
-// computed (padding is zero); only the valid mr x nr part is written.
-void micro_kernel(i64 kc, const float* __restrict a, const float* __restrict b, float* __restrict c,
-                  i64 ldc, int mr, int nr, float beta) {
-  float acc[kMR][kNR];
-  for (int r = 0; r < kMR; ++r)
-    for (int j = 0; j < kNR; ++j) acc[r][j] = 0.0f;
-  for (i64 k = 0; k < kc; ++k) {
-    const float* __restrict bk = b + k * kNR;
-    const float* __restrict ak = a + k * kMR;
-    // Fully unrolled so that each accumulator row stays in registers.
-#pragma GCC unroll 16
-    for (int r = 0; r < kMR; ++r) {
-      const float ar = ak[r];
-      for (int j = 0; j < kNR; ++j) acc[r][j] += ar * bk[j];
-    }
-  }
-  if (mr == kMR && nr == kNR) {
-    for (int r = 0; r < kMR; ++r) {
-      float* __restrict cr = c + r * ldc;
-      if (beta == 0.0f)
-        for (int j = 0; j < kNR; ++j) cr[j] = acc[r][j];
-      else if (beta == 1.0f)
-        for (int j = 0; j < kNR; ++j) cr[j] += acc[r][j];
-      else
-        for (int j = 0; j < kNR; ++j) cr[j] = beta * cr[j] + acc[r][j];
-    }
-  } else {
-    for (int r = 0; r < mr; ++r) {
-      float* cr = c + r * ldc;
-      for (int j = 0; j < nr; ++j) cr[j] = beta == 0.0f ? acc[r][j] : beta * cr[j] + acc[r][j];
-    }
-  }
-}
-
-// Reader-based packing (implicit GEMM): `read` fills out[r*ld + c] with rows
+// Reader-based operands (implicit GEMM): `read` fills out[r*ld + c] with rows
 // [r0, r0+rows) x columns [c0, c0+cols) of a logical matrix.  The A reader
 // reads op(A)^T ([K, M]); the B reader reads op(B) ([K, N]).
 using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
 
-void pack_a_reader(BlockReadFn read, const void* ctx, i64 i0, i64 mc, i64 k0, i64 kc, float* out) {
-  for (i64 p = 0; p < mc; p += kMR) {
-    const i64 rows = mc - p < kMR ? mc - p : kMR;
-    float* dst = out + p * kc;
-    read(ctx, k0, kc, i0 + p, rows, dst, kMR);
+// Pack depth [k0, k0+kc) x columns [j0, j0+cols) (cols <= kNR) of op(B) into one
+// zero-padded kNR-wide panel (row k at out + k*kNR).
+void pack_b_panel(const MatView& b, i64 k0, i64 kc, i64 j0, i64 cols, float* __restrict out) {
+  if (b.cs == 1 && cols == kNR) {
+    const float* src = b.base + k0 * b.rs + j0;
     for (i64 k = 0; k < kc; ++k)
-      for (i64 r = rows; r < kMR; ++r) dst[k * kMR + r] = 0.0f;
+      for (int v = 0; v < kNV; ++v) vstore(out + k * kNR + v * kW, vload(src + k * b.rs + v * kW));
+  } else if (b.rs == 1) {
+    // op(B) stored transposed ([N, K]): column j is a contiguous row of B.
+    // Read runs of 8 contiguous k per column so each source line is used fully.
+    const float* src = b.base + k0 + j0 * b.cs;
+    i64 k = 0;
+    for (; k + 8 <= kc; k += 8) {
+      for (i64 j = 0; j < cols; ++j) {
+        const float* s = src + j * b.cs + k;
+        float* d = out + k * kNR + j;
+        for (int kk = 0; kk < 8; ++kk) d[kk * kNR] = s[kk];
+      }
+    }
+    for (; k < kc; ++k)
+      for (i64 j = 0; j < cols; ++j) out[k * kNR + j] = src[j * b.cs + k];
+    if (cols < kNR)
+      for (k = 0; k < kc; ++k)
+        for (i64 j = cols; j < kNR; ++j) out[k * kNR + j] = 0.0f;
+  } else {
+    for (i64 k = 0; k < kc; ++k)
+      for (i64 j = 0; j < kNR; ++j)
+        out[k * kNR + j] = j < cols ? b.base[(k0 + k) * b.rs + (j0 + j) * b.cs] : 0.0f;
   }
 }
 
-void pack_b_reader(BlockReadFn read, const void* ctx, i64 k0, i64 kc, i64 j0, i64 nc, float* out) {
-  for (i64 p = 0; p < nc; p += kNR) {
-    const i64 cols = nc - p < kNR ? nc - p : kNR;
-    float* dst = out + p * kc;
-    read(ctx, k0, kc, j0 + p, cols, dst, kNR);
-    for (i64 k = 0; k < kc; ++k)
-      for (i64 j = cols; j < kNR; ++j) dst[k * kNR + j] = 0.0f;
-  }
+// Pack rows [i0, i0+rows) x depth [k0, k0+kc) of op(A) into one zero-padded
+// kMR-row panel (element (r, k) at out[k*kMR + r]).
+void pack_a_panel(const MatView& a, i64 i0, i64 rows, i64 k0, i64 kc, float* __restrict out) {
+  for (i64 k = 0; k < kc; ++k)
+    for (int r = 0; r < kMR; ++r)
+      out[k * kMR + r] = r < rows ? a.base[(i0 + r) * a.rs + (k0 + k) * a.cs] : 0.0f;
 }
 
-// One product C[M,N] (row stride ldc) = op(A) @ op(B) + beta * C,
-// blocked as: column blocks (NC) > depth blocks (KC, B packed) > row blocks
-// (MC, A packed) > NR x MR micro-tiles.  pack_a(i0, mc, k0, kc, out) and
-// pack_b(k0, kc, j0, nc, out) fill the packed panels.
-template <class PackA, class PackB>
-void gemm_core(const PackA& pack_a, const PackB& pack_b, float* c, i64 ldc, i64 M, i64 N, i64 K, float beta) {
-  if (K == 0) {
-    if (beta != 1.0f)
-      for (i64 i = 0; i < M; ++i)
-        for (i64 j = 0; j < N; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
-    return;
+// Operands given as strided views.
+struct ViewOps {
+  MatView a, b;
+  // op(A) strip [i0, i0+rows) x [k0, k0+kc): in place when possible, else packed into buf.
+  // Returns the pointer and sets the strides and mode for micro_kernel.
+  const float* a_strip(i64 i0, i64 rows, i64 k0, i64 kc, float* buf, i64& ars, i64& acs, bool& row_mode) const {
+    if (rows == kMR && a.cs == 1) {
+      row_mode = true, ars = a.rs, acs = 1;
+      return a.base + i0 * a.rs + k0;
+    }
+    if (rows == kMR && a.rs == 1) {
+      row_mode = false, ars = 1, acs = a.cs;
+      return a.base + i0 + k0 * a.cs;
+    }
+    pack_a_panel(a, i0, rows, k0, kc, buf);
+    row_mode = false, ars = 1, acs = kMR;
+    return buf;
   }
-  alignas(64) float a_pack[kMC * kKC];
+  bool b_direct(i64 cols) const { return b.cs == 1 && cols == kNR; }
+  const float* b_direct_ptr(i64 k0, i64 j0, i64& ldb) const {
+    ldb = b.rs;
+    return b.base + k0 * b.rs + j0;
+  }
+  void b_panel(i64 k0, i64 kc, i64 j0, i64 cols, float* out) const { pack_b_panel(b, k0, kc, j0, cols, out); }
+};
+
+struct ReaderOps {
+  BlockReadFn read_at, read_b;
+  const void *at_ctx, *b_ctx;
+  const float* a_strip(i64 i0, i64 rows, i64 k0, i64 kc, float* buf, i64& ars, i64& acs, bool& row_mode) const {
+    read_at(at_ctx, k0, kc, i0, rows, buf, kMR);
+    if (rows < kMR)
+      for (i64 k = 0; k < kc; ++k)
+        for (i64 r = rows; r < kMR; ++r) buf[k * kMR + r] = 0.0f;
+    row_mode = false, ars = 1, acs = kMR;
+    return buf;
+  }
+  bool b_direct(i64) const { return false; }
+  const float* b_direct_ptr(i64, i64, i64&) const { return nullptr; }
+  void b_panel(i64 k0, i64 kc, i64 j0, i64 cols, float* out) const {
+    read_b(b_ctx, k0, kc, j0, cols, out, kNR);
+    if (cols < kNR)
+      for (i64 k = 0; k < kc; ++k)
+        for (i64 j = cols; j < kNR; ++j) out[k * kNR + j] = 0.0f;
+  }
+};
+
+// ------------------------------------------------------------ blocked product
+// C[rows m0..m1, cols n0..n1] of C = op(A) @ op(B) (+ epilogue); n1 - n0 <= kNC.
+template <class Ops>
+void gemm_unit(const Ops& ops, float* c, i64 ldc, i64 m0, i64 m1, i64 n0, i64 n1, i64 K, bool direct_b,
+               const Epi& e) {
   alignas(64) float b_pack[kNC * kKC];
-  for (i64 j0 = 0; j0 < N; j0 += kNC) {
-    const i64 nc = N - j0 < kNC ? N - j0 : kNC;
-    for (i64 k0 = 0; k0 < K; k0 += kKC) {
-      const i64 kc = K - k0 < kKC ? K - k0 : kKC;
-      const float block_beta = k0 == 0 ? beta : 1.0f;  // later depth blocks accumulate
-      pack_b(k0, kc, j0, nc, b_pack);
-      for (i64 i0 = 0; i0 < M; i0 += kMC) {
-        const i64 mc = M - i0 < kMC ? M - i0 : kMC;
-        pack_a(i0, mc, k0, kc, a_pack);
-        for (i64 jr = 0; jr < nc; jr += kNR) {
-          const int nr = static_cast<int>(nc - jr < kNR ? nc - jr : kNR);
-          for (i64 ir = 0; ir < mc; ir += kMR) {
-            const int mr = static_cast<int>(mc - ir < kMR ? mc - ir : kMR);
-            micro_kernel(kc, a_pack + ir * kc, b_pack + jr * kc, c + (i0 + ir) * ldc + (j0 + jr), ldc, mr, nr,
-                         block_beta);
-          }
+  alignas(64) float a_pack[kMR * kKC];
+  const float* bp[kNC / kNR];
+  i64 ldb[kNC / kNR];
+  const i64 npanels = (n1 - n0 + kNR - 1) / kNR;
+  for (i64 k0 = 0; k0 < K; k0 += kKC) {
+    const i64 kc = K - k0 < kKC ? K - k0 : kKC;
+    const bool first = k0 == 0, last = k0 + kc == K;
+    for (i64 p = 0; p < npanels; ++p) {
+      const i64 j0 = n0 + p * kNR, cols = n1 - j0 < kNR ? n1 - j0 : kNR;
+      if (direct_b && ops.b_direct(cols)) {
+        bp[p] = ops.b_direct_ptr(k0, j0, ldb[p]);
+      } else {
+        float* dst = b_pack + p * kNR * kc;
+        ops.b_panel(k0, kc, j0, cols, dst);
+        bp[p] = dst, ldb[p] = kNR;
+      }
+    }
+    for (i64 i0 = m0; i0 < m1; i0 += kMR) {
+      const i64 rows = m1 - i0 < kMR ? m1 - i0 : kMR;
+      i64 ars, acs;
+      bool row_mode;
+      const float* ap = ops.a_strip(i0, rows, k0, kc, a_pack, ars, acs, row_mode);
+      for (i64 p = 0; p < npanels; ++p) {
+        const i64 j0 = n0 + p * kNR;
+        const int nr = static_cast<int>(n1 - j0 < kNR ? n1 - j0 : kNR);
+        float* ct = c + i0 * ldc + j0;
+        if (row_mode)
+          micro_kernel<true>(kc, ap, ars, acs, bp[p], ldb[p], ct, ldc, static_cast<int>(rows), nr, j0, first, last, e);
+        else
+          micro_kernel<false>(kc, ap, ars, acs, bp[p], ldb[p], ct, ldc, static_cast<int>(rows), nr, j0, first, last,
+                              e);
+      }
+    }
+  }
+}
+
+// Small M, op(A) row-major and op(B) = W^T with W [N, K] row-major (ldw):
+// C[i][j] = dot(A row i, W row j), vectorised along K; no packing at all.
+void gemm_dot(const float* a, i64 lda, const float* w, i64 ldw, float* c, i64 ldc, i64 M, i64 n0, i64 n1, i64 K,
+              const Epi& e) {
+  constexpr int kDI = 4, kDJ = 4;
+  const i64 kv = K / kW * kW;
+  for (i64 i0 = 0; i0 < M; i0 += kDI) {
+    const float* ar[kDI];
+    for (int r = 0; r < kDI; ++r) ar[r] = a + (i0 + r < M ? i0 + r : M - 1) * lda;  // clamp: computed, not stored
+    for (i64 j0 = n0; j0 < n1; j0 += kDJ) {
+      const float* wr[kDJ];
+      for (int s = 0; s < kDJ; ++s) wr[s] = w + (j0 + s < n1 ? j0 + s : n1 - 1) * ldw;
+      V acc[kDI][kDJ];
+      for (int r = 0; r < kDI; ++r)
+        for (int s = 0; s < kDJ; ++s) acc[r][s] = vzero();
+      for (i64 k = 0; k < kv; k += kW) {
+        V av[kDI], wv[kDJ];
+        for (int r = 0; r < kDI; ++r) av[r] = vload(ar[r] + k);
+        for (int s = 0; s < kDJ; ++s) wv[s] = vload(wr[s] + k);
+        for (int r = 0; r < kDI; ++r)
+          for (int s = 0; s < kDJ; ++s) acc[r][s] = vfma(av[r], wv[s], acc[r][s]);
+      }
+      const i64 mi = M - i0 < kDI ? M - i0 : kDI, nj = n1 - j0 < kDJ ? n1 - j0 : kDJ;
+      for (i64 r = 0; r < mi; ++r) {
+        for (i64 s = 0; s < nj; ++s) {
+          float x = vsum(acc[r][s]);
+          for (i64 k = kv; k < K; ++k) x += ar[r][k] * wr[s][k];
+          float& out = c[(i0 + r) * ldc + j0 + s];
+          if (e.beta == 1.0f) x += out;
+          else if (e.beta != 0.0f) x += e.beta * out;
+          if (e.bias) x += e.bias[j0 + s];
+          out = act_scalar(x, e.act);
         }
       }
     }
   }
 }
 
-void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, float beta) {
-  gemm_core([&](i64 i0, i64 mc, i64 k0, i64 kc, float* out) { pack_a(a, i0, mc, k0, kc, out); },
-            [&](i64 k0, i64 kc, i64 j0, i64 nc, float* out) { pack_b(b, k0, kc, j0, nc, out); }, c, ldc, M, N, K,
-            beta);
+// C[M,N] (row stride ldc) = op(A) @ op(B) + beta*C (+ bias, act), threaded
+// over units of columns (and rows when there are few column blocks).
+template <class Ops>
+void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi& e, bool direct_b) {
+  if (M <= 0 || N <= 0) return;
+  if (K == 0) {
+    for (i64 i = 0; i < M; ++i)
+      for (i64 j = 0; j < N; ++j) {
+        float x = e.beta == 0.0f ? 0.0f : (e.beta == 1.0f ? c[i * ldc + j] : e.beta * c[i * ldc + j]);
+        if (e.bias) x += e.bias[j];
+        c[i * ldc + j] = act_scalar(x, e.act);
+      }
+    return;
+  }
+  const i64 ncb = (N + kNC - 1) / kNC;  // column blocks
+  const int threads = M * N * K >= kParallelMinFlops ? num_threads() : 1;
+  i64 nrb = 1;                          // row blocks
+  if (threads > 1 && ncb < 2 * threads) {
+    nrb = (2 * threads + ncb - 1) / ncb;
+    const i64 max_rb = (M + 4 * kMR - 1) / (4 * kMR);  // at least ~4 strips each
+    if (nrb > max_rb) nrb = max_rb < 1 ? 1 : max_rb;
+  }
+  const i64 strips = (M + kMR - 1) / kMR;
+  auto run = [&](i64 u0, i64 u1) {
+    for (i64 u = u0; u < u1; ++u) {
+      const i64 cb = u / nrb, rb = u % nrb;
+      const i64 m0 = strips * rb / nrb * kMR, m1 = strips * (rb + 1) / nrb * kMR;
+      const i64 n0 = cb * kNC, n1 = N - n0 < kNC ? N : n0 + kNC;
+      gemm_unit(ops, c, ldc, m0, m1 < M ? m1 : M, n0, n1, K, direct_b, e);
+    }
+  };
+  if (threads > 1)
+    parallel_for(ncb * nrb, 1, run);
+  else
+    run(0, ncb * nrb);
+}
+
+void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi& e) {
+  if (M <= kDotMaxRows && a.cs == 1 && b.rs == 1 && K >= kW && M > 0 && N > 0) {
+    auto run = [&](i64 j0, i64 j1) { gemm_dot(a.base, a.rs, b.base, b.cs, c, ldc, M, j0, j1, K, e); };
+    if (M * N * K >= kParallelMinFlops && num_threads() > 1)
+      parallel_for(N, 64, run);
+    else
+      run(0, N);
+    return;
+  }
+  gemm_core(ViewOps{a, b}, c, ldc, M, N, K, e, M <= kDirectBMaxRows);
 }
 
 }  // namespace
@@ -207,17 +443,25 @@ namespace detail {
 // C[i][j] (at C[i*ldc + j]) = sum_k op(A)[i][k] op(B)[k][j] (+ C when accumulate).
 void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
                   i64 M, i64 N, i64 K, bool accumulate) {
-  gemm_views(MatView{A, a_rs, a_cs}, MatView{B, b_rs, b_cs}, C, ldc, M, N, K, accumulate ? 1.0f : 0.0f);
+  gemm_views(MatView{A, a_rs, a_cs}, MatView{B, b_rs, b_cs}, C, ldc, M, N, K,
+             Epi{accumulate ? 1.0f : 0.0f, nullptr, Act::None});
+}
+
+// As gemm_strided with beta 0, then C[i][j] = act(C[i][j] + bias[j]) (bias
+// nullable) applied as each tile is stored.
+void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
+                           i64 ldc, i64 M, i64 N, i64 K, const float* bias, Act act) {
+  gemm_views(MatView{A, a_rs, a_cs}, MatView{B, b_rs, b_cs}, C, ldc, M, N, K, Epi{0.0f, bias, act});
 }
 
 // Implicit GEMM: the operands are produced block by block by reader callbacks
 // (read_at reads op(A)^T [K, M], read_b reads op(B) [K, N]); e.g. a
 // convolution's im2col matrix generated on the fly without any scratch.
+// The readers may be called from several threads at once.
 void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, const void* b_ctx, float* C,
                   i64 ldc, i64 M, i64 N, i64 K, bool accumulate) {
-  gemm_core([&](i64 i0, i64 mc, i64 k0, i64 kc, float* out) { pack_a_reader(read_at, at_ctx, i0, mc, k0, kc, out); },
-            [&](i64 k0, i64 kc, i64 j0, i64 nc, float* out) { pack_b_reader(read_b, b_ctx, k0, kc, j0, nc, out); },
-            C, ldc, M, N, K, accumulate ? 1.0f : 0.0f);
+  gemm_core(ReaderOps{read_at, read_b, at_ctx, b_ctx}, C, ldc, M, N, K,
+            Epi{accumulate ? 1.0f : 0.0f, nullptr, Act::None}, false);
 }
 }  // namespace detail
 
@@ -225,13 +469,25 @@ void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, c
 // with beta = 1 sums every batch's product into one C).  The contract uses
 // beta 0 (C is never read) or 1; any other beta scales C.
 void gemm(const float* A, const float* B, float* C, const GemmParams& p) {
-  for (i64 bi = 0; bi < p.batch; ++bi) {
+  const Epi e{p.beta, nullptr, Act::None};
+  auto one = [&](i64 bi) {
     // op(A)[i][k]: A stored [M,K] (rs=K, cs=1) or [K,M] when ta (rs=1, cs=M).
     const MatView a{A + bi * p.sa, p.ta ? 1 : p.K, p.ta ? p.M : 1};
     // op(B)[k][j]: B stored [K,N] (rs=N, cs=1) or [N,K] when tb (rs=1, cs=K).
     const MatView b{B + bi * p.sb, p.tb ? 1 : p.N, p.tb ? p.K : 1};
-    gemm_views(a, b, C + bi * p.sc, p.N, p.M, p.N, p.K, p.beta);
+    gemm_views(a, b, C + bi * p.sc, p.N, p.M, p.N, p.K, e);
+  };
+  // Many small products with disjoint outputs (e.g. attention heads): one
+  // product per task; otherwise each product is threaded on its own.
+  const i64 flops = p.M * p.N * p.K;
+  if (p.batch > 1 && p.sc >= p.M * p.N && flops < kParallelMinFlops && flops * p.batch >= kParallelMinFlops &&
+      num_threads() > 1) {
+    parallel_for(p.batch, 1, [&](i64 b0, i64 b1) {
+      for (i64 bi = b0; bi < b1; ++bi) one(bi);
+    });
+    return;
   }
+  for (i64 bi = 0; bi < p.batch; ++bi) one(bi);
 }
 
 }  // namespace pk

@@ -1,5 +1,10 @@
 // linear.cpp — fully connected layer (y = x w^T + b) and its gradients, on pk::gemm.
+//
+// Every product goes through gemm.cpp, which threads large products over the
+// current step's pool (pk::parallel_for); the bias and activation of the
+// forward pass are applied as gemm stores each tile (no extra pass over y).
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 
 namespace pk {
 namespace detail {
@@ -7,17 +12,19 @@ namespace detail {
 // accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
 void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
                   i64 M, i64 N, i64 K, bool accumulate);
+// As gemm_strided (overwriting C), then C[i][j] = act(C[i][j] + bias[j]) as each tile is stored.
+void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
+                           i64 ldc, i64 M, i64 N, i64 K, const float* bias, Act act);
 }  // namespace detail
 
-// y[M,N] = x[M,K] @ w[N,K]^T + b[N]; the bias (if any) is written first and
-// the product accumulated onto it.
+// y[M,N] = act(x[M,K] @ w[N,K]^T + b[N]); op(B) = w^T: (k, j) at w[j*K + k].
+void linear_fwd_act(const float* x, const float* w, const float* b, float* y, i64 M, i64 N, i64 K, Act act) {
+  detail::gemm_strided_bias_act(x, K, 1, w, /*b_rs=*/1, /*b_cs=*/K, y, N, M, N, K, b, act);
+}
+
+// y[M,N] = x[M,K] @ w[N,K]^T + b[N]
 void linear_fwd(const float* x, const float* w, const float* b, float* y, i64 M, i64 N, i64 K) {
-  if (b != nullptr) {
-    for (i64 i = 0; i < M; ++i)
-      for (i64 j = 0; j < N; ++j) y[i * N + j] = b[j];
-  }
-  const GemmParams p{1, M, N, K, /*ta=*/false, /*tb=*/true, 0, 0, 0, b != nullptr ? 1.0f : 0.0f};
-  gemm(x, w, y, p);
+  linear_fwd_act(x, w, b, y, M, N, K, Act::None);
 }
 
 // dx[M,K] = dy[M,N] @ w[N,K]
@@ -33,19 +40,26 @@ void linear_bwd_weight(const float* dy, const float* x, float* dw, i64 M, i64 N,
 }
 
 // db[N] = column sums of dy[M,N], accumulated in double (in column blocks so
-// the accumulators live on the stack).
+// the accumulators live on the stack); threaded over columns, so the sums (and
+// their rounding) do not depend on the number of threads.
 void bias_bwd(const float* dy, float* db, i64 M, i64 N) {
   constexpr i64 kBlock = 256;
-  double acc[kBlock];
-  for (i64 j0 = 0; j0 < N; j0 += kBlock) {
-    const i64 nb = N - j0 < kBlock ? N - j0 : kBlock;
-    for (i64 j = 0; j < nb; ++j) acc[j] = 0.0;
-    for (i64 i = 0; i < M; ++i) {
-      const float* row = dy + i * N + j0;
-      for (i64 j = 0; j < nb; ++j) acc[j] += row[j];
+  auto run = [&](i64 c0, i64 c1) {
+    double acc[kBlock];
+    for (i64 j0 = c0; j0 < c1; j0 += kBlock) {
+      const i64 nb = c1 - j0 < kBlock ? c1 - j0 : kBlock;
+      for (i64 j = 0; j < nb; ++j) acc[j] = 0.0;
+      for (i64 i = 0; i < M; ++i) {
+        const float* row = dy + i * N + j0;
+        for (i64 j = 0; j < nb; ++j) acc[j] += row[j];
+      }
+      for (i64 j = 0; j < nb; ++j) db[j0 + j] = static_cast<float>(acc[j]);
     }
-    for (i64 j = 0; j < nb; ++j) db[j0 + j] = static_cast<float>(acc[j]);
-  }
+  };
+  if (M * N >= (i64(1) << 16))
+    parallel_for(N, 64, run);
+  else
+    run(0, N);
 }
 
 }  // namespace pk

@@ -2,14 +2,23 @@
 // forward and backward, following PyTorch's CPU kernels window by window
 // (padding, dilation for max pooling, ceil_mode windows that run past the
 // input, count_include_pad and divisor_override).  OH/OW come from the
-// compiler, computed the PyTorch way.
+// compiler, computed the PyTorch way.  Every kernel is parallel over the
+// N*C planes (pk::parallel_for); the backward kernels zero their own planes.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 
 namespace pk {
+namespace {
+// Planes per parallel chunk: at least ~16K elements of work.
+inline i64 plane_grain(i64 per_plane) {
+  const i64 per = per_plane < 1 ? 1 : per_plane;
+  return per >= (1 << 14) ? 1 : ((1 << 14) + per - 1) / per;
+}
+}  // namespace
 
 // Max pooling.  Window (oh, ow) covers rows oh*sh - ph + i*dh (i < KH), clipped
 // to the input as PyTorch does (the first row is advanced by whole dilation
@@ -18,7 +27,8 @@ namespace pk {
 // empty window gives -inf and the window's first position, as in PyTorch.
 void max_pool2d_fwd(const float* x, float* y, int32_t* idx, const Pool2dParams& p) {
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW;
-  for (i64 plane = 0; plane < p.N * p.C; ++plane) {
+  parallel_for(p.N * p.C, plane_grain(OHW * p.KH * p.KW), [&](i64 p0, i64 p1) {
+  for (i64 plane = p0; plane < p1; ++plane) {
     const float* xp = x + plane * HW;
     float* yp = y + plane * OHW;
     int32_t* ip = idx + plane * OHW;
@@ -45,22 +55,25 @@ void max_pool2d_fwd(const float* x, float* y, int32_t* idx, const Pool2dParams& 
       }
     }
   }
+  });
 }
 
 // dx = 0; dx[plane][idx] += dy for every output (indices outside the plane,
 // possible only for empty windows, are skipped).
 void max_pool2d_bwd(const float* dy, const int32_t* idx, float* dx, const Pool2dParams& p) {
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW;
-  for (i64 i = 0; i < p.N * p.C * HW; ++i) dx[i] = 0.0f;
-  for (i64 plane = 0; plane < p.N * p.C; ++plane) {
-    const float* dyp = dy + plane * OHW;
-    const int32_t* ip = idx + plane * OHW;
-    float* dxp = dx + plane * HW;
-    for (i64 o = 0; o < OHW; ++o) {
-      const i64 at = ip[o];
-      if (at >= 0 && at < HW) dxp[at] += dyp[o];
+  parallel_for(p.N * p.C, plane_grain(HW + OHW), [&](i64 p0, i64 p1) {
+    for (i64 i = p0 * HW; i < p1 * HW; ++i) dx[i] = 0.0f;
+    for (i64 plane = p0; plane < p1; ++plane) {
+      const float* dyp = dy + plane * OHW;
+      const int32_t* ip = idx + plane * OHW;
+      float* dxp = dx + plane * HW;
+      for (i64 o = 0; o < OHW; ++o) {
+        const i64 at = ip[o];
+        if (at >= 0 && at < HW) dxp[at] += dyp[o];
+      }
     }
-  }
+  });
 }
 
 namespace {
@@ -95,7 +108,8 @@ AvgWindow avg_window(const Pool2dParams& p, i64 oh, i64 ow) {
 // y = (sum of the clipped window) / divisor; empty windows give 0.
 void avg_pool2d_fwd(const float* x, float* y, const Pool2dParams& p) {
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW;
-  for (i64 plane = 0; plane < p.N * p.C; ++plane) {
+  parallel_for(p.N * p.C, plane_grain(OHW * p.KH * p.KW), [&](i64 p0, i64 p1) {
+  for (i64 plane = p0; plane < p1; ++plane) {
     const float* xp = x + plane * HW;
     float* yp = y + plane * OHW;
     for (i64 oh = 0; oh < p.OH; ++oh)
@@ -111,13 +125,15 @@ void avg_pool2d_fwd(const float* x, float* y, const Pool2dParams& p) {
         yp[oh * p.OW + ow] = sum / win.divisor;
       }
   }
+  });
 }
 
 // dx = 0; every input of a window gets dy / divisor.
 void avg_pool2d_bwd(const float* dy, float* dx, const Pool2dParams& p) {
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW;
-  for (i64 i = 0; i < p.N * p.C * HW; ++i) dx[i] = 0.0f;
-  for (i64 plane = 0; plane < p.N * p.C; ++plane) {
+  parallel_for(p.N * p.C, plane_grain(HW + OHW * p.KH * p.KW), [&](i64 p0, i64 p1) {
+  for (i64 i = p0 * HW; i < p1 * HW; ++i) dx[i] = 0.0f;
+  for (i64 plane = p0; plane < p1; ++plane) {
     const float* dyp = dy + plane * OHW;
     float* dxp = dx + plane * HW;
     for (i64 oh = 0; oh < p.OH; ++oh)
@@ -129,6 +145,7 @@ void avg_pool2d_bwd(const float* dy, float* dx, const Pool2dParams& p) {
           for (i64 w = win.w0; w < win.w1; ++w) dxp[h * p.W + w] += g;
       }
   }
+  });
 }
 
 namespace {
@@ -139,7 +156,8 @@ inline i64 adaptive_end(i64 i, i64 in, i64 out) { return ((i + 1) * in + out - 1
 
 // y = mean of the adaptive window.
 void adaptive_avg_pool2d_fwd(const float* x, float* y, i64 N, i64 C, i64 H, i64 W, i64 OH, i64 OW) {
-  for (i64 plane = 0; plane < N * C; ++plane) {
+  parallel_for(N * C, plane_grain(H * W + OH * OW), [&](i64 p0, i64 p1) {
+  for (i64 plane = p0; plane < p1; ++plane) {
     const float* xp = x + plane * H * W;
     float* yp = y + plane * OH * OW;
     for (i64 oh = 0; oh < OH; ++oh) {
@@ -153,12 +171,14 @@ void adaptive_avg_pool2d_fwd(const float* x, float* y, i64 N, i64 C, i64 H, i64 
       }
     }
   }
+  });
 }
 
 // dx = 0; every input of a window gets dy / window size.
 void adaptive_avg_pool2d_bwd(const float* dy, float* dx, i64 N, i64 C, i64 H, i64 W, i64 OH, i64 OW) {
-  for (i64 i = 0; i < N * C * H * W; ++i) dx[i] = 0.0f;
-  for (i64 plane = 0; plane < N * C; ++plane) {
+  parallel_for(N * C, plane_grain(H * W + OH * OW), [&](i64 p0, i64 p1) {
+  for (i64 i = p0 * H * W; i < p1 * H * W; ++i) dx[i] = 0.0f;
+  for (i64 plane = p0; plane < p1; ++plane) {
     const float* dyp = dy + plane * OH * OW;
     float* dxp = dx + plane * H * W;
     for (i64 oh = 0; oh < OH; ++oh) {
@@ -171,6 +191,7 @@ void adaptive_avg_pool2d_bwd(const float* dy, float* dx, i64 N, i64 C, i64 H, i6
       }
     }
   }
+  });
 }
 
 }  // namespace pk

@@ -13,11 +13,12 @@ ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "codegen" / "runtime"
 SHIMS = Path(__file__).resolve().parent / "shims"
 CXX = os.environ.get("CXX", "g++")
-FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-march=native"]
+FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-march=native"]
 
 
 def _sources(shim):
-    return sorted((RUNTIME / "kernels").glob("*.cpp")) + [SHIMS / shim]
+    """Every kernel, the thread pool they run on, and the shim."""
+    return sorted((RUNTIME / "kernels").glob("*.cpp")) + [RUNTIME / "threadpool.cpp", SHIMS / shim]
 
 
 def build_shim(shim: str) -> ctypes.CDLL:

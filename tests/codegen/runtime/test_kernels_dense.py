@@ -29,6 +29,7 @@ def lib(shim_builder):
         "shim_linear_bwd_weight": [vp] * 3 + [i64] * 4,
         "shim_bias_bwd": [vp] * 2 + [i64] * 2,
         "shim_conv2d_fwd": [vp] * 5,
+        "shim_conv2d_fwd_act": [vp] * 5 + [cint],
         "shim_conv2d_bwd_input": [vp] * 4,
         "shim_conv2d_bwd_weight": [vp] * 4 + [i64] * 2,
         "shim_conv2d_bwd_bias": [vp] * 3,
@@ -43,8 +44,10 @@ def lib(shim_builder):
         "shim_layer_norm_fwd": [vp] * 6 + [i64] * 2 + [cf],
         "shim_layer_norm_bwd": [vp] * 8 + [i64] * 2,
         "shim_batch_norm_train_fwd": [vp] * 10 + [i64] * 3 + [cf, cf],
+        "shim_batch_norm_train_fwd_act": [vp] * 10 + [i64] * 3 + [cf, cf, cint],
         "shim_batch_norm_train_bwd": [vp] * 8 + [i64] * 3,
         "shim_batch_norm_eval_fwd": [vp] * 6 + [i64] * 3 + [cf],
+        "shim_batch_norm_eval_fwd_act": [vp] * 6 + [i64] * 3 + [cf, cint],
         "shim_batch_norm_eval_bwd": [vp] * 8 + [i64] * 3 + [cf],
     }
     for name, argtypes in sigs.items():
@@ -324,6 +327,92 @@ def test_conv2d_bwd_weight_partial_channels(lib, case):
         bufs.check_guards()
 
 
+# The fast paths of conv2d.cpp: 3x3 depthwise planes (flat form for planes that
+# fit a stack buffer, row form otherwise / for wide stride-2 rows, edges and
+# vector tails at odd sizes), 3x3 with few channels per group (plane sums),
+# 1x1 GEMMs, and the stem (3 -> many, stride 2).
+FAST_CONV_CASES = [
+    (2, 5, 64, 64, 5, (3, 3), (1, 1), (1, 1), (1, 1), 5),  # depthwise s1, flat
+    (2, 4, 64, 64, 4, (3, 3), (2, 2), (1, 1), (1, 1), 4),  # depthwise s2, row form (OW = 32)
+    (2, 3, 66, 70, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # s2 row form, even/odd sizes
+    (1, 3, 67, 69, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # s2 row form, odd sizes, vector tails
+    (1, 2, 130, 131, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),  # too big for the flat form: s1 row form
+    (1, 2, 101, 99, 2, (3, 3), (1, 1), (0, 0), (1, 1), 2),  # row form, no padding
+    (1, 2, 100, 100, 2, (3, 3), (1, 1), (2, 2), (1, 1), 2),  # row form, padding 2
+    (2, 6, 31, 29, 6, (3, 3), (2, 2), (1, 1), (1, 1), 6),  # s2 flat, odd sizes
+    (2, 6, 17, 33, 6, (3, 3), (1, 1), (1, 1), (1, 1), 6),  # s1 flat, odd sizes
+    (3, 7, 8, 8, 7, (3, 3), (2, 2), (1, 1), (1, 1), 7),
+    (2, 9, 4, 4, 9, (3, 3), (1, 1), (1, 1), (1, 1), 9),
+    (2, 4, 1, 1, 4, (3, 3), (1, 1), (1, 1), (1, 1), 4),  # 1x1 plane
+    (2, 4, 2, 3, 4, (3, 3), (2, 2), (1, 1), (1, 1), 4),
+    (2, 4, 9, 9, 4, (3, 3), (1, 1), (0, 0), (1, 1), 4),  # no padding
+    (2, 4, 9, 10, 4, (3, 3), (2, 2), (0, 0), (1, 1), 4),
+    (2, 4, 7, 7, 4, (3, 3), (1, 1), (2, 2), (1, 1), 4),  # padding 2
+    (1, 4, 9, 7, 4, (3, 3), (2, 2), (2, 2), (1, 1), 4),
+    (2, 4, 12, 12, 8, (3, 3), (1, 1), (1, 1), (1, 1), 4),  # multiplier 2: plane sums
+    (2, 6, 40, 37, 4, (3, 3), (2, 2), (1, 1), (1, 1), 2),  # grouped, few channels: plane sums
+    (2, 3, 64, 64, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # MobileNetV2 stem
+    (3, 16, 12, 12, 24, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # pointwise
+    (3, 24, 5, 5, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", FAST_CONV_CASES)
+def test_conv2d_fast_paths(lib, case):
+    """Against a float64 reference; the weight gradient sums thousands of terms
+    per element, so its tolerance scales with the largest gradient."""
+    params, x, w, b, dy = conv_setup(case, sum(case[:5]))
+    N, C, H, W, O = case[:5]
+    G = case[-1]
+    OH, OW = params[7], params[8]
+    D = lambda a: torch.tensor(a, dtype=torch.float64, requires_grad=True)  # noqa: E731
+    tx, tw, tb = D(x), D(w), D(b)
+    ty = F.conv2d(tx, tw, tb, stride=case[6], padding=case[7], dilation=case[8], groups=G)
+    ty.backward(torch.tensor(dy, dtype=torch.float64))
+    bufs = Buffers()
+    y, dx, dw, db = bufs(N, O, OH, OW), bufs(N, C, H, W), bufs(*w.shape), bufs(O)
+    lib.shim_conv2d_fwd(P(x), P(w), P(b), P(y), P(params))
+    close(y, ty, atol=2e-5)
+    lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), P(params))
+    close(dx, tx.grad, atol=2e-5)
+    lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), C // G, C)
+    close(dw, tw.grad, atol=1e-6 * float(tw.grad.abs().max()) + 1e-5)
+    lib.shim_conv2d_bwd_bias(P(dy), P(db), P(params))
+    close(db, tb.grad, atol=1e-5)
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("act", [0, 1, 2])
+@pytest.mark.parametrize("case", [FAST_CONV_CASES[i] for i in (0, 1, 7, 10, 17, 19, 20)] + [CONV_CASES[5], CONV_CASES[12]])
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv2d_fwd_act(lib, case, act, bias):
+    params, x, w, b, _ = conv_setup(case, 7 + act)
+    x *= 4.0  # plenty of values on both sides of 0 and 6
+    N, O, G = case[0], case[4], case[-1]
+    b = b if bias else None
+    ty = F.conv2d(T(x), T(w), None if b is None else T(b), stride=case[6], padding=case[7], dilation=case[8],
+                  groups=G)
+    ty = [ty, F.relu(ty), F.relu6(ty)][act]
+    bufs = Buffers()
+    y = bufs(N, O, params[7], params[8])
+    lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), P(params), act)
+    close(y, ty, atol=5e-5)
+    bufs.check_guards()
+
+
+def test_conv2d_fwd_act_nan_propagates(lib):
+    case = (1, 2, 6, 6, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2)
+    params, x, w, b, _ = conv_setup(case, 3)
+    x[0, 1, 2, 3] = np.nan
+    ref = F.relu6(F.conv2d(T(x), T(w), T(b), padding=1, groups=2))
+    for act in (1, 2):
+        bufs = Buffers()
+        y = bufs(1, 2, 6, 6)
+        lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), P(params), act)
+        assert np.isnan(y[0, 1]).sum() == np.isnan(ref[0, 1].numpy()).sum() > 0
+        assert not np.isnan(y[0, 0]).any()
+
+
 # ----------------------------------------------------------------------------- pooling
 
 # N, C, H, W, (KH, KW), (sh, sw), (ph, pw), (dh, dw), ceil_mode
@@ -574,4 +663,45 @@ def test_batch_norm_eval(lib, N, C, S, affine):
         dw2 = bufs(C)
         lib.shim_batch_norm_eval_bwd(P(dy), P(x), P(rm), P(rv), P(w), None, P(dw2), None, N, C, S, eps)
         close(dw2, tw.grad, atol=2e-5)
+    bufs.check_guards()
+
+
+@pytest.mark.parametrize("N,C,S", BN_SHAPES + [(8, 3, 4096), (2, 5, 33)])
+@pytest.mark.parametrize("act", [0, 1, 2])
+def test_batch_norm_fwd_act(lib, N, C, S, act):
+    rng = np.random.default_rng(N * C + S + act)
+    x = rand(rng, N, C, S) * 4.0 + 2.0
+    w, b = rand(rng, C) * 3.0, rand(rng, C) * 2.0
+    rm, rv = rand(rng, C), np.abs(rand(rng, C)) + 0.5
+    momentum, eps = 0.1, 1e-5
+    trm, trv = T(rm), T(rv)
+    ty, tmean, tinv = torch.native_batch_norm(T(x), T(w), T(b), trm, trv, True, momentum, eps)
+    fn = [lambda t: t, F.relu, F.relu6][act]
+    bufs = Buffers()
+    y, smean, sinv, new_rm, new_rv = bufs(N, C, S), bufs(C), bufs(C), bufs(C), bufs(C)
+    lib.shim_batch_norm_train_fwd_act(P(x), P(w), P(b), P(rm), P(rv), P(y), P(smean), P(sinv), P(new_rm),
+                                      P(new_rv), N, C, S, momentum, eps, act)
+    close(y, fn(ty), atol=5e-5)
+    close(smean, tmean)
+    close(sinv, tinv)
+    close(new_rm, trm)
+    close(new_rv, trv)
+    ye = bufs(N, C, S)
+    lib.shim_batch_norm_eval_fwd_act(P(x), P(w), P(b), P(rm), P(rv), P(ye), N, C, S, eps, act)
+    close(ye, fn(F.batch_norm(T(x), T(rm), T(rv), T(w), T(b), training=False, eps=eps)), atol=5e-5)
+    bufs.check_guards()
+
+
+def test_batch_norm_large_offset(lib):
+    """Statistics stay accurate for a channel whose mean dwarfs its spread."""
+    rng = np.random.default_rng(5)
+    N, C, S = 4, 2, 1000
+    x = (rand(rng, N, C, S) * 0.01 + 300.0).astype(np.float32)
+    ty, tmean, tinv = torch.native_batch_norm(T(x), None, None, None, None, True, 0.1, 1e-5)
+    bufs = Buffers()
+    y, smean, sinv = bufs(N, C, S), bufs(C), bufs(C)
+    lib.shim_batch_norm_train_fwd(P(x), None, None, None, None, P(y), P(smean), P(sinv), None, None, N, C, S, 0.1,
+                                  1e-5)
+    close(smean, tmean)
+    close(sinv, tinv, rtol=1e-3)
     bufs.check_guards()

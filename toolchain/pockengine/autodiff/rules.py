@@ -141,9 +141,11 @@ def _uses_input(bwd_op):
     return lambda b, n, g, need: [b.add(bwd_op, [g[0], n.inputs[0]], n.attrs)]
 
 
-for _op in ("relu", "sigmoid", "tanh"):
+# hardtanh reads its output too: for y = clamp(x, lo, hi), lo < y < hi exactly when lo < x < hi,
+# so a fused conv/BN + ReLU6 never needs the pre-activation
+for _op in ("relu", "sigmoid", "tanh", "hardtanh"):
     RULES[_op] = _uses_output(f"{_op}_bwd")
-for _op in ("silu", "gelu", "hardtanh", "pow_scalar"):
+for _op in ("silu", "gelu", "pow_scalar"):
     RULES[_op] = _uses_input(f"{_op}_bwd")
 RULES["exp"] = lambda b, n, g, need: [b.add("mul", [g[0], n.outputs[0]])]
 RULES["log"] = lambda b, n, g, need: [b.add("div", [g[0], n.inputs[0]])]

@@ -65,10 +65,20 @@ def _n(v) -> int:
 
 
 # ---- dense -------------------------------------------------------------------
+ACT = {"relu": "pk::Act::Relu", "relu6": "pk::Act::Relu6"}
+
+
+def _act(n: Node) -> tuple[str, str]:
+    """(kernel name suffix, extra argument) for a node with a fused activation epilogue."""
+    act = n.attrs.get("act")
+    return ("_act", f", {ACT[act]}") if act else ("", "")
+
+
 @emitter("linear")
 def _linear(e, n, x, w, bias, y):
     N, K = n.inputs[1].shape
-    return f"pk::linear_fwd({x}, {w}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, {K});"
+    suffix, arg = _act(n)
+    return f"pk::linear_fwd{suffix}({x}, {w}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, {K}{arg});"
 
 
 @emitter("linear_bwd_input")
@@ -113,7 +123,8 @@ def conv_params(x_shape, w_shape, y_shape, a) -> str:
 @emitter("conv2d")
 def _conv(e, n, x, w, bias, y):
     p = conv_params(n.inputs[0].shape, n.inputs[1].shape, n.outputs[0].shape, n.attrs)
-    return f"pk::conv2d_fwd({x}, {w}, {bias}, {y}, {p});"
+    suffix, arg = _act(n)
+    return f"pk::conv2d_fwd{suffix}({x}, {w}, {bias}, {y}, {p}{arg});"
 
 
 @emitter("conv2d_bwd_input")
@@ -173,13 +184,16 @@ def _ncs(x: Value) -> str:
 @emitter("batch_norm_train")
 def _bn_train(e, n, x, w, bias, rm, rv, y, mean, invstd, nrm, nrv):
     a = n.attrs
-    return (f"pk::batch_norm_train_fwd({x}, {w}, {bias}, {rm}, {rv}, {y}, {mean}, {invstd}, {nrm}, {nrv}, "
-            f"{_ncs(n.inputs[0])}, {fl(a['momentum'])}, {fl(a['eps'])});")
+    suffix, arg = _act(n)
+    return (f"pk::batch_norm_train_fwd{suffix}({x}, {w}, {bias}, {rm}, {rv}, {y}, {mean}, {invstd}, {nrm}, {nrv}, "
+            f"{_ncs(n.inputs[0])}, {fl(a['momentum'])}, {fl(a['eps'])}{arg});")
 
 
 @emitter("batch_norm_eval")
 def _bn_eval(e, n, x, w, bias, rm, rv, y):
-    return f"pk::batch_norm_eval_fwd({x}, {w}, {bias}, {rm}, {rv}, {y}, {_ncs(n.inputs[0])}, {fl(n.attrs['eps'])});"
+    suffix, arg = _act(n)
+    return (f"pk::batch_norm_eval_fwd{suffix}({x}, {w}, {bias}, {rm}, {rv}, {y}, {_ncs(n.inputs[0])}, "
+            f"{fl(n.attrs['eps'])}{arg});")
 
 
 @emitter("batch_norm_train_bwd")

@@ -34,7 +34,7 @@ except ImportError:  # not POSIX: atomic renames alone keep the cache consistent
 from ..errors import PockError
 
 ROOT = Path(__file__).resolve().parents[3]
-BASE_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-march=native", "-fvisibility=hidden", "-pthread")
+BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-march=native", "-fvisibility=hidden", "-pthread")
 _STDERR_TAIL = 4000
 
 

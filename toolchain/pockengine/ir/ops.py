@@ -300,6 +300,20 @@ _op("nll_loss_bwd", lambda i, a: [((i[1].shape[0], a["classes"]), "f32")], lambd
 _op("mse_loss", lambda i, a: [((), "f32")], lambda i, o, a: 3 * numel(i[0]))
 _op("mse_loss_bwd", lambda i, a: [(i[1].shape, "f32"), (i[2].shape, "f32")], lambda i, o, a: 3 * numel(i[1]))
 
+# ---- in place -----------------------------------------------------------------------------
+# The inputs an op may overwrite with its first output (same shape, dtype and element order;
+# output element i depends only on input element i, or, for cross_entropy_bwd, on a row
+# the kernel reads completely before writing it). The memory planner uses this when such an
+# input dies at the node.
+INPLACE: dict[str, tuple[int, ...]] = {
+    **{op: (0,) for op in ("relu", "sigmoid", "tanh", "silu", "gelu", "hardtanh", "exp", "log", "sqrt", "rsqrt",
+                           "neg", "abs", "reciprocal", "add_scalar", "mul_scalar", "rsub_scalar", "pow_scalar",
+                           "dropout_bwd")},
+    **{op: (0, 1) for op in ("relu_bwd", "sigmoid_bwd", "tanh_bwd", "silu_bwd", "gelu_bwd", "hardtanh_bwd",
+                             "pow_scalar_bwd", "add", "sub", "mul", "div")},
+    "cross_entropy_bwd": (1,),
+}
+
 # ---- state writes ----------------------------------------------------------------------
 _op("assign", lambda i, a: [], lambda i, o, a: 0, mutates=(0,))
 _op("sgd_update", lambda i, a: [], lambda i, o, a: 4 * numel(i[1]), mutates=(0, 2))

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OPS
+from ..ir.ops import INPLACE, OPS
 
 ALIGN = 64
 
@@ -45,7 +45,7 @@ def root_of(v: Value) -> Value:
     return v
 
 
-def liveness(order: list[Node], g: Graph, keep_to_end: list[Value]) -> list[Buffer]:
+def liveness(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bool = True) -> list[Buffer]:
     end = len(order)
     bufs: dict[int, Buffer] = {}
 
@@ -82,11 +82,40 @@ def liveness(order: list[Node], g: Graph, keep_to_end: list[Value]) -> list[Buff
         if b.first is None:  # defined by a node outside the order (cannot happen after DCE)
             raise AssertionError(f"{b.value!r} is never produced")
         b.last = max(b.last, b.first)
+    if in_place:
+        _share_in_place(order, bufs)
     return list(bufs.values())
 
 
-def plan_memory(order: list[Node], g: Graph, keep_to_end: list[Value]) -> MemoryPlan:
-    buffers = liveness(order, g, keep_to_end)
+def _share_in_place(order: list[Node], bufs: dict[int, Buffer]) -> None:
+    """Let a node write its output over an input whose buffer dies at that node
+    (ops in INPLACE only): the two share one buffer. Chains of such ops share too."""
+    owner = {}  # id(value) -> key of the buffer holding it
+    for key, b in bufs.items():
+        for v in [b.value] + b.aliases:
+            owner[id(v)] = key
+    for i, n in enumerate(order):
+        out = n.outputs[0] if n.outputs else None
+        if out is None or id(out) not in bufs or n.op not in INPLACE:
+            continue
+        for k in INPLACE[n.op]:
+            v = n.inputs[k] if k < len(n.inputs) else None
+            if v is None or v.shape != out.shape or v.dtype != out.dtype or id(v) not in owner:
+                continue
+            key = owner[id(v)]
+            src = bufs[key]
+            if src.last != i or src.value.kind != "temp" or src.size != bufs[id(out)].size:
+                continue
+            dst = bufs.pop(id(out))
+            for moved in [dst.value] + dst.aliases:
+                owner[id(moved)] = key
+            src.aliases += [dst.value] + dst.aliases
+            src.last = dst.last
+            break
+
+
+def plan_memory(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bool = True) -> MemoryPlan:
+    buffers = liveness(order, g, keep_to_end, in_place)
     placed: list[Buffer] = []
     for b in sorted(buffers, key=lambda b: (-b.size, b.first)):
         busy = sorted((p.offset, p.offset + p.size) for p in placed if p.first <= b.last and b.first <= p.last)

@@ -39,6 +39,9 @@ void shim_bias_bwd(const float* dy, float* db, i64 M, i64 N) { pk::bias_bwd(dy, 
 void shim_conv2d_fwd(const float* x, const float* w, const float* b, float* y, const i64* v) {
   pk::conv2d_fwd(x, w, b, y, conv_params(v));
 }
+void shim_conv2d_fwd_act(const float* x, const float* w, const float* b, float* y, const i64* v, int act) {
+  pk::conv2d_fwd_act(x, w, b, y, conv_params(v), static_cast<pk::Act>(act));
+}
 void shim_conv2d_bwd_input(const float* dy, const float* w, float* dx, const i64* v) {
   pk::conv2d_bwd_input(dy, w, dx, conv_params(v));
 }
@@ -84,6 +87,12 @@ void shim_batch_norm_train_fwd(const float* x, const float* w, const float* b, c
                                i64 C, i64 S, float momentum, float eps) {
   pk::batch_norm_train_fwd(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps);
 }
+void shim_batch_norm_train_fwd_act(const float* x, const float* w, const float* b, const float* rm,
+                                   const float* rv, float* y, float* save_mean, float* save_invstd, float* new_rm,
+                                   float* new_rv, i64 N, i64 C, i64 S, float momentum, float eps, int act) {
+  pk::batch_norm_train_fwd_act(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps,
+                               static_cast<pk::Act>(act));
+}
 void shim_batch_norm_train_bwd(const float* dy, const float* x, const float* save_mean, const float* save_invstd,
                                const float* w, float* dx, float* dw, float* db, i64 N, i64 C, i64 S) {
   pk::batch_norm_train_bwd(dy, x, save_mean, save_invstd, w, dx, dw, db, N, C, S);
@@ -91,6 +100,10 @@ void shim_batch_norm_train_bwd(const float* dy, const float* x, const float* sav
 void shim_batch_norm_eval_fwd(const float* x, const float* w, const float* b, const float* rm, const float* rv,
                               float* y, i64 N, i64 C, i64 S, float eps) {
   pk::batch_norm_eval_fwd(x, w, b, rm, rv, y, N, C, S, eps);
+}
+void shim_batch_norm_eval_fwd_act(const float* x, const float* w, const float* b, const float* rm,
+                                  const float* rv, float* y, i64 N, i64 C, i64 S, float eps, int act) {
+  pk::batch_norm_eval_fwd_act(x, w, b, rm, rv, y, N, C, S, eps, static_cast<pk::Act>(act));
 }
 void shim_batch_norm_eval_bwd(const float* dy, const float* x, const float* rm, const float* rv, const float* w,
                               float* dx, float* dw, float* db, i64 N, i64 C, i64 S, float eps) {

@@ -1,0 +1,155 @@
+"""results.json rows -> bench/results.md (Markdown table) and bench/results.png (chart).
+
+    .venv/bin/python bench/report.py [bench/results.json]   # re-render from a saved run
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+SCHEME_TITLES = {"full": "full", "last": "last layer", "sparse": "sparse"}
+COLUMNS = ["model", "scheme", "framework", "ms/step (median)", "min-max ms", "speed vs eager", "GFLOP/s",
+           "% of FMA peak", "train mem MiB", "loss @ step 1", "loss @ last step", "notes"]
+
+
+def _f(v, fmt):
+    return "n/a" if v is None else format(v, fmt)
+
+
+def _sig(v, digits=3) -> str:
+    """v with >= `digits` significant digits, never in scientific notation."""
+    if v is None:
+        return "n/a"
+    if v == 0 or not math.isfinite(v):
+        return str(v)
+    places = max(1, min(8, digits - 1 - math.floor(math.log10(abs(v)))))
+    return format(v, f".{places}f")
+
+
+_ms = _sig
+
+
+def _esc(s: str) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def table_lines(rows) -> list[str]:
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    for r in rows:
+        model = r["title"]
+        scheme = SCHEME_TITLES.get(r["scheme"], r["scheme"])
+        if r["status"] != "ok":
+            cells = [model, scheme, r["framework"], "n/a", "", "n/a", "n/a", "n/a", "n/a", "", "", _esc(r["reason"])]
+        else:
+            cells = [model, scheme, r["framework"], _ms(r["ms"]), f"{_ms(r['ms_min'])}-{_ms(r['ms_max'])}",
+                     _f(r["ratio"], ".2f") + ("x" if r["ratio"] is not None else ""), _sig(r["gflops"]),
+                     _sig(r["pct_peak"]), _sig(r.get("mem_mib")), _f(r.get("first_loss"), ".4f"), _f(r.get("final_loss"), ".4f"),
+                     _esc("; ".join(r.get("notes") or []))]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
+    peak = meta.get("peak") or {}
+    v = meta.get("versions", {})
+    out = [f"# PockEngine training-step benchmark{' (quick)' if meta.get('quick') else ''}", ""]
+    out.append(f"{meta['date']}, {meta['cpu']}, {meta['cores']} cores, {meta['threads']} threads for every "
+               f"framework; Python {meta['python']}; run took {meta['seconds']:.0f} s.")
+    la = meta.get("load_avg")
+    if la:
+        busy = la["max"] > 0.5 * meta["cores"] + 1
+        out.append(f"1-minute load average during the run: {la['start']:.1f} at start, mean {la['mean']:.1f}, max "
+                   f"{la['max']:.1f}" + (" -- **other work was running on the machine: treat the timings with "
+                                         "care**" if busy else " (the benchmark's own load is about 1-2)") + ".")
+    out.append("")
+    if peak:
+        out.append(f"Measured FP32 FMA peak (`bench/fma_peak.cpp`, {peak['isa']}, g++ -O3 -march=native, best of "
+               "a measurement before and after the run): "
+                   f"**{peak['single_gflops']:.1f} GFLOP/s on one core, {peak['all_gflops']:.1f} GFLOP/s on "
+                   f"{peak['threads']} threads** (the % column is against the "
+                   f"{'one-core' if meta['threads'] == 1 else 'all-core'} figure: {meta['threads']} thread(s) ran).")
+    else:
+        out.append("FMA peak: not measured (no C++ compiler?).")
+    out.append("")
+    out.append("Frameworks: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ".")
+    for k, why in meta.get("unavailable", {}).items():
+        out.append(f"Not run: {k} ({why}).")
+    out.append("")
+    out.append(f"Each number is the median of {meta['steps']} timed steps after {meta['warmup']} warm-up steps, "
+               f"timed in {meta['rounds']} rounds that alternate the frameworks, each framework in its own "
+               "process. SGD lr 0.01 momentum 0.9 (ONNX Runtime: no momentum), cross-entropy loss, random "
+               "init, fixed random batches. speed vs eager = eager ms / framework ms (> 1: faster than "
+               "PyTorch eager). GFLOP/s uses PockEngine's `flops_per_step` of that model and scheme for every "
+               "framework. train mem = peak RSS during the steps - RSS after loading (PockEngine: + its "
+               "arena and optimizer state, which it allocates and zeroes when it loads). loss @ step 1 is the "
+               "first step's loss (the same weights and batch everywhere); loss @ last step is the loss of the "
+               "last of the warm-up + timed steps (the same batches in the same order everywhere, so it "
+               "agrees across frameworks that implement the same update).")
+    out.append("")
+    out += table_lines(rows)
+    stats = meta.get("stats") or {}
+    if stats:
+        out += ["", "PockEngine's compiled programs (`prog.stats()`):", "",
+                "| model/scheme | GFLOP/step | arena MiB | optimizer state MiB | trainable elements |",
+                "|---|---|---|---|---|"]
+        for k, s in stats.items():
+            out.append(f"| {k} | {s['flops_per_step'] / 1e9:.3f} | {s['arena_bytes'] / 2**20:.2f} | "
+                       f"{s['optimizer_state_bytes'] / 2**20:.2f} | {s['trainable_elements']} |")
+    path.write_text("\n".join(out) + "\n")
+
+
+def write_plot(path: Path, meta: dict, rows: list[dict]) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    configs = []
+    for r in rows:
+        key = (r["title"], r["scheme"])
+        if key not in configs:
+            configs.append(key)
+    fws = []
+    for r in rows:
+        if r["framework"] not in fws:
+            fws.append(r["framework"])
+    by = {(r["title"], r["scheme"], r["framework"]): r for r in rows}
+    colors = {"pockengine": "#d62728", "eager": "#7f7f7f", "torch.compile": "#1f77b4", "executorch": "#2ca02c",
+              "onnxruntime": "#9467bd"}
+    width = 0.8 / max(1, len(fws))
+    fig, axes = plt.subplots(2, 1, figsize=(max(10, 1.1 * len(configs) + 3), 9), sharex=True)
+    labels = [f"{t}\n{SCHEME_TITLES.get(s, s)}" for t, s in configs]
+    for panel, (ax, field, ylabel) in enumerate(
+            zip(axes, ("ratio", "mem_mib"), ("speed vs PyTorch eager (x, log)", "training memory (MiB)"))):
+        for j, fw in enumerate(fws):
+            xs, ys = [], []
+            for i, (t, s) in enumerate(configs):
+                r = by.get((t, s, fw))
+                x = i + (j - (len(fws) - 1) / 2) * width
+                if r and r["status"] == "ok" and r.get(field) is not None:
+                    xs.append(x)
+                    ys.append(max(r[field], 1e-3))
+                else:
+                    ax.text(x, 0.02, "n/a", rotation=90, ha="center", va="bottom", fontsize=6,
+                            transform=ax.get_xaxis_transform(), color=colors.get(fw, "k"))
+            ax.bar(xs, ys, width, label=fw, color=colors.get(fw))
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
+        if field == "ratio":
+            ax.set_yscale("log")
+            ax.axhline(1.0, color="k", lw=0.8)
+    axes[0].legend(ncol=len(fws), fontsize=8, loc="upper left")
+    axes[0].set_title(f"Training step, {meta['threads']} threads, {meta['cpu']}" + (" (quick)" if meta["quick"] else ""))
+    axes[1].set_xticks(range(len(configs)))
+    axes[1].set_xticklabels(labels, rotation=45, ha="right", fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    src = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(__file__).resolve().parent / "results.json"
+    data = json.loads(src.read_text())
+    write_markdown(src.with_suffix(".md"), data["meta"], data["rows"])
+    write_plot(src.with_suffix(".png"), data["meta"], data["rows"])

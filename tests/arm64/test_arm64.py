@@ -1,0 +1,485 @@
+"""aarch64: the kernels and whole training steps, cross-compiled and run under
+qemu-aarch64, against torch and against this machine's build.
+
+* test_kernels: kernel_check.cpp with every runtime kernel, one qemu run over
+  all cases; each output is checked against a float64 torch reference.
+* test_train_end_to_end: a compiled model's TU + the runtime + train_driver.c
+  (plain C over pock.h) starts from a checkpoint the host trainer wrote, trains
+  5 steps and saves; its losses and its checkpoint, loaded by a host Trainer,
+  must match the host's own 5 steps (so checkpoints are portable too).
+
+Needs aarch64-linux-gnu-g++ and qemu-aarch64 (`make test` installs them);
+the cross-compiled runtime is cached (scripts/cross_build.py).
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import pockengine as pe
+from models import MODELS, SPARSE, batches
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+_spec = importlib.util.spec_from_file_location("cross_build", ROOT / "scripts" / "cross_build.py")
+cross = importlib.util.module_from_spec(_spec)
+sys.modules["cross_build"] = cross
+_spec.loader.exec_module(cross)
+
+pytestmark = pytest.mark.skipif(bool(cross.missing_tools()),
+                                reason=f"aarch64 cross tools missing: {', '.join(cross.missing_tools())} "
+                                       "(apt-get install g++-aarch64-linux-gnu qemu-user)")
+RTOL = 1e-4
+# Kernels that kernel_check.cpp declares weak: not every tree has them yet.
+OPTIONAL = {"linear_act", "conv2d_act", "batch_norm_act"}
+
+
+# ----------------------------------------------------------------------------- file format
+def write_tensors(path: Path, tensors: dict[str, np.ndarray]) -> None:
+    """name, shape, float32 data per tensor (kernel_check.cpp's format)."""
+    with open(path, "wb") as f:
+        for name, a in tensors.items():
+            a = np.ascontiguousarray(a, dtype="<f4")
+            raw = name.encode()
+            f.write(struct.pack("<I", len(raw)) + raw + struct.pack("<I", a.ndim))
+            f.write(struct.pack(f"<{a.ndim}q", *a.shape) + a.tobytes())
+
+
+def read_tensors(path: Path) -> dict[str, np.ndarray]:
+    buf, out, pos = Path(path).read_bytes(), {}, 0
+    while pos < len(buf):
+        (n,) = struct.unpack_from("<I", buf, pos)
+        name = buf[pos + 4:pos + 4 + n].decode()
+        (ndim,) = struct.unpack_from("<I", buf, pos + 4 + n)
+        pos += 8 + n
+        shape = struct.unpack_from(f"<{ndim}q", buf, pos)
+        pos += 8 * ndim
+        count = math.prod(shape)
+        out[name] = np.frombuffer(buf, "<f4", count, pos).reshape(shape)
+        pos += 4 * count
+    return out
+
+
+# ----------------------------------------------------------------------------- kernel cases
+# Each generator yields (family, params, inputs, expected): inputs are float32 arrays
+# (integers travel as floats), expected are float64 torch references computed
+# from exactly those float32 inputs.
+_g = torch.Generator().manual_seed(1234)
+
+
+def rnd(*shape, scale=1.0, lo=None, shift=0.0):
+    """scale * randn (|.| + lo when lo is given) + shift, as float64 values exactly
+    representable in float32, so that the kernel sees the reference's inputs."""
+    t = torch.randn(*shape, generator=_g, dtype=torch.float64) * scale
+    return ((t.abs() + lo if lo is not None else t) + shift).float().double()
+
+
+def grads(loss, *ts):
+    """torch.autograd.grad with zeros for inputs that do not reach the loss."""
+    return [g if g is not None else torch.zeros_like(t)
+            for g, t in zip(torch.autograd.grad(loss, ts, allow_unused=True), ts)]
+
+
+def gemm_cases():
+    # odd sizes around the micro-tile, the dot / direct-B / packed paths and the KC, NC blocks
+    for M, N, K, beta in [(7, 5, 3, 1.0), (1, 1, 1, 0.0), (17, 25, 9, 0.0), (33, 110, 131, 1.0), (20, 70, 300, 0.0)]:
+        for ta in (0, 1):
+            for tb in (0, 1):
+                yield gemm_case(1, M, N, K, ta, tb, beta)
+    yield gemm_case(3, 9, 14, 11, 0, 1, 0.0, broadcast_a=True)
+    yield gemm_case(2, 13, 30, 20, 1, 0, 1.0)
+    yield gemm_case(8, 24, 24, 256, 0, 1, 0.0)                  # small batched products: parallel over the batch
+    yield gemm_case(3, 5, 6, 7, 1, 1, 1.0, sum_batches=True)    # sc = 0: every product summed into one C
+
+
+def gemm_case(batch, M, N, K, ta, tb, beta, broadcast_a=False, sum_batches=False):
+    A = rnd(1 if broadcast_a else batch, *((K, M) if ta else (M, K)))
+    B = rnd(batch, *((N, K) if tb else (K, N)))
+    C0 = rnd(1 if sum_batches else batch, M, N)
+    prod = (A.transpose(-1, -2) if ta else A) @ (B.transpose(-1, -2) if tb else B)
+    C = C0 + prod.sum(0, keepdim=True) if sum_batches else prod + beta * C0
+    p = [batch, M, N, K, ta, tb, 0 if broadcast_a else M * K, K * N, 0 if sum_batches else M * N, beta]
+    return "gemm", p, {"A": A, "B": B, "C": C0}, {"C": C}
+
+
+def linear_cases():
+    for M, N, K, k, bias in [(5, 7, 9, 9, True), (16, 32, 16, 8, True), (3, 13, 29, 11, False), (1, 40, 3, 3, True),
+                                (37, 50, 70, 33, True)]:
+        x, w, dy = rnd(M, K, scale=1.0).requires_grad_(), rnd(N, K, scale=0.3).requires_grad_(), rnd(M, N)
+        b = rnd(N) if bias else None
+        y = F.linear(x, w, b)
+        dx, dw = grads((y * dy).sum(), x, w)
+        ins = {"x": x, "w": w, "dy": dy, **({"b": b} if bias else {})}
+        yield "linear", [M, N, K, k], ins, {"y": y, "dx": dx, "dw": dw[:, :k], "db": dy.sum(0)}
+    for M, N, K, act in [(6, 11, 13, 1), (9, 26, 17, 2), (40, 30, 20, 1), (19, 7, 3, 2)]:
+        x, w, b = rnd(M, K, scale=2.0), rnd(N, K), rnd(N)
+        y = F.linear(x, w, b)
+        y = y.relu() if act == 1 else y.clamp(0, 6)
+        yield "linear_act", [M, N, K, act], {"x": x, "w": w, "b": b}, {"y": y}
+
+
+CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
+    (2, 3, 9, 7, 5, 3, 3, (2, 2), (1, 1), (1, 1), 1, 3, 3, True),       # stem: few output channels (plane sums)
+    (1, 4, 8, 8, 6, 3, 2, (1, 2), (2, 1), (2, 1), 2, 2, 4, False),      # generic: grouped, dilated, uneven
+    (2, 8, 7, 7, 8, 3, 3, (1, 1), (1, 1), (1, 1), 8, 1, 8, False),      # depthwise
+    (1, 6, 6, 19, 6, 3, 3, (1, 1), (1, 1), (1, 1), 6, 1, 6, True),      # depthwise, rows of several vectors
+    (1, 5, 9, 22, 5, 3, 3, (2, 2), (1, 1), (1, 1), 5, 1, 5, False),     # depthwise stride 2, row form
+    (1, 2, 7, 9, 2, 3, 3, (2, 2), (2, 2), (1, 1), 2, 1, 2, False),      # depthwise stride 2, pad 2
+    (2, 3, 5, 6, 3, 3, 3, (1, 1), (0, 0), (1, 1), 3, 1, 3, True),       # depthwise, no padding
+    (1, 4, 9, 9, 8, 3, 3, (2, 2), (1, 1), (1, 1), 4, 1, 4, True),       # channel multiplier 2
+    (2, 6, 8, 9, 16, 3, 3, (1, 1), (1, 1), (1, 1), 1, 4, 6, True),      # implicit GEMM, partial weight grad
+    (1, 16, 6, 5, 16, 3, 3, (2, 2), (1, 1), (1, 1), 2, 5, 16, False),   # implicit GEMM, grouped, stride 2
+    (1, 3, 10, 10, 8, 5, 5, (2, 2), (2, 2), (1, 1), 1, 3, 3, True),     # 5x5
+    (2, 16, 5, 5, 12, 1, 1, (1, 1), (0, 0), (1, 1), 1, 8, 16, True),    # 1x1 GEMM, partial weight grad
+    (2, 10, 4, 6, 7, 1, 1, (1, 1), (0, 0), (1, 1), 1, 5, 5, False),     # 1x1, input pre-sliced to k channels
+    (1, 12, 7, 7, 9, 1, 1, (2, 2), (0, 0), (1, 1), 3, 4, 12, True),     # 1x1 stride 2, grouped
+]
+CONV_ACT = [(0, 1), (2, 2), (3, 1), (4, 2), (8, 2), (11, 1)]  # (CONV index, act) for conv2d_fwd_act
+
+
+def conv_case(N, C, H, W, O, KH, KW, stride, pad, dil, groups, bias=True):
+    x = rnd(N, C, H, W).requires_grad_()
+    w = rnd(O, C // groups, KH, KW, scale=0.5).requires_grad_()
+    b = rnd(O)
+    y = F.conv2d(x, w, b if bias else None, stride, pad, dil, groups)
+    conv = [N, C, H, W, O, KH, KW, y.shape[2], y.shape[3], *stride, *pad, *dil, groups]
+    return x, w, b, y, conv
+
+
+def conv2d_cases():
+    for N, C, H, W, O, KH, KW, stride, pad, dil, groups, k, xc, bias in CONV:
+        x, w, b, y, conv = conv_case(N, C, H, W, O, KH, KW, stride, pad, dil, groups, bias)
+        dy = rnd(*y.shape)
+        dx, dw = grads((y * dy).sum(), x, w)
+        ins = {"x": x, "w": w, "dy": dy, **({"b": b} if bias else {}), **({"xk": x[:, :k]} if xc != C else {})}
+        yield "conv2d", conv + [k, xc], ins, {"y": y, "dx": dx, "dw": dw[:, :k], "db": dy.sum((0, 2, 3))}
+    for i, act in CONV_ACT:
+        N, C, H, W, O, KH, KW, stride, pad, dil, groups = CONV[i][:11]
+        x, w, b, y, conv = conv_case(N, C, H, W, O, KH, KW, stride, pad, dil, groups)
+        y = y.relu() if act == 1 else y.clamp(0, 6)
+        yield "conv2d_act", conv + [act], {"x": x, "w": w, "b": b}, {"y": y}
+
+
+def norm_cases():
+    eps = 1e-5
+    for R, C, affine in [(6, 32, True), (5, 37, True), (4, 7, False)]:
+        x, dy = rnd(R, C, scale=2.0).requires_grad_(), rnd(R, C)
+        w, b = rnd(C).requires_grad_(), rnd(C).requires_grad_()
+        y = F.layer_norm(x, (C,), w if affine else None, b if affine else None, eps)
+        dx, dw, db = grads((y * dy).sum(), x, w, b)
+        var, mean = torch.var_mean(x, -1, unbiased=False)
+        exp = {"y": y, "mean": mean, "rstd": (var + eps).rsqrt(), "dx": dx, **({"dw": dw, "db": db} if affine else {})}
+        yield "layer_norm", [R, C, eps], {"x": x, "dy": dy, **({"w": w, "b": b} if affine else {})}, exp
+    for N, C, S in [(4, 8, 25), (8, 5, 1), (2, 3, 37)]:
+        x, dy = rnd(N, C, S, scale=2.0, shift=0.5).requires_grad_(), rnd(N, C, S)
+        w, b = rnd(C).requires_grad_(), rnd(C).requires_grad_()
+        rm, rv = rnd(C), rnd(C, lo=0.5)
+        new_rm, new_rv = rm.clone(), rv.clone()
+        y = F.batch_norm(x, new_rm, new_rv, w, b, True, 0.1, eps)
+        dx, dw, db = grads((y * dy).sum(), x, w, b)
+        var, mean = torch.var_mean(x, (0, 2), unbiased=False)
+        ins = {"x": x, "w": w, "b": b, "rm": rm, "rv": rv, "dy": dy}
+        yield "batch_norm", [N, C, S, 0.1, eps], ins, {
+            "y": y, "save_mean": mean, "save_invstd": (var + eps).rsqrt(), "new_rm": new_rm, "new_rv": new_rv,
+            "dx": dx, "dw": dw, "db": db}
+        act = 1 if S == 25 else 2
+        yact = y.relu() if act == 1 else y.clamp(0, 6)
+        yield "batch_norm_act", [N, C, S, 0.1, eps, act], {k: ins[k] for k in ("x", "w", "b", "rm", "rv")}, {"y": yact}
+    N, C, S = 2, 6, 10
+    x, dy = rnd(N, C, S).requires_grad_(), rnd(N, C, S)
+    w, b, rm, rv = rnd(C).requires_grad_(), rnd(C), rnd(C), rnd(C, lo=0.5)
+    y = F.batch_norm(x, rm, rv, w, b, False, 0.1, eps)
+    dx, dw = grads((y * dy).sum(), x, w)
+    yield "batch_norm_eval", [N, C, S, eps], {"x": x, "w": w, "b": b, "rm": rm, "rv": rv, "dy": dy}, {
+        "y": y, "dx": dx, "dw": dw, "db": dy.sum((0, 2))}
+
+
+def softmax_loss_cases():
+    for outer, dim, inner, log in [(4, 10, 1, 0), (3, 17, 5, 0), (4, 33, 1, 1), (2, 9, 3, 1), (1, 130, 1, 0)]:
+        x, dy = rnd(outer, dim, inner, scale=3.0).requires_grad_(), rnd(outer, dim, inner)
+        y = (torch.log_softmax if log else torch.softmax)(x, 1)
+        (dx,) = grads((y * dy).sum(), x)
+        yield "softmax", [outer, dim, inner, log], {"x": x, "dy": dy}, {"y": y, "dx": dx}
+    for N, C, ignore, smoothing in [(8, 5, -100, 0.0), (12, 37, 3, 0.0), (6, 10, -100, 0.1), (7, 11, 1, 0.2)]:
+        logits = rnd(N, C, scale=2.0).requires_grad_()
+        target = torch.randint(0, C, (N,), generator=_g)
+        target[0], target[1] = ignore if ignore >= 0 else 0, (ignore + 1) % C if ignore >= 0 else 1
+        dloss = torch.tensor([0.7], dtype=torch.float64)
+        loss = F.cross_entropy(logits, target, ignore_index=ignore, label_smoothing=smoothing)
+        (dlogits,) = grads(loss * dloss[0], logits)
+        yield "cross_entropy", [N, C, ignore, smoothing], {"logits": logits, "target": target, "dloss": dloss}, {
+            "loss": loss.reshape(1), "dlogits": dlogits}
+
+
+def sdpa_cases():
+    for B, L, S, E, Ev, causal, mask_kind, scale in [
+        (2, 5, 5, 8, 8, True, 0, None), (3, 4, 7, 6, 5, False, 0, None), (1, 4, 6, 4, 4, True, 0, 0.3),
+        (2, 6, 6, 4, 4, False, 1, None), (2, 5, 7, 8, 3, False, 2, None), (1, 9, 9, 16, 16, True, 0, None),
+    ]:
+        q, k, v = (rnd(B, L, E).requires_grad_(), rnd(B, S, E).requires_grad_(), rnd(B, S, Ev).requires_grad_())
+        scale = float(np.float32(scale or 1 / math.sqrt(E)))  # the kernel gets a float
+        scores = q @ k.transpose(1, 2) * scale
+        mask, strides = None, (0, 0, 0)
+        if causal:
+            scores = scores.masked_fill(torch.ones(L, S, dtype=torch.bool).triu(1), -math.inf)
+        if mask_kind == 1:  # bool [L, S] broadcast over the batch, the diagonal always attended
+            mask = torch.rand(L, S, generator=_g) > 0.4
+            mask |= torch.eye(L, S, dtype=torch.bool)
+            scores, strides = scores.masked_fill(~mask, -math.inf), (0, S, 1)
+        elif mask_kind == 2:  # float [B, L, S]
+            mask = rnd(B, L, S)
+            scores, strides = scores + mask, (L * S, S, 1)
+        probs = scores.softmax(-1)
+        out = probs @ v
+        dout = rnd(B, L, Ev)
+        dq, dk, dv = grads((out * dout).sum(), q, k, v)
+        ins = {"q": q, "k": k, "v": v, "dout": dout, **({"mask": mask} if mask is not None else {})}
+        yield "sdpa", [B, L, S, E, Ev, scale, causal, mask_kind, *strides], ins, {
+            "out": out, "probs": probs, "dq": dq, "dk": dk, "dv": dv}
+
+
+def rnn_cases():
+    for B, T, I, H, P, bias, k_ih, k_hh, k_hr in [
+        (3, 5, 6, 8, 0, True, 6, 8, 0), (2, 4, 5, 7, 4, True, 3, 2, 5), (2, 3, 4, 5, 0, False, 4, 5, 0),
+    ]:
+        lstm = nn.LSTM(I, H, batch_first=True, bias=bias, proj_size=P).double()
+        with torch.no_grad():
+            for prm in lstm.parameters():
+                prm.copy_(rnd(*prm.shape, scale=0.4))
+        Pn = P or H
+        x, h0, c0 = rnd(B, T, I).requires_grad_(), rnd(B, Pn).requires_grad_(), rnd(B, H).requires_grad_()
+        dy, dhn, dcn = rnd(B, T, Pn), rnd(B, Pn), rnd(B, H)
+        y, (hn, cn) = lstm(x, (h0[None], c0[None]))
+        weights = dict(lstm.named_parameters())
+        names = ["weight_ih_l0", "weight_hh_l0"] + (["bias_ih_l0", "bias_hh_l0"] if bias else []) + (
+            ["weight_hr_l0"] if P else [])
+        loss = (y * dy).sum() + (hn[0] * dhn).sum() + (cn[0] * dcn).sum()
+        dx, dh0, dc0, *dws = grads(loss, x, h0, c0, *(weights[n] for n in names))
+        dw = dict(zip(names, dws))
+        ins = {"x": x, "h0": h0, "c0": c0, "w_ih": weights["weight_ih_l0"], "w_hh": weights["weight_hh_l0"],
+               "dy": dy, "dhn": dhn, "dcn": dcn}
+        exp = {"y": y, "hn": hn[0], "cn": cn[0], "dx": dx, "dh0": dh0, "dc0": dc0,
+               "dw_ih": dw["weight_ih_l0"][:, :k_ih], "dw_hh": dw["weight_hh_l0"][:, :k_hh]}
+        if bias:
+            ins.update(b_ih=weights["bias_ih_l0"], b_hh=weights["bias_hh_l0"])
+            exp.update(db_ih=dw["bias_ih_l0"], db_hh=dw["bias_hh_l0"])
+        if P:
+            ins["w_hr"] = weights["weight_hr_l0"]
+            exp["dw_hr"] = dw["weight_hr_l0"][:, :k_hr]
+        yield "lstm", [B, T, I, H, Pn, bias, bool(P), k_ih, k_hh, k_hr], ins, exp
+    for B, T, I, H, bias, k_ih, k_hh in [(3, 4, 5, 6, True, 5, 6), (2, 3, 4, 5, True, 2, 3), (2, 3, 3, 4, False, 3, 4)]:
+        gru = nn.GRU(I, H, batch_first=True, bias=bias).double()
+        with torch.no_grad():
+            for prm in gru.parameters():
+                prm.copy_(rnd(*prm.shape, scale=0.4))
+        x, h0, dy, dhn = rnd(B, T, I).requires_grad_(), rnd(B, H).requires_grad_(), rnd(B, T, H), rnd(B, H)
+        y, hn = gru(x, h0[None])
+        weights = dict(gru.named_parameters())
+        names = ["weight_ih_l0", "weight_hh_l0"] + (["bias_ih_l0", "bias_hh_l0"] if bias else [])
+        dx, dh0, *dws = grads((y * dy).sum() + (hn[0] * dhn).sum(), x, h0, *(weights[n] for n in names))
+        dw = dict(zip(names, dws))
+        ins = {"x": x, "h0": h0, "w_ih": weights["weight_ih_l0"], "w_hh": weights["weight_hh_l0"], "dy": dy,
+               "dhn": dhn}
+        exp = {"y": y, "hn": hn[0], "dx": dx, "dh0": dh0, "dw_ih": dw["weight_ih_l0"][:, :k_ih],
+               "dw_hh": dw["weight_hh_l0"][:, :k_hh]}
+        if bias:
+            ins.update(b_ih=weights["bias_ih_l0"], b_hh=weights["bias_hh_l0"])
+            exp.update(db_ih=dw["bias_ih_l0"], db_hh=dw["bias_hh_l0"])
+        yield "gru", [B, T, I, H, bias, k_ih, k_hh], ins, exp
+
+
+def optimizer_cases():
+    def region(shape, k):
+        """(outer, inner, stride) of the updated elements of a [O, C, ...] parameter (all of
+        it, or its first k input channels), a getter of them as [outer, inner], and a setter."""
+        n, rest = math.prod(shape), math.prod(shape[2:])
+        if k is None:
+            return (1, n, n), lambda p: p.reshape(1, n), lambda p, sub: sub.reshape(shape)
+
+        def put(p, sub):
+            p = p.clone()
+            p[:, :k] = sub.reshape(p[:, :k].shape)
+            return p
+        return (shape[0], k * rest, shape[1] * rest), lambda p: p[:, :k].reshape(shape[0], -1), put
+
+    for shape, k, step, wd in [((37,), None, 1, 0.01), ((4, 6, 3), 2, 7, 0.1), ((5, 9), None, 3, 0.0)]:
+        (outer, inner, stride), get, put = region(shape, k)
+        param, g, m, v = rnd(*shape), rnd(outer, inner), rnd(outer, inner, scale=0.1), rnd(outer, inner, scale=0.01, lo=0.0)
+        if step == 1:
+            m, v = torch.zeros_like(m), torch.zeros_like(v)
+        sub = get(param).clone().requires_grad_()
+        opt = torch.optim.AdamW([sub], lr=1e-2, betas=(0.9, 0.999), eps=1e-8, weight_decay=wd)
+        if step > 1:  # resume at step t-1 with the given moments
+            opt.state[sub] = {"step": torch.tensor(float(step - 1)), "exp_avg": m.clone(), "exp_avg_sq": v.clone()}
+        sub.grad = g.clone()
+        opt.step()
+        st = opt.state[sub]
+        yield "adamw", [outer, inner, stride, 1e-2, 0.9, 0.999, 1e-8, wd, step], {"param": param, "g": g, "m": m, "v": v}, {
+            "param": put(param, sub.detach()), "m": st["exp_avg"], "v": st["exp_avg_sq"]}
+    for shape, k, momentum, damp, wd, nesterov, first in [
+        ((29,), None, 0.0, 0.0, 0.0, False, True), ((6, 7), None, 0.9, 0.1, 1e-3, False, False),
+        ((5, 8), None, 0.9, 0.0, 1e-2, True, True), ((3, 5, 4), 3, 0.8, 0.0, 0.0, True, False),
+    ]:
+        (outer, inner, stride), get, put = region(shape, k)
+        param, g, buf = rnd(*shape), rnd(outer, inner), rnd(outer, inner)
+        sub = get(param).clone().requires_grad_()
+        opt = torch.optim.SGD([sub], lr=0.05, momentum=momentum, dampening=damp, weight_decay=wd, nesterov=nesterov)
+        if momentum and not first:
+            opt.state[sub] = {"momentum_buffer": buf.clone()}
+        sub.grad = g.clone()
+        opt.step()
+        ins = {"param": param, "g": g, **({"buf": buf} if momentum else {})}
+        exp = {"param": put(param, sub.detach()), **({"buf": opt.state[sub]["momentum_buffer"]} if momentum else {})}
+        yield "sgd", [outer, inner, stride, 0.05, momentum, damp, wd, nesterov, first], ins, exp
+
+
+def data_cases():
+    for shape, dims, scale in [((3, 4, 5, 6), (0, 2), 1.0), ((3, 4, 5, 6), (3,), 1 / 6), ((3, 4, 5, 6), (0, 1, 2, 3), 0.5),
+                               ((3, 4, 5, 6), (), 2.0), ((37, 19), (0,), 1.0), ((37, 19), (1,), 1.0)]:
+        x = rnd(*shape)
+        y = x.sum(dims, keepdim=True) * scale if dims else x * scale
+        yield "reduce_sum", [scale] + [d in dims for d in range(len(shape))], {"x": x}, {"y": y}
+    # (x shape, y shape, copy shape, in strides, in offset, out strides, out offset)
+    for xs, ys, shape, ist, ioff, ost, ooff in [
+        ((3, 4, 5), (5, 3, 4), (5, 3, 4), (1, 20, 5), 0, (12, 4, 1), 0),       # permute
+        ((10, 12), (6, 10), (4, 8), (24, 1), 15, (10, 1), 11),                 # strided slice into a slice
+        ((1, 5), (4, 5), (4, 5), (0, 1), 0, (5, 1), 0),                        # expand
+        ((2, 3, 4, 5), (2, 5, 3, 4), (2, 5, 3, 4), (60, 1, 20, 5), 0, (60, 12, 4, 1), 0),
+    ]:
+        x, y0 = rnd(*xs), rnd(*ys)
+        y = y0.numpy().copy()
+        src = np.lib.stride_tricks.as_strided(x.numpy().reshape(-1)[ioff:], shape, [8 * s for s in ist])
+        np.lib.stride_tricks.as_strided(y.reshape(-1)[ooff:], shape, [8 * s for s in ost])[...] = src
+        yield "strided_copy", [len(shape), ioff, ooff, *shape, *ist, *ost], {"x": x, "y": y0}, {"y": torch.from_numpy(y)}
+    acts = [(torch.relu, 0, 0), (lambda t: F.hardtanh(t, -1.0, 1.0), -1.0, 1.0), (torch.sigmoid, 0, 0), (torch.tanh, 0, 0),
+            (F.silu, 0, 0), (F.gelu, 0, 0), (lambda t: F.gelu(t, approximate="tanh"), 0, 0)]
+    for kind, (fn, lo, hi) in enumerate(acts):
+        x, dy = rnd(67, scale=3.0).requires_grad_(), rnd(67)
+        y = fn(x)
+        (dx,) = grads((y * dy).sum(), x)
+        yield "activation", [kind, lo, hi], {"x": x, "dy": dy}, {"y": y, "dx": dx}
+    x, dy = rnd(4, 33, scale=4.0).requires_grad_(), rnd(4, 33)  # relu6 as the codegen emits it
+    y = F.hardtanh(x, 0.0, 6.0)
+    (dx,) = grads((y * dy).sum(), x)
+    yield "activation", [1, 0.0, 6.0], {"x": x, "dy": dy}, {"y": y, "dx": dx}
+    for op, (fn, x) in enumerate([(torch.exp, rnd(67, scale=2.0)), (torch.log, rnd(67, lo=0.1)),
+                                  (torch.sqrt, rnd(67, lo=0.0)), (torch.rsqrt, rnd(67, lo=0.1)), (torch.neg, rnd(67)),
+                                  (torch.abs, rnd(67)), (torch.reciprocal, rnd(67, lo=0.2))]):
+        yield "unary", [op], {"x": x}, {"y": fn(x)}
+    for op, fn in enumerate([torch.add, torch.sub, torch.mul, torch.div]):
+        for sa, sb in [((3, 1, 5), (4, 5)), ((6, 19), (6, 19)), ((2, 3, 4), (1,)), ((7, 1), (1, 9))]:
+            a, b = rnd(*sa), (rnd(*sb, lo=0.5) if op == 3 else rnd(*sb))
+            yield "binary", [op], {"a": a, "b": b}, {"out": fn(a, b)}
+    N, C, H, W, K, s, pad = 2, 3, 9, 8, 3, 2, 1
+    x = rnd(N, C, H, W).requires_grad_()
+    ymax, yavg = F.max_pool2d(x, K, s, pad), F.avg_pool2d(x, K, s, pad, count_include_pad=True)
+    dmax, davg = rnd(*ymax.shape), rnd(*yavg.shape)
+    (dxm,) = grads((ymax * dmax).sum(), x)
+    (dxa,) = grads((yavg * davg).sum(), x)
+    yield "pool2d", [N, C, H, W, ymax.shape[2], ymax.shape[3], K, K, s, s, pad, pad, 1, 1], {
+        "x": x, "dy_max": dmax, "dy_avg": davg}, {"y_max": ymax, "dx_max": dxm, "y_avg": yavg, "dx_avg": dxa}
+    for n, V, D, k, pidx in [(10, 7, 5, 3, 2), (9, 6, 17, 17, -1)]:
+        w, idx, dy = rnd(V, D).requires_grad_(), torch.randint(0, V, (n,), generator=_g), rnd(n, D)
+        idx[:2] = torch.tensor([max(pidx, 0), 1])
+        y = F.embedding(idx, w, padding_idx=pidx if pidx >= 0 else None)
+        (dw,) = grads((y * dy).sum(), w)
+        yield "embedding", [n, V, D, k, pidx], {"w": w, "idx": idx, "dy": dy}, {"y": y, "dw": dw[:, :k]}
+
+
+def kernel_cases():
+    """{case name: (inputs, expected)}; case names are "<family>.<i>"."""
+    cases, count = {}, {}
+    for gen in (gemm_cases, linear_cases, conv2d_cases, norm_cases, softmax_loss_cases, sdpa_cases, rnn_cases,
+                optimizer_cases, data_cases):
+        for family, params, ins, exp in gen():
+            i = count[family] = count.get(family, -1) + 1
+            arr = lambda t: np.asarray(t.detach().numpy() if torch.is_tensor(t) else t, dtype=np.float64)
+            ins = {"p": np.array([float(v) for v in params]), **{k: arr(v) for k, v in ins.items()}}
+            cases[f"{family}.{i}"] = (ins, {k: arr(v) for k, v in exp.items()})
+    return cases
+
+
+def test_kernels(tmp_path):
+    cases = kernel_cases()
+    exe = cross.build_executable([HERE / "kernel_check.cpp"], tmp_path / "kernel_check")
+    inputs = {f"{c}/{k}": v for c, (ins, _) in cases.items() for k, v in ins.items()}
+    write_tensors(tmp_path / "in.bin", inputs)
+    r = cross.run(exe, tmp_path / "in.bin", tmp_path / "out.bin")
+    assert r.returncode == 0, f"kernel_check failed under qemu (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
+    got = read_tensors(tmp_path / "out.bin")
+
+    failures, absent = [], []
+    for case, (ins, exp) in cases.items():
+        produced = {k.split("/", 1)[1] for k in got if k.split("/", 1)[0] == case}
+        if not produced and case.split(".")[0] in OPTIONAL:
+            absent.append(case)
+            continue
+        if produced != set(exp):
+            failures.append(f"{case}: outputs {sorted(produced)}, expected {sorted(exp)}")
+            continue
+        for name, want in exp.items():
+            have = got[f"{case}/{name}"]
+            if have.shape != want.shape:
+                failures.append(f"{case}/{name}: shape {have.shape}, expected {want.shape}")
+                continue
+            atol = 1e-5 * max(1.0, float(np.abs(want).max(initial=0.0)))
+            bad = ~np.isclose(have, want, rtol=RTOL, atol=atol)
+            if bad.any():
+                i = np.unravel_index(np.argmax(np.abs(have - want) * bad), want.shape)
+                failures.append(f"{case}/{name} (p={ins['p'].tolist()}): {bad.sum()} of {want.size} differ; "
+                                f"worst at {tuple(map(int, i))}: got {have[i]!r}, expected {want[i]:.7g}")
+    if absent:
+        print(f"kernels not in this tree (weak, skipped): {sorted({c.split('.')[0] for c in absent})}")
+    assert not failures, f"{len(failures)} aarch64 kernel mismatches:\n" + "\n".join(failures)
+
+
+# ----------------------------------------------------------------------------- end to end
+E2E = {
+    "mlp": dict(update=SPARSE["mlp"], optimizer=pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-4)),
+    "lstm": dict(update=SPARSE["lstm"], optimizer=pe.AdamW(lr=1e-2)),
+}
+STEPS = 5
+
+
+@pytest.mark.parametrize("model", sorted(E2E))
+def test_train_end_to_end(model, tmp_path):
+    torch.manual_seed(0)
+    data = batches(model)
+    inputs, targets = data[0]
+    prog = pe.compile(MODELS[model](), inputs, targets, **E2E[model])
+    (tmp_path / "model.cpp").write_text(prog.source())
+    exe = cross.build_executable([tmp_path / "model.cpp", HERE / "train_driver.c"], tmp_path / "train")
+
+    host = prog.build()
+    host.save(tmp_path / "start.ckpt")
+    before = host.state_dict()
+    with open(tmp_path / "data.bin", "wb") as f:
+        for i in range(STEPS):
+            ins, tgs = data[i % len(data)]
+            for t, io in zip([*ins, *tgs], host.inputs + host.targets):
+                f.write(np.ascontiguousarray(t.numpy(), dtype=io.dtype).tobytes())
+    host_losses = [host.step(*data[i % len(data)]) for i in range(STEPS)]
+
+    r = cross.run(exe, tmp_path / "start.ckpt", tmp_path / "data.bin", STEPS, tmp_path / "arm.ckpt", 2)
+    assert r.returncode == 0, f"train_driver failed under qemu (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
+    arm_losses = [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("loss ")]
+    np.testing.assert_allclose(arm_losses, host_losses, rtol=RTOL, err_msg="losses: aarch64 vs host")
+
+    arm = prog.build()
+    arm.load(tmp_path / "arm.ckpt")  # the aarch64-written checkpoint, read on this machine
+    assert arm.step_count == host.step_count == STEPS
+    want, got = host.state_dict(), arm.state_dict()
+    assert got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=1e-6, err_msg=f"{name}: aarch64 vs host")
+        frozen = np.array_equal(want[name], before[name])
+        assert not frozen or np.array_equal(got[name], before[name]), f"frozen {name} changed on aarch64"

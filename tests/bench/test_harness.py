@@ -1,0 +1,102 @@
+"""`bench/run.py --quick` (the harness behind `make bench`): runs end to end in under a minute and
+writes a results table with one sane row per (model, scheme, framework)."""
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from models import workloads  # noqa: E402
+
+
+def _cells(line):
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    t0 = time.time()
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, cwd=str(ROOT))
+    elapsed = time.time() - t0
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return out, elapsed, r.stdout
+
+
+def test_quick_mode_is_quick(quick_run):
+    out, elapsed, stdout = quick_run
+    meta = json.loads((out / "results.json").read_text())["meta"]
+    # other work on the machine (a parallel test run) stretches every step; judge only a quiet run
+    if meta["load_avg"]["mean"] > 1.5 * (os.cpu_count() or 1) + 1:
+        pytest.skip(f"machine busy (load {meta['load_avg']['mean']:.1f}); the run took {elapsed:.0f} s")
+    assert elapsed < 60, f"quick benchmark took {elapsed:.0f} s\n{stdout[-2000:]}"
+
+
+def test_progress_is_shown(quick_run):
+    _, _, stdout = quick_run
+    assert "prepare [" in stdout and "[1/12]" in stdout and "[12/12]" in stdout
+
+
+def test_table_has_expected_rows_and_sane_numbers(quick_run):
+    out, _, _ = quick_run
+    md = (out / "results.md").read_text()
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    header = _cells(lines[0])
+    for col in ("model", "scheme", "framework", "ms/step (median)", "speed vs eager", "GFLOP/s", "% of FMA peak",
+                "train mem MiB"):
+        assert col in header, col
+    col = {name: i for i, name in enumerate(header)}
+    rows = [_cells(ln) for ln in lines[1:] if not ln.startswith("| model/scheme") and len(_cells(ln)) == len(header)]
+
+    expected = {(w.title, s, fw) for w in workloads(quick=True) for s in ("full", "last layer", "sparse")
+                for fw in ("pockengine", "eager")}
+    got = {(r[col["model"]], r[col["scheme"]], r[col["framework"]]) for r in rows}
+    assert got == expected
+    assert len(rows) == len(expected) == 24
+
+    by = {(r[col["model"]], r[col["scheme"]], r[col["framework"]]): r for r in rows}
+    for (model, scheme, fw), r in by.items():
+        ms = float(r[col["ms/step (median)"]])
+        assert ms > 0, (model, scheme, fw)
+        ratio = float(r[col["speed vs eager"]].rstrip("x"))
+        eager_ms = float(by[(model, scheme, "eager")][col["ms/step (median)"]])
+        assert ratio > 0
+        # ratio = eager / ours, up to the table's rounding to 2 decimals
+        assert math.isclose(ratio, eager_ms / ms, rel_tol=0.02, abs_tol=0.011), (model, scheme, fw, ratio, eager_ms, ms)
+        if fw == "eager":
+            assert r[col["speed vs eager"]] == "1.00x"
+        gflops, pct = float(r[col["GFLOP/s"]]), float(r[col["% of FMA peak"]])
+        assert gflops > 0 and 0 < pct < 100, (model, scheme, fw, gflops, pct)
+        assert float(r[col["train mem MiB"]]) >= 0
+
+
+def test_json_agrees_and_frameworks_train_the_same_model(quick_run):
+    out, _, _ = quick_run
+    data = json.loads((out / "results.json").read_text())
+    meta, rows = data["meta"], data["rows"]
+    assert meta["peak"]["all_gflops"] > 0 and meta["peak"]["single_gflops"] > 0
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert len(ok) == 24, [r.get("reason") for r in rows if r["status"] != "ok"]
+    by = {(r["workload"], r["scheme"], r["framework"]): r for r in ok}
+    for (wl, scheme, fw), r in by.items():
+        eager = by[(wl, scheme, "eager")]
+        assert r["n"] >= meta["steps"] and r["ms"] > 0
+        assert math.isclose(r["ratio"], eager["ms"] / r["ms"], rel_tol=1e-9)
+        assert math.isclose(r["gflops"], r["flops_per_step"] / (r["ms"] / 1000) / 1e9, rel_tol=1e-9)
+        # the same initial weights and batches: the same first loss, and (the same update) close later
+        assert math.isfinite(r["first_loss"]) and math.isclose(r["first_loss"], eager["first_loss"], rel_tol=1e-4)
+        assert math.isclose(r["final_loss"], eager["final_loss"], rel_tol=2e-3), (wl, scheme, fw)
+
+
+def test_plot_written(quick_run):
+    out, _, _ = quick_run
+    png = out / "results.png"
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

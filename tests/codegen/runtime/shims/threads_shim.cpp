@@ -1,0 +1,89 @@
+// threads_shim.cpp — extern "C" access to the runtime's thread pool
+// (threadpool.cpp) and to the threaded dense kernels, for test_threads*.py and
+// test_gemm_perf*.py.  Built with every kernel plus threadpool.cpp.
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "pock_kernels.h"
+#include "pock_parallel.h"
+#include "runtime_internal.h"
+
+using pk::i64;
+using pock_rt::PoolScope;
+using pock_rt::ThreadPool;
+
+extern "C" {
+
+void* shim_pool_create(int threads) { return pock_rt::pool_create(threads); }
+void shim_pool_destroy(void* pool) { pock_rt::pool_destroy(static_cast<ThreadPool*>(pool)); }
+int shim_default_threads() { return pock_rt::default_num_threads(); }
+
+// parallel_for(n, grain) on `pool` (nullptr: no pool current): counts[i] += 1 for
+// each index visited; chunk_len[c] = length of the c-th chunk (up to max_chunks);
+// returns the number of chunks.  *threads_seen = distinct threads that ran chunks
+// (by comparing thread ids to the caller's).  With nested != 0 each chunk runs a
+// nested parallel_for over its range, which must run inline on the same thread.
+int shim_parallel_for(void* pool, i64 n, i64 grain, int32_t* counts, i64* chunk_len, int max_chunks, int nested,
+                      int* threads_seen, int* nested_ok, int* nthreads) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  *nthreads = pk::num_threads();
+  std::atomic<int> chunks{0}, other{0}, ok{1};
+  const std::thread::id caller = std::this_thread::get_id();
+  pk::parallel_for(n, grain, [&](i64 b, i64 e) {
+    const int c = chunks.fetch_add(1);
+    if (c < max_chunks) chunk_len[c] = e - b;
+    if (std::this_thread::get_id() != caller) other.store(1);
+    if (pk::num_threads() != 1) ok.store(0);
+    if (nested) {
+      const std::thread::id me = std::this_thread::get_id();
+      pk::parallel_for(e - b, 1, [&](i64 nb, i64 ne) {
+        if (std::this_thread::get_id() != me || nb != 0 || ne != e - b) ok.store(0);
+        for (i64 i = b + nb; i < b + ne; ++i) __atomic_fetch_add(&counts[i], 1, __ATOMIC_RELAXED);
+      });
+    } else {
+      for (i64 i = b; i < e; ++i) __atomic_fetch_add(&counts[i], 1, __ATOMIC_RELAXED);
+    }
+  });
+  *threads_seen = 1 + other.load();
+  *nested_ok = ok.load();
+  return chunks.load();
+}
+
+void shim_gemm_pool(void* pool, const float* A, const float* B, float* C, i64 batch, i64 M, i64 N, i64 K, int ta,
+                    int tb, i64 sa, i64 sb, i64 sc, float beta) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  pk::gemm(A, B, C, pk::GemmParams{batch, M, N, K, ta != 0, tb != 0, sa, sb, sc, beta});
+}
+
+void shim_linear_fwd_act_pool(void* pool, const float* x, const float* w, const float* b, float* y, i64 M, i64 N,
+                              i64 K, int act) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  pk::linear_fwd_act(x, w, b, y, M, N, K, static_cast<pk::Act>(act));
+}
+
+void shim_linear_bwd_pool(void* pool, const float* dy, const float* x, const float* w, float* dx, float* dw,
+                          float* db, i64 M, i64 N, i64 K) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  pk::linear_bwd_input(dy, w, dx, M, N, K);
+  pk::linear_bwd_weight(dy, x, dw, M, N, K, K);
+  pk::bias_bwd(dy, db, M, N);
+}
+
+// Best-of-`reps` seconds for one gemm (after a warm-up call).
+double shim_time_gemm(void* pool, const float* A, const float* B, float* C, i64 M, i64 N, i64 K, int ta, int tb,
+                      int reps) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  const pk::GemmParams p{1, M, N, K, ta != 0, tb != 0, 0, 0, 0, 0.0f};
+  pk::gemm(A, B, C, p);
+  double best = 1e30;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pk::gemm(A, B, C, p);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (s < best) best = s;
+  }
+  return best;
+}
+
+}  // extern "C"

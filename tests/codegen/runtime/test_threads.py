@@ -1,0 +1,208 @@
+"""The persistent thread pool (codegen/runtime/threadpool.cpp) and the threaded
+dense kernels (gemm.cpp, linear.cpp): parallel_for covers every index exactly
+once, nested calls run inline, threaded GEMM/linear agree with numpy, and a
+trainer gives the same losses with 1 and 2 threads."""
+import ctypes
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import CXX, RUNTIME, SHIMS, ptr
+
+vp, i64, cint, cf = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
+FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-march=native", "-pthread"]
+
+
+def build_threads_lib() -> ctypes.CDLL:
+    """Every kernel + threadpool.cpp + shims/threads_shim.cpp (cached by content hash)."""
+    srcs = sorted((RUNTIME / "kernels").glob("*.cpp")) + [RUNTIME / "threadpool.cpp", SHIMS / "threads_shim.cpp"]
+    h = hashlib.sha256(" ".join(FLAGS + [CXX]).encode())
+    for s in srcs + sorted(RUNTIME.rglob("*.h")):
+        h.update(s.read_bytes())
+    out_dir = Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine")) / "shims"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lib = out_dir / f"threads_shim-{h.hexdigest()[:16]}.so"
+    if not lib.exists():
+        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
+        subprocess.run([CXX, *FLAGS, "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-o",
+                        str(tmp)], check=True)
+        os.replace(tmp, lib)
+    lib = ctypes.CDLL(str(lib))
+    sigs = {
+        "shim_pool_create": (vp, [cint]),
+        "shim_pool_destroy": (None, [vp]),
+        "shim_default_threads": (cint, []),
+        "shim_parallel_for": (cint, [vp, i64, i64, vp, vp, cint, cint, vp, vp, vp]),
+        "shim_gemm_pool": (None, [vp] * 4 + [i64] * 4 + [cint, cint] + [i64] * 3 + [cf]),
+        "shim_linear_fwd_act_pool": (None, [vp] * 5 + [i64] * 3 + [cint]),
+        "shim_linear_bwd_pool": (None, [vp] * 7 + [i64] * 3),
+        "shim_time_gemm": (ctypes.c_double, [vp] * 4 + [i64] * 3 + [cint] * 3),
+    }
+    for name, (res, args) in sigs.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    return lib
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return build_threads_lib()
+
+
+@pytest.fixture(scope="module")
+def pools(lib):
+    made = {n: lib.shim_pool_create(n) for n in (1, 2, 3, 5)}
+    yield made
+    for p in made.values():
+        lib.shim_pool_destroy(p)
+
+
+def run_parallel_for(lib, pool, n, grain, nested=False):
+    counts = np.zeros(max(n, 1), np.int32)
+    chunk_len = np.zeros(256, np.int64)
+    seen, ok, nthreads = cint(), cint(), cint()
+    chunks = lib.shim_parallel_for(pool, n, grain, ptr(counts), ptr(chunk_len), 256, int(nested),
+                                   ctypes.byref(seen), ctypes.byref(ok), ctypes.byref(nthreads))
+    return counts[:n], chunk_len[:chunks], chunks, seen.value, ok.value, nthreads.value
+
+
+def test_default_threads_is_online_cores(lib):
+    assert lib.shim_default_threads() == max(1, os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize("threads", [None, 1, 2, 3, 5])
+@pytest.mark.parametrize("nested", [False, True])
+def test_parallel_for_covers_each_index_once(lib, pools, threads, nested):
+    pool = None if threads is None else pools[threads]
+    size = 1 if threads is None else threads
+    for n in [0, 1, 2, 3, 4, 5, 7, 16, 17, 100, 1000, 4099]:
+        for grain in [1, 2, 3, 7, 64, 1000, 5000]:
+            counts, lens, chunks, _, ok, nthreads = run_parallel_for(lib, pool, n, grain, nested)
+            assert nthreads == size
+            assert (counts == 1).all(), (n, grain, threads)
+            if chunks > 1:  # inside a chunk of a split range: num_threads() == 1, nested calls inline
+                assert ok == 1
+            if n == 0:
+                assert chunks == 0
+                continue
+            assert 1 <= chunks <= 4 * size and lens.sum() == n
+            if threads is None or threads == 1:
+                assert chunks == 1
+            if chunks > 1:
+                assert lens.min() >= grain
+
+
+def test_pool_uses_other_threads_and_survives_many_calls(lib, pools):
+    # Many back-to-back calls (spinning and sleeping workers alike) with n < threads too.
+    for it in range(2000):
+        n = it % 9
+        counts, _, _, _, _, _ = run_parallel_for(lib, pools[5], n, 1)
+        assert (counts == 1).all()
+    # A long enough job is shared: some chunk runs on a worker.
+    seen = max(run_parallel_for(lib, pools[2], 1 << 22, 1)[3] for _ in range(20))
+    assert seen == 2
+
+
+def test_pool_create_destroy_repeatedly(lib):
+    for n in (1, 2, 4, 2, 1):
+        pool = lib.shim_pool_create(n)
+        counts = run_parallel_for(lib, pool, 1000, 1)[0]
+        assert (counts == 1).all()
+        lib.shim_pool_destroy(pool)
+
+
+GEMM_SHAPES = [(1, 1, 1), (3, 5, 7), (13, 33, 17), (25, 31, 300), (8, 96, 24), (16, 70, 40), (17, 65, 33),
+               (64, 97, 129), (130, 200, 260), (300, 130, 70), (8, 1000, 300), (257, 65, 513)]
+
+
+@pytest.mark.parametrize("M,N,K", GEMM_SHAPES)
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_threads_match_numpy(lib, pools, M, N, K, ta, tb):
+    rng = np.random.default_rng(M * 1000 + N * 10 + K)
+    a = rng.standard_normal((K, M) if ta else (M, K)).astype(np.float32)
+    b = rng.standard_normal((N, K) if tb else (K, N)).astype(np.float32)
+    want = (a.T if ta else a).astype(np.float64) @ (b.T if tb else b).astype(np.float64)
+    c0 = rng.standard_normal((M, N)).astype(np.float32)
+    results = []
+    for threads in (1, 2):
+        c = np.full((M, N), np.nan, np.float32)
+        lib.shim_gemm_pool(pools[threads], ptr(a), ptr(b), ptr(c), 1, M, N, K, ta, tb, 0, 0, 0, 0.0)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+        c2 = c0.copy()
+        lib.shim_gemm_pool(pools[threads], ptr(a), ptr(b), ptr(c2), 1, M, N, K, ta, tb, 0, 0, 0, 1.0)
+        np.testing.assert_allclose(c2, want + c0, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+        results.append(c)
+    # the partition never changes the arithmetic of one element
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+@pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
+def test_gemm_batched_threads(lib, pools, ta, tb):
+    rng = np.random.default_rng(3)
+    batch, M, N, K = 12, 24, 40, 36  # small products: threaded over the batch
+    a = rng.standard_normal((batch, K, M) if ta else (batch, M, K)).astype(np.float32)
+    b = rng.standard_normal((batch, N, K) if tb else (batch, K, N)).astype(np.float32)
+    want = np.matmul(a.transpose(0, 2, 1) if ta else a, b.transpose(0, 2, 1) if tb else b)
+    for threads in (1, 2, 3):
+        c = np.full((batch, M, N), np.nan, np.float32)
+        lib.shim_gemm_pool(pools[threads], ptr(a), ptr(b), ptr(c), batch, M, N, K, ta, tb, M * K, K * N, M * N, 0.0)
+        np.testing.assert_allclose(c, want, rtol=1e-4, atol=1e-4)
+        acc = np.zeros((M, N), np.float32)  # sc = 0: every batch sums into one C, in order
+        lib.shim_gemm_pool(pools[threads], ptr(a), ptr(b), ptr(acc), batch, M, N, K, ta, tb, M * K, K * N, 0, 1.0)
+        np.testing.assert_allclose(acc, want.sum(0), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("M,N,K", [(1, 1, 1), (5, 7, 3), (8, 96, 24), (13, 70, 33), (100, 130, 257), (300, 64, 16)])
+@pytest.mark.parametrize("act", [0, 1, 2])
+@pytest.mark.parametrize("bias", [True, False])
+def test_linear_fwd_act_and_bwd_threads(lib, pools, M, N, K, act, bias):
+    rng = np.random.default_rng(M + N + K)
+    x = (rng.standard_normal((M, K)) * 3).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    b = rng.standard_normal(N).astype(np.float32) * 4 if bias else None
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    y_ref = torch.nn.functional.linear(tx, tw, None if b is None else torch.from_numpy(b))
+    y_ref = [y_ref, torch.relu(y_ref), torch.nn.functional.relu6(y_ref)][act].numpy()
+    dy = rng.standard_normal((M, N)).astype(np.float32)
+    for threads in (1, 2):
+        y = np.full((M, N), np.nan, np.float32)
+        lib.shim_linear_fwd_act_pool(pools[threads], ptr(x), ptr(w), ptr(b), ptr(y), M, N, K, act)
+        np.testing.assert_allclose(y, y_ref, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+        dx, dw, db = np.empty((M, K), np.float32), np.empty((N, K), np.float32), np.empty(N, np.float32)
+        lib.shim_linear_bwd_pool(pools[threads], ptr(dy), ptr(x), ptr(w), ptr(dx), ptr(dw), ptr(db), M, N, K)
+        np.testing.assert_allclose(dx, dy @ w, rtol=1e-4, atol=1e-4 * np.sqrt(N))
+        np.testing.assert_allclose(dw, dy.T @ x, rtol=1e-4, atol=1e-3 * np.sqrt(M))
+        np.testing.assert_allclose(db, dy.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
+
+
+def test_relu_epilogue_propagates_nan(lib, pools):
+    x = np.array([[np.nan, 1.0], [1.0, 1.0]], np.float32)
+    w = np.eye(2, dtype=np.float32)
+    for act in (1, 2):
+        y = np.zeros((2, 2), np.float32)
+        lib.shim_linear_fwd_act_pool(pools[1], ptr(x), ptr(w), None, ptr(y), 2, 2, 2, act)
+        assert np.isnan(y[0, 0]) and y[1, 1] == 1.0
+
+
+# ----------------------------------------------------------------------------- trainer
+# GPT with d=128 has products big enough to be threaded (fc1: 16 x 512 x 128).
+@pytest.mark.parametrize("name,kwargs", [("mlp", {}), ("gpt", {"d": 128, "heads": 4}), ("lstm", {"hidden": 96})])
+def test_trainer_same_losses_with_two_threads(name, kwargs):
+    import pockengine as pe
+    from models import MODELS, batches
+
+    data = batches(name, n=3)
+    losses = {}
+    for threads in (1, 2):
+        torch.manual_seed(0)
+        model = MODELS[name](**kwargs)
+        prog = pe.compile(model, *data[0], optimizer=pe.SGD(lr=0.1))
+        with prog.build() as trainer:
+            trainer.set_num_threads(threads)
+            losses[threads] = [trainer.step(*data[i % len(data)]) for i in range(6)]
+    np.testing.assert_allclose(losses[2], losses[1], rtol=1e-5)
