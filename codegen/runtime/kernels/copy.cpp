@@ -5,9 +5,12 @@
 // across them), so contiguous copies, slices of whole rows and cat become a
 // few big memcpy calls; a non-unit inner stride falls back to a plain loop.
 // Explicitly instantiated for float, int64_t, int32_t and uint8_t.
+// fill is split over the threads (pk::parallel_for); strided_copy is pure data
+// movement and stays on the calling thread.
 #include <cstring>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 
 namespace pk {
 
@@ -74,7 +77,9 @@ void strided_copy(const T* x, T* y, const StridedCopy& p) {
 // y[0:n] = value
 template <typename T>
 void fill(T* y, i64 n, T value) {
-  for (i64 i = 0; i < n; ++i) y[i] = value;
+  parallel_for(n, i64{1} << 16, [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; ++i) y[i] = value;
+  });
 }
 
 template void strided_copy<float>(const float*, float*, const StridedCopy&);

@@ -6,13 +6,69 @@
 // operand becomes one flat loop with stride 0, and a row vector becomes rows
 // of contiguous+contiguous loops.  The innermost loop is then specialised on
 // the operand strides (1/1, 1/0, 0/1, general) so the common cases vectorize.
+//
+// Threads (pk::parallel_for): flat loops are split in chunks whose boundaries
+// are multiples of kAlign (every element runs the same instructions whatever
+// the split), broadcast loops by whole innermost rows; results are
+// bit-identical for any thread count.  exp uses fast_exp (1 ulp, vectorizes;
+// the same function as in activation.cpp).
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 
 namespace pk {
 
 namespace {
+
+constexpr i64 kGrain = 1 << 15;  // elements per chunk, at least
+constexpr i64 kAlign = 64;
+
+// f(b, e) over [0, n) on the threads; chunk boundaries are multiples of kAlign.
+template <class F>
+inline void for_range(i64 n, F&& f) {
+  parallel_for(n, kGrain, [&](i64 b, i64 e) {
+    b = (b + kAlign - 1) / kAlign * kAlign;
+    e = e == n ? n : (e + kAlign - 1) / kAlign * kAlign;
+    if (e > n) e = n;
+    if (b < e) f(b, e);
+  });
+}
+
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// e^x within 1 ulp; +inf above ~88.72, 0 below ~-103.9, NaN propagates.
+inline float fast_exp(float x) {
+  x = x < -104.f ? -104.f : x;
+  x = x > 89.f ? 89.f : x;
+  const float kShift = 12582912.f;  // 1.5 * 2^23
+  const float z = x * 1.44269504088896341f + kShift;
+  const float n = z - kShift;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * (r * r) + r + 1.f;
+  const int32_t ni = static_cast<int32_t>(float_to_bits(z) - float_to_bits(kShift));
+  const int32_t n1 = ni >> 1, n2 = ni - n1;
+  return er * bits_to_float(static_cast<uint32_t>(n1 + 127) << 23) *
+         bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
+}
 
 // A coalesced iteration space over a contiguous output and K strided inputs.
 template <int K>
@@ -50,28 +106,45 @@ Layout<K> coalesce(int ndim, const i64* shape, const i64* const* strides) {
   return L;
 }
 
-// Calls row(out_offset, in_offsets[K], n) for every innermost row.
+// Calls row(out_offset, in_offsets[K], n) for every innermost row, the rows
+// split over the threads (one row: its [0, n) split, aligned).
 template <int K, class Row>
 void for_each_row(const Layout<K>& L, Row row) {
   if (L.total == 0) return;
   const int nd = L.nd;
   const i64 n = L.shape[nd - 1];
   const i64 rows = L.total / n;
-  i64 idx[kMaxDims] = {0};
-  i64 off[K] = {0};
-  i64 out = 0;
-  for (i64 r = 0; r < rows; ++r) {
-    row(out, off, n);
-    out += n;
-    for (int d = nd - 2; d >= 0; --d) {
-      if (++idx[d] < L.shape[d]) {
-        for (int k = 0; k < K; ++k) off[k] += L.st[k][d];
-        break;
-      }
-      for (int k = 0; k < K; ++k) off[k] -= L.st[k][d] * (L.shape[d] - 1);
-      idx[d] = 0;
-    }
+  if (rows == 1) {
+    for_range(n, [&](i64 b, i64 e) {
+      i64 off[K];
+      for (int k = 0; k < K; ++k) off[k] = b * L.st[k][nd - 1];
+      row(b, off, e - b);
+    });
+    return;
   }
+  parallel_for(rows, n >= kGrain ? 1 : kGrain / n, [&](i64 r0, i64 r1) {
+    i64 idx[kMaxDims] = {0};
+    i64 off[K] = {0};
+    i64 rem = r0;
+    for (int d = nd - 2; d >= 0; --d) {  // position at row r0
+      idx[d] = rem % L.shape[d];
+      rem /= L.shape[d];
+      for (int k = 0; k < K; ++k) off[k] += idx[d] * L.st[k][d];
+    }
+    i64 out = r0 * n;
+    for (i64 r = r0; r < r1; ++r) {
+      row(out, off, n);
+      out += n;
+      for (int d = nd - 2; d >= 0; --d) {
+        if (++idx[d] < L.shape[d]) {
+          for (int k = 0; k < K; ++k) off[k] += L.st[k][d];
+          break;
+        }
+        for (int k = 0; k < K; ++k) off[k] -= L.st[k][d] * (L.shape[d] - 1);
+        idx[d] = 0;
+      }
+    }
+  });
 }
 
 template <Binary OP>
@@ -133,63 +206,77 @@ void pow_row(const float* x, float* y, i64 n, float e) {
 
 // y = op(x) elementwise.
 void unary(Unary op, const float* x, float* y, i64 n) {
-  switch (op) {
-    case Unary::Exp:
-      for (i64 i = 0; i < n; ++i) y[i] = std::exp(x[i]);
-      break;
-    case Unary::Log:
-      for (i64 i = 0; i < n; ++i) y[i] = std::log(x[i]);
-      break;
-    case Unary::Sqrt:
-      for (i64 i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
-      break;
-    case Unary::Rsqrt:
-      for (i64 i = 0; i < n; ++i) y[i] = 1.f / std::sqrt(x[i]);
-      break;
-    case Unary::Neg:
-      for (i64 i = 0; i < n; ++i) y[i] = -x[i];
-      break;
-    case Unary::Abs:
-      for (i64 i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
-      break;
-    case Unary::Reciprocal:
-      for (i64 i = 0; i < n; ++i) y[i] = 1.f / x[i];
-      break;
-  }
+  for_range(n, [&](i64 b, i64 e) {
+    switch (op) {
+      case Unary::Exp:
+        for (i64 i = b; i < e; ++i) y[i] = fast_exp(x[i]);
+        break;
+      case Unary::Log:
+        for (i64 i = b; i < e; ++i) y[i] = std::log(x[i]);
+        break;
+      case Unary::Sqrt:
+        for (i64 i = b; i < e; ++i) y[i] = std::sqrt(x[i]);
+        break;
+      case Unary::Rsqrt:
+        for (i64 i = b; i < e; ++i) y[i] = 1.f / std::sqrt(x[i]);
+        break;
+      case Unary::Neg:
+        for (i64 i = b; i < e; ++i) y[i] = -x[i];
+        break;
+      case Unary::Abs:
+        for (i64 i = b; i < e; ++i) y[i] = std::fabs(x[i]);
+        break;
+      case Unary::Reciprocal:
+        for (i64 i = b; i < e; ++i) y[i] = 1.f / x[i];
+        break;
+    }
+  });
 }
 
 // y = x + c
 void add_scalar(const float* x, float* y, i64 n, float c) {
-  for (i64 i = 0; i < n; ++i) y[i] = x[i] + c;
+  for_range(n, [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; ++i) y[i] = x[i] + c;
+  });
 }
 
 // y = x * c
 void mul_scalar(const float* x, float* y, i64 n, float c) {
-  for (i64 i = 0; i < n; ++i) y[i] = x[i] * c;
+  for_range(n, [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; ++i) y[i] = x[i] * c;
+  });
 }
 
 // y = c - x
 void rsub_scalar(const float* x, float* y, i64 n, float c) {
-  for (i64 i = 0; i < n; ++i) y[i] = c - x[i];
+  for_range(n, [&](i64 b, i64 e) {
+    for (i64 i = b; i < e; ++i) y[i] = c - x[i];
+  });
 }
 
 // y = x ^ e
-void pow_scalar(const float* x, float* y, i64 n, float e) { pow_row(x, y, n, e); }
+void pow_scalar(const float* x, float* y, i64 n, float e) {
+  for_range(n, [&](i64 b, i64 end) { pow_row(x + b, y + b, end - b, e); });
+}
 
 // dx = dy * e * x^(e-1); e == 0 gives exactly 0 (as PyTorch's pow_backward).
 void pow_scalar_bwd(const float* dy, const float* x, float* dx, i64 n, float e) {
   if (e == 0.f) {
-    for (i64 i = 0; i < n; ++i) dx[i] = 0.f;
+    for_range(n, [&](i64 b, i64 end) {
+      for (i64 i = b; i < end; ++i) dx[i] = 0.f;
+    });
     return;
   }
   // Chunked through a stack buffer so dx may alias dy or x.
-  constexpr i64 kChunk = 256;
-  float t[kChunk];
-  for (i64 i0 = 0; i0 < n; i0 += kChunk) {
-    const i64 m = n - i0 < kChunk ? n - i0 : kChunk;
-    pow_row(x + i0, t, m, e - 1.f);
-    for (i64 i = 0; i < m; ++i) dx[i0 + i] = dy[i0 + i] * (e * t[i]);
-  }
+  for_range(n, [&](i64 b, i64 end) {
+    constexpr i64 kChunk = 256;
+    float t[kChunk];
+    for (i64 i0 = b; i0 < end; i0 += kChunk) {
+      const i64 m = end - i0 < kChunk ? end - i0 : kChunk;
+      pow_row(x + i0, t, m, e - 1.f);
+      for (i64 i = 0; i < m; ++i) dx[i0 + i] = dy[i0 + i] * (e * t[i]);
+    }
+  });
 }
 
 // out = a op b with numpy broadcasting (strides 0 broadcast).

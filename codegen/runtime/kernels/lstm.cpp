@@ -17,43 +17,18 @@
 //
 // Scratch layout (lstm_bwd_scratch_floats):
 //   dG[T*B*4H] | dc[B*H] | proj: dH[T*B*P] dr[B*H]  /  no proj: dh[B*P]
-#include <cmath>
 #include <cstring>
 
 #include "pock_kernels.h"
+#include "rnn_math.h"
 
 namespace pk {
-namespace detail {
-// Defined in gemm.cpp: C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when
-// accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
-void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                  i64 M, i64 N, i64 K, bool accumulate);
-}  // namespace detail
-
-namespace {
 
 using detail::gemm_strided;
-
-// c[0:n] += x[0:n]
-inline void add_to(float* __restrict c, const float* __restrict x, i64 n) {
-  for (i64 j = 0; j < n; ++j) c[j] += x[j];
-}
-
-// db[0:N] = sum of the M rows A[r*lda + 0:N]
-void col_sum(i64 M, i64 N, const float* A, i64 lda, float* db) {
-  std::memset(db, 0, sizeof(float) * N);
-  for (i64 r = 0; r < M; ++r) add_to(db, A + r * lda, N);
-}
-
-inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
-// tanh through one expf (libm's tanhf is several times slower); |error| ~ 1e-7
-inline float tanh_f(float x) {
-  const float e = std::exp(-2.f * std::fabs(x));
-  const float t = (1.f - e) / (1.f + e);
-  return x < 0.f ? -t : t;
-}
-
-}  // namespace
+using rnn::add_to;
+using rnn::col_sum;
+using rnn::sigmoid;
+using rnn::tanh_f;
 
 void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_ih, const float* w_hh,
               const float* b_ih, const float* b_hh, const float* w_hr, float* y, float* hn, float* cn,

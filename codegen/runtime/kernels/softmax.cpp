@@ -5,24 +5,96 @@
 // inner > 1 processes blocks of the inner axis with stack accumulators so the
 // loops over the contiguous inner axis vectorize.  Every kernel reads its
 // inputs before writing the same position, so y may alias x (and dx dy).
+//
+// exp is fast_exp below (Cody-Waite reduction + the Cephes expf polynomial,
+// 1 ulp, branch-free so the loops vectorize; the same function as in
+// activation.cpp).  Row maxima and double sums use independent lanes so they
+// vectorize too.  Threads: the (outer, inner-block) units are split with
+// pk::parallel_for; each unit's arithmetic does not depend on the split, so
+// results are bit-identical for any thread count.
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 
 namespace pk {
 
 namespace {
 
 constexpr i64 kBlock = 128;
+constexpr i64 kGrain = 1 << 14;  // elements per chunk, at least
+constexpr i64 kTmp = 256;        // stack chunk for log-softmax exponentials
 
 inline i64 block_len(i64 inner, i64 j0) { return inner - j0 < kBlock ? inner - j0 : kBlock; }
 
-// Row max of a contiguous row.
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+// e^x within 1 ulp; +inf above ~88.72, 0 below ~-103.9, NaN propagates.
+inline float fast_exp(float x) {
+  x = x < -104.f ? -104.f : x;
+  x = x > 89.f ? 89.f : x;
+  const float kShift = 12582912.f;  // 1.5 * 2^23
+  const float z = x * 1.44269504088896341f + kShift;
+  const float n = z - kShift;
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  const float er = p * (r * r) + r + 1.f;
+  const int32_t ni = static_cast<int32_t>(float_to_bits(z) - float_to_bits(kShift));
+  const int32_t n1 = ni >> 1, n2 = ni - n1;
+  return er * bits_to_float(static_cast<uint32_t>(n1 + 127) << 23) *
+         bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
+}
+
+// Row max of a contiguous row (16 lanes; NaN is skipped like the scalar x > m test).
 inline float row_max(const float* x, i64 n) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (i64 i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
+  constexpr float kNinf = -std::numeric_limits<float>::infinity();
+  float a[16];
+  for (int j = 0; j < 16; ++j) a[j] = kNinf;
+  i64 i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) a[j] = x[i + j] > a[j] ? x[i + j] : a[j];
+  float m = kNinf;
+  for (int j = 0; j < 16; ++j) m = a[j] > m ? a[j] : m;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
   return m;
+}
+
+// sum of x[i] (resp. x[i]*y[i]) in double, 8 lanes.
+inline double sum_f64(const float* x, i64 n) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  i64 i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]);
+  double s = 0;
+  for (; i < n; ++i) s += static_cast<double>(x[i]);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + s;
+}
+inline double dot_f64(const float* x, const float* y, i64 n) {
+  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  i64 i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]) * static_cast<double>(y[i + j]);
+  double s = 0;
+  for (; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(y[i]);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + s;
 }
 
 // Column max over dim for a block of `m` inner positions (stride `inner`).
@@ -34,68 +106,73 @@ inline void block_max(const float* x, float* mx, i64 dim, i64 inner, i64 m) {
   }
 }
 
+// f(o, j0) for every unit (row o, inner block starting at j0), threaded.
+template <class F>
+void for_units(i64 outer, i64 dim, i64 inner, F&& f) {
+  const i64 nblk = (inner + kBlock - 1) / kBlock;
+  const i64 unit = dim * (inner < kBlock ? inner : kBlock);  // elements per unit
+  const i64 grain = unit >= kGrain ? 1 : kGrain / (unit > 0 ? unit : 1);
+  parallel_for(outer * nblk, grain, [&](i64 b, i64 e) {
+    for (i64 u = b; u < e; ++u) f(u / nblk, (u % nblk) * kBlock);
+  });
+}
+
 // Shared forward: log == false -> softmax, log == true -> log_softmax.
 void softmax_impl(const float* x, float* y, i64 outer, i64 dim, i64 inner, bool log) {
-  if (dim == 0) return;
-  for (i64 o = 0; o < outer; ++o) {
+  if (dim == 0 || inner == 0) return;
+  for_units(outer, dim, inner, [&](i64 o, i64 j0) {
     const float* xo = x + o * dim * inner;
     float* yo = y + o * dim * inner;
     if (inner == 1) {
       const float m = row_max(xo, dim);
       if (log) {
+        float t[kTmp];  // exponentials go through the stack: y may alias x
         double s = 0;
-        for (i64 d = 0; d < dim; ++d) s += std::exp(xo[d] - m);
+        for (i64 d0 = 0; d0 < dim; d0 += kTmp) {
+          const i64 nd = dim - d0 < kTmp ? dim - d0 : kTmp;
+          for (i64 d = 0; d < nd; ++d) t[d] = fast_exp(xo[d0 + d] - m);
+          s += sum_f64(t, nd);
+        }
         const float lse = m + static_cast<float>(std::log(s));
         for (i64 d = 0; d < dim; ++d) yo[d] = xo[d] - lse;
       } else {
-        double s = 0;
-        for (i64 d = 0; d < dim; ++d) {
-          const float e = std::exp(xo[d] - m);
-          yo[d] = e;
-          s += e;
-        }
-        const float inv = static_cast<float>(1.0 / s);
+        for (i64 d = 0; d < dim; ++d) yo[d] = fast_exp(xo[d] - m);
+        const float inv = static_cast<float>(1.0 / sum_f64(yo, dim));
         for (i64 d = 0; d < dim; ++d) yo[d] *= inv;
       }
-      continue;
+      return;
     }
     float mx[kBlock];
     double s[kBlock];
-    for (i64 j0 = 0; j0 < inner; j0 += kBlock) {
-      const i64 m = block_len(inner, j0);
-      const float* xb = xo + j0;
-      float* yb = yo + j0;
-      block_max(xb, mx, dim, inner, m);
-      for (i64 j = 0; j < m; ++j) s[j] = 0;
+    const i64 m = block_len(inner, j0);
+    const float* xb = xo + j0;
+    float* yb = yo + j0;
+    block_max(xb, mx, dim, inner, m);
+    for (i64 j = 0; j < m; ++j) s[j] = 0;
+    for (i64 d = 0; d < dim; ++d) {
+      const float* xr = xb + d * inner;
+      float* yr = yb + d * inner;
+      float t[kBlock];
+      for (i64 j = 0; j < m; ++j) t[j] = fast_exp(xr[j] - mx[j]);
+      if (!log)
+        for (i64 j = 0; j < m; ++j) yr[j] = t[j];
+      for (i64 j = 0; j < m; ++j) s[j] += t[j];
+    }
+    if (log) {
+      for (i64 j = 0; j < m; ++j) mx[j] += static_cast<float>(std::log(s[j]));  // mx := logsumexp
       for (i64 d = 0; d < dim; ++d) {
         const float* xr = xb + d * inner;
         float* yr = yb + d * inner;
-        if (log) {
-          for (i64 j = 0; j < m; ++j) s[j] += std::exp(xr[j] - mx[j]);
-        } else {
-          for (i64 j = 0; j < m; ++j) {
-            const float e = std::exp(xr[j] - mx[j]);
-            yr[j] = e;
-            s[j] += e;
-          }
-        }
+        for (i64 j = 0; j < m; ++j) yr[j] = xr[j] - mx[j];
       }
-      if (log) {
-        for (i64 j = 0; j < m; ++j) mx[j] += static_cast<float>(std::log(s[j]));  // mx := logsumexp
-        for (i64 d = 0; d < dim; ++d) {
-          const float* xr = xb + d * inner;
-          float* yr = yb + d * inner;
-          for (i64 j = 0; j < m; ++j) yr[j] = xr[j] - mx[j];
-        }
-      } else {
-        for (i64 j = 0; j < m; ++j) mx[j] = static_cast<float>(1.0 / s[j]);  // mx := 1/sum
-        for (i64 d = 0; d < dim; ++d) {
-          float* yr = yb + d * inner;
-          for (i64 j = 0; j < m; ++j) yr[j] *= mx[j];
-        }
+    } else {
+      for (i64 j = 0; j < m; ++j) mx[j] = static_cast<float>(1.0 / s[j]);  // mx := 1/sum
+      for (i64 d = 0; d < dim; ++d) {
+        float* yr = yb + d * inner;
+        for (i64 j = 0; j < m; ++j) yr[j] *= mx[j];
       }
     }
-  }
+  });
 }
 
 }  // namespace
@@ -112,60 +189,54 @@ void log_softmax_fwd(const float* x, float* y, i64 outer, i64 dim, i64 inner) {
 
 // dx = y * (dy - sum_dim(dy * y)).
 void softmax_bwd(const float* dy, const float* y, float* dx, i64 outer, i64 dim, i64 inner) {
-  for (i64 o = 0; o < outer; ++o) {
+  if (dim == 0 || inner == 0) return;
+  for_units(outer, dim, inner, [&](i64 o, i64 j0) {
     const i64 base = o * dim * inner;
     if (inner == 1) {
-      double s = 0;
-      for (i64 d = 0; d < dim; ++d) s += static_cast<double>(dy[base + d]) * y[base + d];
-      const float sf = static_cast<float>(s);
+      const float sf = static_cast<float>(dot_f64(dy + base, y + base, dim));
       for (i64 d = 0; d < dim; ++d) dx[base + d] = y[base + d] * (dy[base + d] - sf);
-      continue;
+      return;
     }
-    for (i64 j0 = 0; j0 < inner; j0 += kBlock) {
-      const i64 m = block_len(inner, j0);
-      double s[kBlock];
-      float sf[kBlock];
-      for (i64 j = 0; j < m; ++j) s[j] = 0;
-      for (i64 d = 0; d < dim; ++d) {
-        const i64 r = base + d * inner + j0;
-        for (i64 j = 0; j < m; ++j) s[j] += static_cast<double>(dy[r + j]) * y[r + j];
-      }
-      for (i64 j = 0; j < m; ++j) sf[j] = static_cast<float>(s[j]);
-      for (i64 d = 0; d < dim; ++d) {
-        const i64 r = base + d * inner + j0;
-        for (i64 j = 0; j < m; ++j) dx[r + j] = y[r + j] * (dy[r + j] - sf[j]);
-      }
+    const i64 m = block_len(inner, j0);
+    double s[kBlock];
+    float sf[kBlock];
+    for (i64 j = 0; j < m; ++j) s[j] = 0;
+    for (i64 d = 0; d < dim; ++d) {
+      const i64 r = base + d * inner + j0;
+      for (i64 j = 0; j < m; ++j) s[j] += static_cast<double>(dy[r + j]) * y[r + j];
     }
-  }
+    for (i64 j = 0; j < m; ++j) sf[j] = static_cast<float>(s[j]);
+    for (i64 d = 0; d < dim; ++d) {
+      const i64 r = base + d * inner + j0;
+      for (i64 j = 0; j < m; ++j) dx[r + j] = y[r + j] * (dy[r + j] - sf[j]);
+    }
+  });
 }
 
 // dx = dy - exp(y) * sum_dim(dy)   (y is the log_softmax output).
 void log_softmax_bwd(const float* dy, const float* y, float* dx, i64 outer, i64 dim, i64 inner) {
-  for (i64 o = 0; o < outer; ++o) {
+  if (dim == 0 || inner == 0) return;
+  for_units(outer, dim, inner, [&](i64 o, i64 j0) {
     const i64 base = o * dim * inner;
     if (inner == 1) {
-      double s = 0;
-      for (i64 d = 0; d < dim; ++d) s += dy[base + d];
-      const float sf = static_cast<float>(s);
-      for (i64 d = 0; d < dim; ++d) dx[base + d] = dy[base + d] - std::exp(y[base + d]) * sf;
-      continue;
+      const float sf = static_cast<float>(sum_f64(dy + base, dim));
+      for (i64 d = 0; d < dim; ++d) dx[base + d] = dy[base + d] - fast_exp(y[base + d]) * sf;
+      return;
     }
-    for (i64 j0 = 0; j0 < inner; j0 += kBlock) {
-      const i64 m = block_len(inner, j0);
-      double s[kBlock];
-      float sf[kBlock];
-      for (i64 j = 0; j < m; ++j) s[j] = 0;
-      for (i64 d = 0; d < dim; ++d) {
-        const i64 r = base + d * inner + j0;
-        for (i64 j = 0; j < m; ++j) s[j] += dy[r + j];
-      }
-      for (i64 j = 0; j < m; ++j) sf[j] = static_cast<float>(s[j]);
-      for (i64 d = 0; d < dim; ++d) {
-        const i64 r = base + d * inner + j0;
-        for (i64 j = 0; j < m; ++j) dx[r + j] = dy[r + j] - std::exp(y[r + j]) * sf[j];
-      }
+    const i64 m = block_len(inner, j0);
+    double s[kBlock];
+    float sf[kBlock];
+    for (i64 j = 0; j < m; ++j) s[j] = 0;
+    for (i64 d = 0; d < dim; ++d) {
+      const i64 r = base + d * inner + j0;
+      for (i64 j = 0; j < m; ++j) s[j] += dy[r + j];
     }
-  }
+    for (i64 j = 0; j < m; ++j) sf[j] = static_cast<float>(s[j]);
+    for (i64 d = 0; d < dim; ++d) {
+      const i64 r = base + d * inner + j0;
+      for (i64 j = 0; j < m; ++j) dx[r + j] = dy[r + j] - fast_exp(y[r + j]) * sf[j];
+    }
+  });
 }
 
 }  // namespace pk

@@ -25,7 +25,7 @@ def build_shim(shim: str) -> ctypes.CDLL:
     """Compile kernels + shims/<shim> (cached by content hash) and load it."""
     srcs = _sources(shim)
     h = hashlib.sha256(" ".join(FLAGS + [CXX]).encode())
-    for s in srcs + sorted((RUNTIME / "include").glob("*.h")):
+    for s in srcs + sorted(RUNTIME.rglob("*.h")):  # kernels/*.h too (conv_common.h, rnn_math.h)
         h.update(s.read_bytes())
     out_dir = Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine")) / "shims"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,9 +1,15 @@
 // pointwise_shim.cpp — extern "C" wrappers over the pointwise-family kernels
 // (activation, elementwise, reduce, copy, softmax, loss, attention, dropout,
-// optimizer) taking plain pointers and integers so ctypes can call them.
+// optimizer, layer_norm) taking plain pointers and integers so ctypes can call
+// them.  pw_use_threads(n) makes a pool of n threads current on the calling
+// thread (threadpool.cpp is linked in), so every wrapper below then runs the
+// kernels threaded; pw_use_threads(1) goes back to inline.
 #include <cstdint>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
+// Not on the shim's include path (conftest passes only include/): relative to this file.
+#include "../../../../codegen/runtime/runtime_internal.h"
 
 using pk::i64;
 
@@ -14,7 +20,34 @@ void load_dims(int ndim, const i64* src, Arr& dst) {
 }
 }  // namespace
 
+namespace {
+pock_rt::ThreadPool* g_pool = nullptr;
+pock_rt::PoolScope* g_scope = nullptr;
+}  // namespace
+
 extern "C" {
+
+// Threads for the wrappers below (on the calling thread): n <= 1 runs inline.
+void pw_use_threads(int n) {
+  delete g_scope;
+  g_scope = nullptr;
+  pock_rt::pool_destroy(g_pool);
+  g_pool = nullptr;
+  if (n > 1) {
+    g_pool = pock_rt::pool_create(n);
+    g_scope = new pock_rt::PoolScope(g_pool);
+  }
+}
+int pw_num_threads() { return pk::num_threads(); }
+
+void pw_layer_norm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd, i64 rows,
+                       i64 cols, float eps) {
+  pk::layer_norm_fwd(x, w, b, y, mean, rstd, rows, cols, eps);
+}
+void pw_layer_norm_bwd(const float* dy, const float* x, const float* mean, const float* rstd, const float* w,
+                       float* dx, float* dw, float* db, i64 rows, i64 cols) {
+  pk::layer_norm_bwd(dy, x, mean, rstd, w, dx, dw, db, rows, cols);
+}
 
 // op: 0 relu, 1 hardtanh(a,b), 2 sigmoid, 3 tanh, 4 silu, 5 gelu(erf), 6 gelu(tanh)
 void pw_act_fwd(int op, const float* x, float* y, i64 n, float a, float b) {
