@@ -35,8 +35,9 @@ def _esc(s: str) -> str:
     return str(s).replace("|", "\\|").replace("\n", " ")
 
 
-def table_lines(rows) -> list[str]:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def table_lines(rows, loss_step=None) -> list[str]:
+    cols = [f"loss @ step {loss_step}" if c == "loss @ last step" and loss_step else c for c in COLUMNS]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         model = r["title"]
         scheme = SCHEME_TITLES.get(r["scheme"], r["scheme"])
@@ -77,18 +78,21 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
     for k, why in meta.get("unavailable", {}).items():
         out.append(f"Not run: {k} ({why}).")
     out.append("")
-    out.append(f"Each number is the median of {meta['steps']} timed steps after {meta['warmup']} warm-up steps, "
+    out.append(f"Each number is the median of {meta['steps']} timed steps after {meta['warmup']} warm-up steps "
+               f"(fewer, at least one, where they took over {meta.get('warmup_budget', 2):g} s), "
                f"timed in {meta['rounds']} rounds that alternate the frameworks, each framework in its own "
                "process. SGD lr 0.01 momentum 0.9 (ONNX Runtime: no momentum), cross-entropy loss, random "
                "init, fixed random batches. speed vs eager = eager ms / framework ms (> 1: faster than "
                "PyTorch eager). GFLOP/s uses PockEngine's `flops_per_step` of that model and scheme for every "
                "framework. train mem = peak RSS during the steps - RSS after loading (PockEngine: + its "
-               "arena and optimizer state, which it allocates and zeroes when it loads). loss @ step 1 is the "
-               "first step's loss (the same weights and batch everywhere); loss @ last step is the loss of the "
-               "last of the warm-up + timed steps (the same batches in the same order everywhere, so it "
-               "agrees across frameworks that implement the same update).")
+               "arena and optimizer state, which it allocates and zeroes when it loads; ExecuTorch: + the RSS "
+               "its method took beyond the program file on the first, pre-baseline run: memory-planned "
+               "activations and gradients). loss @ step 1 is the "
+               "first step's loss (the same weights and batch everywhere); loss @ step "
+               f"{meta.get('loss_step', '')} is the loss of that step (the same batches in the same order "
+               "everywhere, so it agrees across frameworks that implement the same update).")
     out.append("")
-    out += table_lines(rows)
+    out += table_lines(rows, meta.get("loss_step"))
     stats = meta.get("stats") or {}
     if stats:
         out += ["", "PockEngine's compiled programs (`prog.stats()`):", "",

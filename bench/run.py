@@ -16,8 +16,8 @@ How it measures (see bench/README.md):
     % of peak = GFLOP/s / the all-core FMA peak measured by bench/fma_peak.cpp;
   * training memory = peak RSS over warm-up + timed steps (VmHWM, reset through
     /proc/self/clear_refs, else a sampling thread) - RSS once the model is loaded, plus what the
-    framework allocated and zeroed for training at load time (PockEngine's arena and optimizer
-    state).
+    framework allocated and touched for training before that baseline (PockEngine's arena and
+    optimizer state; ExecuTorch's memory-planned buffers).
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 ALL_FRAMEWORKS = ["pockengine", "eager", "torch.compile", "executorch", "onnxruntime"]
-PREPARED = {"pockengine", "executorch", "onnxruntime"}  # frameworks with a separate prepare step
+PREPARED = {"pockengine", "torch.compile", "executorch", "onnxruntime"}  # frameworks with a prepare step
 CACHED = {"executorch", "onnxruntime"}  # their artifacts depend only on bench/ and the package versions
 
 T0 = time.perf_counter()
@@ -119,6 +119,8 @@ def worker_env(threads):
 
 def first_line(msg: str, limit=300) -> str:
     msg = " ".join(msg.split())
+    for tail in (" Please feel free to request support", " [Caused by", " There are a few things to try"):
+        msg = msg.split(tail)[0]
     return msg if len(msg) <= limit else msg[:limit] + " ..."
 
 
@@ -342,7 +344,7 @@ def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
     workers = {}
     for fw in fws:
         spec = {"framework": fw, "workload": wl, "scheme": scheme, "quick": args.quick, "threads": args.threads,
-                "warmup": args.warmup, "prep": preps.get(fw)}
+                "warmup": args.warmup, "warmup_budget_s": args.warmup_budget, "prep": preps.get(fw)}
         workers[fw] = Worker(zygotes[env_python(fw)], spec, logs / f"serve-{wl}-{scheme}-{fw}.log")
     # all workers load and warm up concurrently (nothing is timed yet)
     for fw, w in workers.items():
@@ -377,7 +379,10 @@ def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
         fin = workers[fw].read(60)
         ready = res.pop("ready")
         times = res["times"]
-        res.update(final_loss=fin.get("last_loss") if fin.get("ok") else res.get("loss"),
+        losses = fin.get("losses") or []
+        # the loss of step steps+1: every framework got there (at least one warm-up step), on the
+        # same batch, whatever its number of warm-up steps
+        res.update(final_loss=losses[args.steps] if len(losses) > args.steps else None,
                    ms=1000 * statistics.median(times), ms_min=1000 * min(times), ms_max=1000 * max(times),
                    n=len(times), warmup=len(ready.get("warmup_s", [])), first_loss=ready.get("first_loss"),
                    load_s=ready.get("load_s"), notes=ready.get("notes", []), hwm_method=ready.get("hwm_method"))
@@ -398,7 +403,10 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="miniature models, few steps, PockEngine + eager only")
     ap.add_argument("--steps", type=int, help="timed steps per framework (default 20; quick 6)")
-    ap.add_argument("--warmup", type=int, help="warm-up steps (default 3; quick 1)")
+    ap.add_argument("--warmup", type=int, help="warm-up steps (default 3, fewer where they take > "
+                    "--warmup-budget; quick 1)")
+    ap.add_argument("--warmup-budget", type=float, default=2.0,
+                    help="stop warming up after this many seconds (at least one warm-up step)")
     ap.add_argument("--rounds", type=int, help="interleaved rounds the timed steps are split into (default 4; quick 2)")
     ap.add_argument("--threads", type=int, help="threads for every framework (default: the cores; quick: 1)")
     ap.add_argument("--frameworks", help=f"comma-separated subset of {','.join(ALL_FRAMEWORKS)}")
@@ -443,7 +451,7 @@ def main(argv=None):
 
     threading.Thread(target=sample_load, daemon=True).start()
     load0 = os.getloadavg()[0]
-    if load0 > 0.5 * (os.cpu_count() or 1):
+    if load0 > 0.75 * (os.cpu_count() or 1):
         log(f"warning: the machine is busy (1-minute load average {load0:.1f} on {os.cpu_count()} cores); "
             "timings will be skewed")
     log(f"PockEngine training-step benchmark ({'quick' if args.quick else 'full'}): {len(configs)} model/scheme "
@@ -479,6 +487,7 @@ def main(argv=None):
                 res[fw] = {"status": "n/a", "reason": first_line(preps[(w.key, s, fw)].get("error", "?"), 400)}
             else:
                 cfg_fws.append(fw)
+        t_cfg = time.perf_counter()
         log(f"[{i}/{len(configs)}] {w.key}/{s}: {', '.join(cfg_fws)} ...")
         res.update(measure_config(w.key, s, cfg_fws, {fw: preps[(w.key, s, fw)]["prep"] for fw in cfg_fws
                                                         if fw in PREPARED}, args, logs, zygotes))
@@ -498,19 +507,19 @@ def main(argv=None):
                 row["ratio"] = eager_ms / r["ms"] if eager_ms else None
                 row["gflops"] = flops / (r["ms"] / 1000) / 1e9 if flops else None
                 row["gflops_for_pct"] = True
-                parts.append(f"{fw} {r['ms']:.1f} ms" + (f" (x{row['ratio']:.2f})" if row["ratio"] else ""))
+                parts.append(f"{fw} {r['ms']:.4g} ms" + (f" (x{row['ratio']:.2f})" if row["ratio"] else ""))
             else:
                 row["reason"] = r["reason"]
                 parts.append(f"{fw} n/a")
             rows.append(row)
-        log(f"        {'; '.join(parts)}")
+        log(f"        {'; '.join(parts)} [{time.perf_counter() - t_cfg:.0f} s]")
 
     for z in zygotes.values():
         z.close()
     peak2 = fma_peak(os.cpu_count() or 1, work)  # again at the end: keep the better of the two
     if peak2 and (not peak or peak2["all_gflops"] > peak["all_gflops"]):
         peak = {**peak2, "single_gflops": max(peak2["single_gflops"], peak.get("single_gflops", 0))}
-    meta = {"quick": args.quick, "load_avg": {"start": load0, "max": max(LOADS or [load0]),
+    meta = {"loss_step": args.steps + 1, "warmup_budget": args.warmup_budget, "quick": args.quick, "load_avg": {"start": load0, "max": max(LOADS or [load0]),
                                               "mean": statistics.mean(LOADS or [load0])}, "threads": args.threads, "steps": args.steps, "warmup": args.warmup,
             "rounds": args.rounds, "cpu": cpu_name(), "cores": os.cpu_count(), "peak": peak,
             "versions": versions, "unavailable": unavailable, "python": platform.python_version(),

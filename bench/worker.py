@@ -156,8 +156,11 @@ def serve(spec: dict, rfile, wfile) -> None:
             sampler.pause()
         return times
 
-    try:
-        warm = run(spec.get("warmup", 3))
+    try:  # warm-up: the requested steps, but stop once they took warmup_budget_s (at least one)
+        warm, t_warm = [], time.perf_counter()
+        while len(warm) < spec.get("warmup", 3) and (
+                not warm or time.perf_counter() - t_warm < spec.get("warmup_budget_s", 1e9)):
+            warm += run(1)
     except BaseException as e:  # noqa: BLE001
         traceback.print_exc()
         answer({"ok": False, "error": _error(e), "seconds": time.perf_counter() - t0})
@@ -178,7 +181,7 @@ def serve(spec: dict, rfile, wfile) -> None:
                     "finite": all(math.isfinite(v) for v in losses)})
         elif "finish" in cmd:
             peak = sampler.peak if sampler else hwm_kb()
-            answer({"ok": True, "peak_kb": peak, "rss_kb": rss_kb(), "steps": i, "last_loss": losses[-1]})
+            answer({"ok": True, "peak_kb": peak, "rss_kb": rss_kb(), "steps": i, "losses": losses})
             return
 
 
