@@ -21,6 +21,7 @@
 #include <cstring>
 #include <limits>
 
+#include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 
@@ -31,38 +32,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr i64 kGrain = 1 << 15;  // multiply-adds per chunk, at least
 
-inline float bits_to_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint32_t float_to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-// e^x within 1 ulp, branch-free (the same function as in activation.cpp).
-inline float fast_exp(float x) {
-  x = x < -104.f ? -104.f : x;
-  x = x > 89.f ? 89.f : x;
-  const float kShift = 12582912.f;  // 1.5 * 2^23
-  const float z = x * 1.44269504088896341f + kShift;
-  const float n = z - kShift;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * (r * r) + r + 1.f;
-  const int32_t ni = static_cast<int32_t>(float_to_bits(z) - float_to_bits(kShift));
-  const int32_t n1 = ni >> 1, n2 = ni - n1;
-  return er * bits_to_float(static_cast<uint32_t>(n1 + 127) << 23) *
-         bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
-}
+using fastmath::fast_exp;
 
 // Chunk grain (in batches) for per-batch work of `cost` multiply-adds.
 inline i64 batch_grain(i64 cost) { return cost >= kGrain ? 1 : kGrain / (cost > 0 ? cost : 1); }

@@ -21,8 +21,10 @@
 #include <cstring>
 #include <limits>
 
+#include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "softmax_rows.h"
 
 namespace pk {
 
@@ -34,61 +36,9 @@ constexpr i64 kTmp = 256;
 
 inline bool valid_target(int64_t t, i64 C, i64 ignore_index) { return t != ignore_index && t >= 0 && t < C; }
 
-inline float bits_to_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint32_t float_to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-// e^x within 1 ulp; +inf above ~88.72, 0 below ~-103.9, NaN propagates.
-inline float fast_exp(float x) {
-  x = x < -104.f ? -104.f : x;
-  x = x > 89.f ? 89.f : x;
-  const float kShift = 12582912.f;  // 1.5 * 2^23
-  const float z = x * 1.44269504088896341f + kShift;
-  const float n = z - kShift;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * (r * r) + r + 1.f;
-  const int32_t ni = static_cast<int32_t>(float_to_bits(z) - float_to_bits(kShift));
-  const int32_t n1 = ni >> 1, n2 = ni - n1;
-  return er * bits_to_float(static_cast<uint32_t>(n1 + 127) << 23) *
-         bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
-}
-
-inline float row_max(const float* x, i64 n) {
-  constexpr float kNinf = -std::numeric_limits<float>::infinity();
-  float a[16];
-  for (int j = 0; j < 16; ++j) a[j] = kNinf;
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) a[j] = x[i + j] > a[j] ? x[i + j] : a[j];
-  float m = kNinf;
-  for (int j = 0; j < 16; ++j) m = a[j] > m ? a[j] : m;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-}
-
-inline double sum_f64(const float* x, i64 n) {
-  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  i64 i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]);
-  double s = 0;
-  for (; i < n; ++i) s += static_cast<double>(x[i]);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + s;
-}
+using fastmath::fast_exp;
+using fastmath::row_max;
+using fastmath::sum_f64;
 
 // log(sum(exp(row))) computed stably: float exponentials summed in double.
 double row_logsumexp(const float* row, i64 C) {

@@ -6,7 +6,7 @@
 // loops over the contiguous inner axis vectorize.  Every kernel reads its
 // inputs before writing the same position, so y may alias x (and dx dy).
 //
-// exp is fast_exp below (Cody-Waite reduction + the Cephes expf polynomial,
+// exp is fast_exp from fast_math.h (Cody-Waite reduction + the Cephes expf polynomial,
 // 1 ulp, branch-free so the loops vectorize; the same function as in
 // activation.cpp).  Row maxima and double sums use independent lanes so they
 // vectorize too.  Threads: the (outer, inner-block) units are split with
@@ -17,8 +17,10 @@
 #include <cstring>
 #include <limits>
 
+#include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "softmax_rows.h"
 
 namespace pk {
 
@@ -30,72 +32,10 @@ constexpr i64 kTmp = 256;        // stack chunk for log-softmax exponentials
 
 inline i64 block_len(i64 inner, i64 j0) { return inner - j0 < kBlock ? inner - j0 : kBlock; }
 
-inline float bits_to_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-inline uint32_t float_to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-// e^x within 1 ulp; +inf above ~88.72, 0 below ~-103.9, NaN propagates.
-inline float fast_exp(float x) {
-  x = x < -104.f ? -104.f : x;
-  x = x > 89.f ? 89.f : x;
-  const float kShift = 12582912.f;  // 1.5 * 2^23
-  const float z = x * 1.44269504088896341f + kShift;
-  const float n = z - kShift;
-  float r = x - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  const float er = p * (r * r) + r + 1.f;
-  const int32_t ni = static_cast<int32_t>(float_to_bits(z) - float_to_bits(kShift));
-  const int32_t n1 = ni >> 1, n2 = ni - n1;
-  return er * bits_to_float(static_cast<uint32_t>(n1 + 127) << 23) *
-         bits_to_float(static_cast<uint32_t>(n2 + 127) << 23);
-}
-
-// Row max of a contiguous row (16 lanes; NaN is skipped like the scalar x > m test).
-inline float row_max(const float* x, i64 n) {
-  constexpr float kNinf = -std::numeric_limits<float>::infinity();
-  float a[16];
-  for (int j = 0; j < 16; ++j) a[j] = kNinf;
-  i64 i = 0;
-  for (; i + 16 <= n; i += 16)
-    for (int j = 0; j < 16; ++j) a[j] = x[i + j] > a[j] ? x[i + j] : a[j];
-  float m = kNinf;
-  for (int j = 0; j < 16; ++j) m = a[j] > m ? a[j] : m;
-  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  return m;
-}
-
-// sum of x[i] (resp. x[i]*y[i]) in double, 8 lanes.
-inline double sum_f64(const float* x, i64 n) {
-  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  i64 i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]);
-  double s = 0;
-  for (; i < n; ++i) s += static_cast<double>(x[i]);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + s;
-}
-inline double dot_f64(const float* x, const float* y, i64 n) {
-  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  i64 i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]) * static_cast<double>(y[i + j]);
-  double s = 0;
-  for (; i < n; ++i) s += static_cast<double>(x[i]) * static_cast<double>(y[i]);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + s;
-}
+using fastmath::dot_f64;
+using fastmath::fast_exp;
+using fastmath::row_max;
+using fastmath::sum_f64;
 
 // Column max over dim for a block of `m` inner positions (stride `inner`).
 inline void block_max(const float* x, float* mx, i64 dim, i64 inner, i64 m) {
