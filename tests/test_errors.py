@@ -2,7 +2,6 @@
 crash; a failed call changes nothing, and nothing already saved is lost."""
 import os
 import re
-import tempfile
 
 import numpy as np
 import pytest

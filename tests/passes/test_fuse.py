@@ -3,7 +3,6 @@ step still matches PyTorch."""
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 import pockengine as pe
 from helpers import reference_train

@@ -60,7 +60,6 @@ def load_spec(spec: str) -> tuple[dict, str | None]:
 
 def build_host(prog, out: Path) -> dict:
     """Sources, CMakeLists.txt, the library, initial weights and the summary in out/."""
-    from .build.host import build_shared_library
     from .codegen import RUNTIME_DIR
     out.mkdir(parents=True, exist_ok=True)
     source = prog.source()

@@ -10,7 +10,6 @@ import fnmatch
 import math
 from pathlib import Path
 
-import torch
 import torch.nn as nn
 
 from .autodiff.backward import build_backward
@@ -21,7 +20,7 @@ from .ir.graph import Graph, Value
 from .ir.ops import flops
 from .ir.verify import verify
 from .memory.plan import MemoryPlan, plan_memory, state_layout
-from .optim.optimizers import SGD, Optimizer, update_region
+from .optim.optimizers import SGD, Optimizer
 from .passes.dce import eliminate_dead_code
 from .passes.fuse import fuse_activations
 from .passes.schedule import schedule
@@ -139,11 +138,10 @@ class Program:
             tmp.write_text(source)
             tmp.replace(path)
         lib = build_shared_library([path], src_dir)
-        trainer = Trainer(str(lib))
+        trainer = Trainer(str(lib), aliases=self.aliases)  # state_dict lists tied weights under every name
         for name, v in self.state.items():
             if v.data is not None:
                 trainer.set_tensor(name, v.data)
-        trainer._aliases = dict(self.aliases)  # state_dict lists tied weights under every PyTorch name
         return trainer
 
 

@@ -192,10 +192,6 @@ def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool):
         g.outputs = flat
 
 
-def state_arrays(g: Graph) -> dict[str, np.ndarray]:
-    return {n: v.data for n, v in g.state.items() if v.data is not None}
-
-
 def tied_aliases(model: nn.Module) -> dict[str, str]:
     """state_dict names that share a tensor with an earlier name: alias -> canonical."""
     seen: dict[int, str] = {}
@@ -209,4 +205,4 @@ def tied_aliases(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
-__all__ = ["export_graph", "resolve_loss", "tied_aliases", "state_arrays", "check_example"]
+__all__ = ["export_graph", "resolve_loss", "tied_aliases", "check_example"]

@@ -115,7 +115,7 @@ class Graph:
         """Append a node; output shapes come from the op table. `wanted[i] =
         False` leaves optional output i absent (None). Returns the outputs
         (a single Value when the op has one output)."""
-        from .ops import OPS, infer
+        from .ops import infer
 
         attrs = dict(attrs or {})
         specs = infer(op, list(inputs), attrs)

@@ -21,7 +21,6 @@ def _epilogue(n: Node) -> str | None:
 def fuse_activations(g: Graph) -> Graph:
     users = g.users()
     keep = []
-    fused = set()
     for n in g.nodes:
         act = _epilogue(n)
         producer = n.inputs[0].producer if act and n.inputs[0] is not None else None
@@ -32,7 +31,6 @@ def fuse_activations(g: Graph) -> Graph:
             producer.outputs[0] = out
             out.producer = producer
             producer.attrs["act"] = act
-            fused.add(id(n))
             continue
         keep.append(n)
     g.nodes = keep
