@@ -40,4 +40,18 @@ inline void parallel_for(i64 n, i64 grain, F&& f) {
   parallel_for_impl(n, grain < 1 ? 1 : grain, RangeFn(ref));
 }
 
+// parallel_for whose chunk boundaries are multiples of `align` elements (the
+// last chunk ends at n): element i always goes through the same instructions
+// (a vector body, never a remainder a thread split created), so results are
+// bit-identical for any thread count.
+template <typename F>
+inline void parallel_for_aligned(i64 n, i64 grain, i64 align, F&& f) {
+  parallel_for(n, grain, [&](i64 b, i64 e) {
+    b = (b + align - 1) / align * align;
+    e = e == n ? n : (e + align - 1) / align * align;
+    if (e > n) e = n;
+    if (b < e) f(b, e);
+  });
+}
+
 }  // namespace pk

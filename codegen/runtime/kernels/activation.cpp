@@ -50,27 +50,16 @@ using fastmath::fast_sigmoid;
 using fastmath::fast_tanh;
 using fastmath::one_plus_erf;
 
-// Runs f(b, e) over [0, n) on the threads; chunk boundaries are multiples of kAlign.
-template <class F>
-inline void for_range(i64 n, F&& f) {
-  parallel_for(n, kGrain, [&](i64 b, i64 e) {
-    b = (b + kAlign - 1) / kAlign * kAlign;
-    e = e == n ? n : (e + kAlign - 1) / kAlign * kAlign;
-    if (e > n) e = n;
-    if (b < e) f(b, e);
-  });
-}
-
 // y[i] = f(x[i]) and dx[i] = f(dy[i], s[i]) over [0, n), threaded.
 template <class F>
 inline void map1(const float* x, float* y, i64 n, F f) {
-  for_range(n, [&](i64 b, i64 e) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
     for (i64 i = b; i < e; ++i) y[i] = f(x[i]);
   });
 }
 template <class F>
 inline void map2(const float* dy, const float* s, float* dx, i64 n, F f) {
-  for_range(n, [&](i64 b, i64 e) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
     for (i64 i = b; i < e; ++i) dx[i] = f(dy[i], s[i]);
   });
 }

@@ -27,16 +27,6 @@ namespace {
 constexpr i64 kGrain = 1 << 15;  // elements per chunk, at least
 constexpr i64 kAlign = 64;
 
-// f(b, e) over [0, n) on the threads; chunk boundaries are multiples of kAlign.
-template <class F>
-inline void for_range(i64 n, F&& f) {
-  parallel_for(n, kGrain, [&](i64 b, i64 e) {
-    b = (b + kAlign - 1) / kAlign * kAlign;
-    e = e == n ? n : (e + kAlign - 1) / kAlign * kAlign;
-    if (e > n) e = n;
-    if (b < e) f(b, e);
-  });
-}
 
 using fastmath::fast_exp;
 
@@ -85,7 +75,7 @@ void for_each_row(const Layout<K>& L, Row row) {
   const i64 n = L.shape[nd - 1];
   const i64 rows = L.total / n;
   if (rows == 1) {
-    for_range(n, [&](i64 b, i64 e) {
+    parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
       i64 off[K];
       for (int k = 0; k < K; ++k) off[k] = b * L.st[k][nd - 1];
       row(b, off, e - b);
@@ -176,7 +166,7 @@ void pow_row(const float* x, float* y, i64 n, float e) {
 
 // y = op(x) elementwise.
 void unary(Unary op, const float* x, float* y, i64 n) {
-  for_range(n, [&](i64 b, i64 e) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
     switch (op) {
       case Unary::Exp:
         for (i64 i = b; i < e; ++i) y[i] = fast_exp(x[i]);
@@ -205,40 +195,40 @@ void unary(Unary op, const float* x, float* y, i64 n) {
 
 // y = x + c
 void add_scalar(const float* x, float* y, i64 n, float c) {
-  for_range(n, [&](i64 b, i64 e) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
     for (i64 i = b; i < e; ++i) y[i] = x[i] + c;
   });
 }
 
 // y = x * c
 void mul_scalar(const float* x, float* y, i64 n, float c) {
-  for_range(n, [&](i64 b, i64 e) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
     for (i64 i = b; i < e; ++i) y[i] = x[i] * c;
   });
 }
 
 // y = c - x
 void rsub_scalar(const float* x, float* y, i64 n, float c) {
-  for_range(n, [&](i64 b, i64 e) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
     for (i64 i = b; i < e; ++i) y[i] = c - x[i];
   });
 }
 
 // y = x ^ e
 void pow_scalar(const float* x, float* y, i64 n, float e) {
-  for_range(n, [&](i64 b, i64 end) { pow_row(x + b, y + b, end - b, e); });
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 end) { pow_row(x + b, y + b, end - b, e); });
 }
 
 // dx = dy * e * x^(e-1); e == 0 gives exactly 0 (as PyTorch's pow_backward).
 void pow_scalar_bwd(const float* dy, const float* x, float* dx, i64 n, float e) {
   if (e == 0.f) {
-    for_range(n, [&](i64 b, i64 end) {
+    parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 end) {
       for (i64 i = b; i < end; ++i) dx[i] = 0.f;
     });
     return;
   }
   // Chunked through a stack buffer so dx may alias dy or x.
-  for_range(n, [&](i64 b, i64 end) {
+  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 end) {
     constexpr i64 kChunk = 256;
     float t[kChunk];
     for (i64 i0 = b; i0 < end; i0 += kChunk) {

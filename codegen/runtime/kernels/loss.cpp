@@ -24,7 +24,7 @@
 #include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
-#include "softmax_rows.h"
+#include "row_reduce.h"
 
 namespace pk {
 

@@ -17,6 +17,7 @@
 // partial sums are formed in parallel and added in part order, so results are
 // bit-identical for any thread count.
 #include "pock_kernels.h"
+#include "row_reduce.h"
 #include "pock_parallel.h"
 
 namespace pk {
@@ -66,17 +67,6 @@ struct Odometer {
     return false;
   }
 };
-
-// Sum of a contiguous float row in double with 8 independent accumulators.
-double row_sum(const float* x, i64 n) {
-  double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  i64 i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) a[j] += static_cast<double>(x[i + j]);
-  double s = 0;
-  for (; i < n; ++i) s += static_cast<double>(x[i]);
-  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7])) + s;
-}
 
 }  // namespace
 
@@ -133,7 +123,7 @@ void reduce_sum(const float* x, float* y, const Reduce& p) {
           double acc = 0;
           rd.reset();
           do {
-            acc += row_sum(x + kp.off + rd.off, n);
+            acc += fastmath::sum_f64(x + kp.off + rd.off, n);
           } while (rd.next());
           y[o] = static_cast<float>(acc * scale);
           kp.next();
@@ -156,7 +146,7 @@ void reduce_sum(const float* x, float* y, const Reduce& p) {
             rd.seek(r0);
             double acc = 0;
             for (i64 r = r0; r < r1; ++r) {
-              acc += row_sum(x + koff + rd.off, n);
+              acc += fastmath::sum_f64(x + koff + rd.off, n);
               rd.next();
             }
             part[k] = acc;
@@ -169,7 +159,7 @@ void reduce_sum(const float* x, float* y, const Reduce& p) {
         parallel_for(np, 1, [&](i64 k0, i64 k1) {
           for (i64 k = k0; k < k1; ++k) {
             const i64 b = k * len, e = b + len < n ? b + len : n;
-            part[k] = row_sum(x + koff + b, e - b);
+            part[k] = fastmath::sum_f64(x + koff + b, e - b);
           }
         });
       }

@@ -1,4 +1,4 @@
-// softmax_rows.h — internal to loss.cpp and softmax.cpp (not part of the public
+// row_reduce.h — internal to loss.cpp, reduce.cpp and softmax.cpp (not part of the public
 // runtime API): row reductions over a contiguous float row with independent
 // lanes, so they vectorize without -ffast-math, and a result that does not
 // depend on how the caller splits its work over threads.
