@@ -4,11 +4,21 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user
+# C++ and arm64 (qemu), the JDK for the Kotlin SDK, node/npm for kotlinc, Vulkan on the CPU (lavapipe)
+APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user openjdk-17-jdk-headless nodejs npm \
+	mesa-vulkan-drivers libvulkan-dev glslc
+KOTLIN_VERSION := 2.4.20
+KOTLINC := .tools/node_modules/kotlin-compiler/bin/kotlinc
 
 .PHONY: setup sysdeps demo test bench clean
 
-setup: sysdeps $(STAMP)
+setup: sysdeps $(STAMP) $(KOTLINC)
+
+# kotlinc (JVM) from npm's kotlin-compiler package, for the Android SDK's Kotlin layer
+$(KOTLINC):
+	mkdir -p .tools
+	npm install --silent --no-audit --no-fund --prefix .tools kotlin-compiler@$(KOTLIN_VERSION)
+	touch $(KOTLINC)
 
 sysdeps:
 	@bash scripts/install_sysdeps.sh $(APT_PACKAGES)

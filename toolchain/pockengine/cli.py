@@ -1,6 +1,13 @@
 """pock-build: compile a training step for the host, Android or iOS.
 
     pock-build SPEC --platform {host,android,ios} [--soc sm8550] [--out DIR] [--profile]
+               [--abi arm64-v8a ...] [--cxx PATH] [--coreml] [--backends cpu,vulkan,htp]
+               [--search --budget-mb N [--report FILE]]
+
+Each platform's build lives in its own module: build_host below,
+platforms/android.py (an AAR) and platforms/ios.py (an XCFramework and a Swift
+package); every one of them also writes the model bundle (bundle.py).
+--search picks the update scheme for the budget first (search.py).
 
 --profile (host): after building, run 20 training steps on the spec's example
 inputs with per-op profiling, print the table and write it to DIR/profile.md.
@@ -58,8 +65,10 @@ def load_spec(spec: str) -> tuple[dict, str | None]:
     return kwargs, name
 
 
-def build_host(prog, out: Path) -> dict:
-    """Sources, CMakeLists.txt, the library, initial weights and the summary in out/."""
+def build_host(prog, out: Path, backends=None) -> dict:
+    """Sources, CMakeLists.txt, the library, initial weights, the model bundle
+    and the summary in out/."""
+    from .bundle import write_bundle
     from .codegen import RUNTIME_DIR
     out.mkdir(parents=True, exist_ok=True)
     source = prog.source()
@@ -67,13 +76,14 @@ def build_host(prog, out: Path) -> dict:
     cpp.write_text(source)
     (out / "CMakeLists.txt").write_text(cmake_lists(prog.name, RUNTIME_DIR))
     (out / "summary.md").write_text(prog.summary())
-    trainer = prog.build(out_dir=out / "build")
+    trainer = prog.build(out_dir=out / "build", backends=backends)
     lib = Path(trainer.lib_path)
     target = out / f"libpock_{prog.name}{lib.suffix}"
     target.write_bytes(lib.read_bytes())
     trainer.save(str(out / f"{prog.name}.pockckpt"))
     trainer.close()
-    return {"library": target, "weights": out / f"{prog.name}.pockckpt", "source": cpp}
+    bundle = write_bundle(prog, out / f"{prog.name}.pockckpt", out / "bundle")
+    return {"library": target, "weights": out / f"{prog.name}.pockckpt", "source": cpp, "bundle": bundle}
 
 
 def cmake_lists(name: str, runtime_dir: Path) -> str:
@@ -91,16 +101,6 @@ set_target_properties(pock_{name} PROPERTIES CXX_VISIBILITY_PRESET hidden)
 """
 
 
-def _find_ndk() -> str | None:
-    import os
-    for var in ("ANDROID_NDK_HOME", "ANDROID_NDK_ROOT"):
-        if os.environ.get(var) and Path(os.environ[var]).is_dir():
-            return os.environ[var]
-    sdk = os.environ.get("ANDROID_HOME") or os.environ.get("ANDROID_SDK_ROOT")
-    ndks = sorted((Path(sdk) / "ndk").glob("*")) if sdk else []
-    return str(ndks[-1]) if ndks else None
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="pock-build", description="Compile a PyTorch model's training step.")
     parser.add_argument("spec", help="path/to/file.py:function or pock.toml")
@@ -108,6 +108,18 @@ def main(argv=None) -> int:
     parser.add_argument("--soc", default=None, help="target SoC for android (e.g. sm8550)")
     parser.add_argument("--out", default=None, help="output directory (default: pock-out/<name>)")
     parser.add_argument("--cxx", default=None, help="android: build the natives with this aarch64 C++ compiler")
+    parser.add_argument("--abi", action="append", default=None,
+                        help="android: ABI to build (repeatable; default arm64-v8a; also armeabi-v7a, x86_64)")
+    parser.add_argument("--coreml", action="store_true",
+                        help="ios: run the frozen prefix with Core ML (an .mlpackage in the bundle)")
+    parser.add_argument("--backends", default=None,
+                        help="comma-separated backends to partition over, e.g. cpu,vulkan,htp "
+                             "(default: cpu on host; the --soc table's on android)")
+    parser.add_argument("--search", action="store_true",
+                        help="search the update scheme for --budget-mb instead of the spec's `update`")
+    parser.add_argument("--budget-mb", type=float, default=None, help="--search: training memory budget in MiB")
+    parser.add_argument("--report", default=None, help="--search: write the search report here (.html or .md)")
+    parser.add_argument("--seed", type=int, default=0, help="--search: random seed")
     parser.add_argument("--profile", action="store_true",
                         help="host: run 20 steps on the example inputs and print the time per op and kernel "
                              "(also written to OUT/profile.md)")
@@ -125,16 +137,29 @@ def _run(args) -> int:
     kwargs, name = load_spec(args.spec)
     if name:
         kwargs.setdefault("name", name)
-    if args.platform == "android" and not args.cxx and not _find_ndk():
-        raise PockError("--platform android needs the Android NDK: install it (Android Studio > SDK Manager > NDK, "
-                        "or sdkmanager 'ndk;27.0.12077973') and set ANDROID_NDK_HOME, or pass --cxx PATH to an "
-                        "aarch64 C++ compiler")
-    if args.platform != "host":
-        raise PockError(f"--platform {args.platform} is not available in this version of pock-build; "
-                        "use --platform host")
+    if args.platform != "android" and (args.cxx or args.abi):
+        raise PockError("--cxx and --abi are for --platform android")
+    if args.platform != "ios" and args.coreml:
+        raise PockError("--coreml is for --platform ios")
+    backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+    if args.search:
+        if args.budget_mb is None:
+            raise PockError("--search needs --budget-mb N")
+        from .search import search_for_cli
+        kwargs["update"] = search_for_cli(kwargs, budget_mb=args.budget_mb, report=args.report, seed=args.seed)
+    elif args.budget_mb is not None or args.report:
+        raise PockError("--budget-mb and --report go with --search")
     prog = pe.compile(**kwargs)
     out = Path(args.out or Path("pock-out") / prog.name)
-    files = build_host(prog, out)
+    if args.platform == "host":
+        files = build_host(prog, out, backends=backends)
+    elif args.platform == "android":
+        from .platforms.android import build_android
+        files = build_android(prog, out, soc=args.soc or "generic-arm64", abis=args.abi or ["arm64-v8a"],
+                              cxx=args.cxx, backends=backends, spec=kwargs)
+    else:
+        from .platforms.ios import build_ios
+        files = build_ios(prog, out, coreml=args.coreml, spec=kwargs)
     s = prog.stats()
     print(f"compiled {prog.name} ({s['num_nodes']} nodes, {s['flops_per_step'] / 1e6:.1f} MFLOP/step, "
           f"arena {s['arena_bytes'] / 2**20:.2f} MiB, state {s['state_bytes'] / 2**20:.2f} MiB) "

@@ -119,13 +119,24 @@ class Program:
 
     # -- building --------------------------------------------------------------------
     def build(self, target: str = "host", backends=None, out_dir=None):
-        """Generate, compile and load the step; returns a Trainer holding this model's weights."""
+        """Generate, compile and load the step; returns a Trainer holding this model's weights.
+
+        backends: the ones the step may use, e.g. ["cpu"] (default),
+        ["vulkan", "cpu"] (trainable part on Vulkan, backends/vulkan.py) or
+        ["htp", "cpu"] (frozen prefix on the QNN HTP, backends/htp.py)."""
         if target != "host":
             raise PockError(f"prog.build supports target='host'; use `pock-build --platform {target}` for devices")
-        backends = list(backends or ["cpu"])
-        unknown = [b for b in backends if b not in ("cpu",)]
-        if unknown:
-            raise PockError(f"backend(s) {unknown} are not available in this build; available: ['cpu']")
+        backends = check_backends(backends)
+        if "htp" in backends:
+            from .backends.htp import build_with_htp_prefix
+            return build_with_htp_prefix(self, [b for b in backends if b != "htp"], out_dir)
+        if "vulkan" in backends:
+            from .backends.vulkan import build_vulkan
+            return build_vulkan(self, out_dir)
+        return self.build_cpu(out_dir)
+
+    def build_cpu(self, out_dir=None):
+        """The all-CPU step for this host (what build() does with backends=["cpu"])."""
         from .build.host import build_shared_library
         from .trainer import Trainer
 
@@ -143,6 +154,24 @@ class Program:
             if v.data is not None:
                 trainer.set_tensor(name, v.data)
         return trainer
+
+
+BACKENDS = ("cpu", "vulkan", "htp")
+
+
+def check_backends(backends) -> list[str]:
+    """The backend list, checked: known names, no repeats, and always "cpu"."""
+    if isinstance(backends, str):
+        backends = [backends]
+    backends = list(backends or ["cpu"])
+    unknown = [b for b in backends if b not in BACKENDS]
+    if unknown:
+        raise PockError(f"unknown backend(s) {unknown}; PockEngine has {list(BACKENDS)}")
+    if len(set(backends)) != len(backends):
+        raise PockError(f"backends {backends} name one twice")
+    if "cpu" not in backends:
+        raise PockError(f"backends {backends} must include 'cpu' (it runs every op the others do not)")
+    return backends
 
 
 def _cache_dir() -> Path:
