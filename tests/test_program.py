@@ -69,3 +69,13 @@ def test_frozen_parameters_stay_bit_identical_over_many_steps():
             continue  # train-mode BatchNorm statistics do move, as in PyTorch
         else:
             assert np.array_equal(after[name], before[name]), name
+
+
+def test_compile_leaves_each_module_in_its_own_mode():
+    """Frozen BatchNorm layers kept in eval() stay in eval() after compiling."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                torch.nn.Linear(4 * 6 * 6, 2))
+    model.train()
+    model[1].eval()
+    pe.compile(model, (torch.randn(2, 3, 8, 8),), (torch.tensor([0, 1]),), update={"3.*": 1.0})
+    assert [m.training for m in model] == [True, False, True, True]

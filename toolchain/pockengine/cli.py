@@ -65,25 +65,40 @@ def load_spec(spec: str) -> tuple[dict, str | None]:
     return kwargs, name
 
 
-def build_host(prog, out: Path, backends=None) -> dict:
+def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     """Sources, CMakeLists.txt, the library, initial weights, the model bundle
-    and the summary in out/."""
+    and the summary in out/.  With "htp" among the backends the frozen prefix
+    is split off, compiled to a QNN context binary for `soc` and recorded in
+    the bundle; the library is then the step that follows it."""
     from .bundle import write_bundle
     from .codegen import RUNTIME_DIR
+    from .program import check_backends
+    backends = check_backends(backends)
     out.mkdir(parents=True, exist_ok=True)
-    source = prog.source()
+    prefix, step_prog = None, prog
+    if "htp" in backends:
+        from .passes.prefix import split_prefix
+        prefix, step_prog = split_prefix(prog)
+        backends = [b for b in backends if b != "htp"]
     cpp = out / f"{prog.name}.cpp"
-    cpp.write_text(source)
+    cpp.write_text(step_prog.source())
     (out / "CMakeLists.txt").write_text(cmake_lists(prog.name, RUNTIME_DIR))
-    (out / "summary.md").write_text(prog.summary())
-    trainer = prog.build(out_dir=out / "build", backends=backends)
+    (out / "summary.md").write_text(step_prog.summary())
+    trainer = step_prog.build(out_dir=out / "build", backends=backends)
     lib = Path(trainer.lib_path)
     target = out / f"libpock_{prog.name}{lib.suffix}"
     target.write_bytes(lib.read_bytes())
-    trainer.save(str(out / f"{prog.name}.pockckpt"))
+    weights = out / f"{prog.name}.pockckpt"
+    trainer.save(str(weights))
     trainer.close()
-    bundle = write_bundle(prog, out / f"{prog.name}.pockckpt", out / "bundle")
-    return {"library": target, "weights": out / f"{prog.name}.pockckpt", "source": cpp, "bundle": bundle}
+    files = {"library": target, "weights": weights, "source": cpp}
+    prefix_entry = None
+    if prefix is not None:
+        from .backends.htp import DEFAULT_SOC, export_htp_prefix
+        prefix_entry = export_htp_prefix(prefix, out / "bundle", soc or DEFAULT_SOC)
+        files["prefix"] = out / "bundle" / prefix_entry["files"]["context_binary"]
+    files["bundle"] = write_bundle(step_prog, weights, out / "bundle", prefix=prefix_entry)
+    return files
 
 
 def cmake_lists(name: str, runtime_dir: Path) -> str:
@@ -115,6 +130,9 @@ def main(argv=None) -> int:
     parser.add_argument("--backends", default=None,
                         help="comma-separated backends to partition over, e.g. cpu,vulkan,htp "
                              "(default: cpu on host; the --soc table's on android)")
+    parser.add_argument("--ai-hub", action="store_true",
+                        help="also compile and profile the frozen prefix on a real device on Qualcomm AI Hub "
+                             "(needs qai-hub and an account)")
     parser.add_argument("--search", action="store_true",
                         help="search the update scheme for --budget-mb instead of the spec's `update`")
     parser.add_argument("--budget-mb", type=float, default=None, help="--search: training memory budget in MiB")
@@ -151,8 +169,10 @@ def _run(args) -> int:
         raise PockError("--budget-mb and --report go with --search")
     prog = pe.compile(**kwargs)
     out = Path(args.out or Path("pock-out") / prog.name)
+    if args.ai_hub:
+        submit_to_ai_hub(prog, args.soc)
     if args.platform == "host":
-        files = build_host(prog, out, backends=backends)
+        files = build_host(prog, out, backends=backends, soc=args.soc)
     elif args.platform == "android":
         from .platforms.android import build_android
         files = build_android(prog, out, soc=args.soc or "generic-arm64", abis=args.abi or ["arm64-v8a"],
@@ -168,10 +188,23 @@ def _run(args) -> int:
         print(f"  {what:8s} {path}")
     print(f"  summary  {out / 'summary.md'}")
     if args.profile:
+        if "prefix" in files:
+            raise PockError("--profile profiles the all-CPU step: drop htp from --backends to profile")
         print()
         print(profile_host(files, kwargs, out), end="")
         print(f"  profile  {out / 'profile.md'}")
     return 0
+
+
+def submit_to_ai_hub(prog, soc: str | None) -> None:
+    """--ai-hub: compile and profile the frozen prefix on Qualcomm AI Hub (clear errors without an account)."""
+    from .backends.htp import DEFAULT_SOC, submit_ai_hub
+    from .passes.prefix import split_prefix
+    prefix, _ = split_prefix(prog)
+    if prefix is None:
+        raise PockError("--ai-hub: this model has no frozen prefix to run on the HTP (freeze its first layers)")
+    result = submit_ai_hub(prefix, soc or DEFAULT_SOC)
+    print(f"Qualcomm AI Hub: compile job {result['compile_job']}, profile job {result['profile_job']}")
 
 
 PROFILE_STEPS, PROFILE_WARMUP = 20, 3

@@ -193,13 +193,14 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
-    was_training = model.training
+    modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
     graph = export_graph(model, inputs, targets, loss, name)
     try:
         model.eval()
         forward_graph = export_graph(model, inputs, name=name)
     finally:
-        model.train(was_training)
+        for m, training in modes.items():
+            m.training = training
 
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():

@@ -1,0 +1,638 @@
+"""The frozen-prefix split behind backend switching.
+
+No gradient flows through the forward ops that read only model inputs and
+frozen state (parameters the update scheme leaves alone, buffers nothing
+writes, constants), so they need no backward and an inference-only
+accelerator (the Hexagon NPU through QNN, Core ML) can run them:
+
+    prefix, suffix = split_prefix(prog)
+    prefix.module(*inputs)   # torch.nn.Module: the cut values, in eval semantics
+    suffix.build_cpu()       # the same step with the cut values as inputs
+
+A prefix node is a forward node that
+  - reads only model inputs, frozen state and other prefix outputs,
+  - writes no state and draws no random numbers (train-mode BatchNorm and
+    dropout stop it), and
+  - has a torch function in `TORCH_OPS` (so the prefix exports to ONNX and
+    converts with coremltools).
+Nodes that read only frozen state (a slice of a frozen positional table) join
+the prefix only when a prefix node reads them.  The cut values are the prefix
+outputs the rest of the step (or the inference pass) reads.
+
+The training step and the inference pass share one prefix model, so both
+graphs are split the same way; if their prefixes differ (a frozen BatchNorm
+left in train mode computes with batch statistics in the step but running
+statistics in inference) the split is a PockError naming the node.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from ..errors import PockError
+from ..ir.graph import Graph, Node, Value
+from ..ir.verify import verify
+
+_TORCH_DTYPE = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "u8": torch.bool}
+LAYOUT_OPS = {"reshape", "permute", "expand", "slice", "cat", "full"}
+
+
+# ---- IR op -> torch function (eval semantics) ------------------------------------------
+def _act(y, a):
+    act = a.get("act")
+    if act == "relu":
+        return F.relu(y)
+    if act == "relu6":
+        return F.hardtanh(y, 0.0, 6.0)
+    return y
+
+
+def _matmul(a, b, attrs):
+    if attrs.get("ta"):
+        a = a.transpose(-1, -2)
+    if attrs.get("tb"):
+        b = b.transpose(-1, -2)
+    return torch.matmul(a, b)
+
+
+def _clamp(x, a):
+    lo, hi = a["lo"], a["hi"]
+    if lo == 0.0 and hi == 6.0:
+        return F.hardtanh(x, 0.0, 6.0)
+    return torch.clamp(x, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
+
+
+def _slice(x, a):
+    idx = [slice(None)] * x.dim()
+    idx[a["dim"]] = slice(a["start"], a["end"], a["step"])
+    return x[tuple(idx)]
+
+
+def _avg_pool(x, a):
+    return F.avg_pool2d(x, a["kernel"], a["stride"], a["padding"], a["ceil_mode"],
+                        a.get("count_include_pad", True), a.get("divisor_override") or None)
+
+
+def _sdpa(q, k, v, mask, a):
+    if mask is not None and mask.dtype == torch.uint8:
+        mask = mask.bool()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=a["causal"], scale=a["scale"])
+
+
+# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes)
+TORCH_OPS = {
+    "linear": (lambda i, a: _act(F.linear(i[0], i[1], i[2]), a), 1),
+    "conv2d": (lambda i, a: _act(F.conv2d(i[0], i[1], i[2], a["stride"], a["padding"], a["dilation"],
+                                          a["groups"]), a), 1),
+    "embedding": (lambda i, a: F.embedding(i[1], i[0]), 1),
+    "batch_norm_eval": (lambda i, a: _act(F.batch_norm(i[0], i[3], i[4], i[1], i[2], False, 0.0, a["eps"]), a), 1),
+    "layer_norm": (lambda i, a: F.layer_norm(i[0], i[0].shape[i[0].dim() - a["normalized_ndim"]:], i[1], i[2],
+                                             a["eps"]), 1),
+    "max_pool2d": (lambda i, a: F.max_pool2d(i[0], a["kernel"], a["stride"], a["padding"], a.get("dilation", 1),
+                                             a["ceil_mode"]), 1),
+    "avg_pool2d": (lambda i, a: _avg_pool(i[0], a), 1),
+    "adaptive_avg_pool2d": (lambda i, a: F.adaptive_avg_pool2d(i[0], a["output_size"]), 1),
+    "relu": (lambda i, a: F.relu(i[0]), 1),
+    "sigmoid": (lambda i, a: torch.sigmoid(i[0]), 1),
+    "tanh": (lambda i, a: torch.tanh(i[0]), 1),
+    "silu": (lambda i, a: F.silu(i[0]), 1),
+    "gelu": (lambda i, a: F.gelu(i[0], approximate="tanh" if a.get("approximate") else "none"), 1),
+    "hardtanh": (lambda i, a: _clamp(i[0], a), 1),
+    "exp": (lambda i, a: torch.exp(i[0]), 1),
+    "log": (lambda i, a: torch.log(i[0]), 1),
+    "sqrt": (lambda i, a: torch.sqrt(i[0]), 1),
+    "rsqrt": (lambda i, a: torch.rsqrt(i[0]), 1),
+    "neg": (lambda i, a: -i[0], 1),
+    "abs": (lambda i, a: torch.abs(i[0]), 1),
+    "reciprocal": (lambda i, a: torch.reciprocal(i[0]), 1),
+    "add_scalar": (lambda i, a: i[0] + a["c"], 1),
+    "mul_scalar": (lambda i, a: i[0] * a["c"], 1),
+    "rsub_scalar": (lambda i, a: a["c"] - i[0], 1),
+    "pow_scalar": (lambda i, a: torch.pow(i[0], a["e"]), 1),
+    "add": (lambda i, a: i[0] + i[1], 1),
+    "sub": (lambda i, a: i[0] - i[1], 1),
+    "mul": (lambda i, a: i[0] * i[1], 1),
+    "div": (lambda i, a: i[0] / i[1], 1),
+    "where": (lambda i, a: torch.where(i[0].bool(), i[1], i[2]), 1),
+    "sum": (lambda i, a: torch.sum(i[0], dim=tuple(a["dims"]), keepdim=bool(a.get("keepdim"))), 1),
+    "mean": (lambda i, a: torch.mean(i[0], dim=tuple(a["dims"]), keepdim=bool(a.get("keepdim"))), 1),
+    "softmax": (lambda i, a: torch.softmax(i[0], a["dim"]), 1),
+    "log_softmax": (lambda i, a: torch.log_softmax(i[0], a["dim"]), 1),
+    "sdpa": (lambda i, a: _sdpa(i[0], i[1], i[2], i[3], a), 1),
+    "matmul": (lambda i, a: _matmul(i[0], i[1], a), 1),
+    "reshape": (lambda i, a: i[0].reshape(tuple(a["shape"])), 1),
+    "permute": (lambda i, a: i[0].permute(*a["perm"]), 1),
+    "expand": (lambda i, a: i[0].expand(*a["shape"]), 1),
+    "slice": (lambda i, a: _slice(i[0], a), 1),
+    "cat": (lambda i, a: torch.cat(list(i), a["dim"]), 1),
+    "full": (lambda i, a: torch.full(tuple(a["shape"]), a["value"], dtype=_TORCH_DTYPE[a.get("dtype", "f32")]), 1),
+}
+
+
+# ---- choosing the prefix ---------------------------------------------------------------
+def frozen_state(g: Graph) -> set[str]:
+    """Names of the state tensors no node of the training step writes."""
+    written = {m.name for n in g.nodes for m in n.mutates}
+    return {name for name, v in g.state.items() if v.kind in ("param", "buffer", "const") and name not in written}
+
+
+def _prefix_nodes(g: Graph, frozen: set[str]) -> list[Node]:
+    users = g.users()
+    ok: set[int] = {id(v) for v in g.inputs} | {id(g.state[n]) for n in frozen if n in g.state}
+    from_input: set[int] = {id(v) for v in g.inputs}
+    candidates, tainted = [], {}
+    for n in g.nodes:
+        if n.phase != "forward" or n.mutates or n.op not in TORCH_OPS:
+            continue
+        if not all(v is None or id(v) in ok for v in n.inputs):
+            continue
+        computed = TORCH_OPS[n.op][1]
+        if any(o is not None and i >= computed and (users.get(id(o)) or o in g.outputs)
+               for i, o in enumerate(n.outputs)):
+            continue
+        if n.attrs.get("act") not in (None, "relu", "relu6"):
+            continue
+        outs = [o for o in n.outputs[:computed] if o is not None]
+        ok.update(id(o) for o in outs)
+        reads_input = any(v is not None and id(v) in from_input for v in n.inputs)
+        if reads_input:
+            from_input.update(id(o) for o in outs)
+        candidates.append(n)
+        tainted[id(n)] = reads_input
+    # state-only nodes join only when an input-dependent prefix node (transitively) reads them
+    keep: set[int] = {id(n) for n in candidates if tainted[id(n)]}
+    needed: set[int] = {id(v) for n in candidates if id(n) in keep for v in n.inputs if v is not None}
+    for n in reversed(candidates):
+        if id(n) not in keep and any(o is not None and id(o) in needed for o in n.outputs):
+            keep.add(id(n))
+            needed.update(id(v) for v in n.inputs if v is not None)
+    return [n for n in candidates if id(n) in keep]
+
+
+def _node_sig(n: Node, sig: dict[int, tuple]) -> tuple:
+    attrs = tuple(sorted((key, repr(val)) for key, val in n.attrs.items()))
+    return n.op, attrs, tuple(None if v is None else sig.get(id(v), ("?",)) for v in n.inputs)
+
+
+def _base_sigs(g: Graph) -> dict[int, tuple]:
+    sig: dict[int, tuple] = {id(v): ("input", i) for i, v in enumerate(g.inputs)}
+    sig.update({id(v): ("state", name) for name, v in g.state.items()})
+    return sig
+
+
+def _signatures(g: Graph, nodes: list[Node]) -> tuple[list, dict[int, tuple]]:
+    """Structural signature of each prefix node, and id(value) -> signature of every prefix value."""
+    sig = _base_sigs(g)
+    out = []
+    for k, n in enumerate(nodes):
+        out.append(_node_sig(n, sig))
+        for i, o in enumerate(n.outputs):
+            if o is not None:
+                sig[id(o)] = ("node", k, i)
+    return out, sig
+
+
+def _match(g: Graph, nodes: list[Node], want: list[tuple]) -> tuple[list[Node], list[Node], dict[int, tuple]]:
+    """The training graph's prefix nodes that compute what inference's prefix does (matched, in order),
+    the rest (forward work only the step needs, e.g. slicing a saved activation: left to the suffix),
+    and id(value) -> signature of the matched nodes' values."""
+    index = {}
+    for k, s in enumerate(want):
+        index.setdefault(s, []).append(k)
+    sig = _base_sigs(g)
+    matched, extra = [], []
+    for n in nodes:
+        ks = index.get(_node_sig(n, sig))
+        if not ks:
+            extra.append(n)
+            continue
+        k = ks.pop(0)
+        matched.append((k, n))
+        for i, o in enumerate(n.outputs):
+            if o is not None:
+                sig[id(o)] = ("node", k, i)
+    return [n for _, n in matched], extra, sig
+
+
+def _cut_values(g: Graph, nodes: list[Node]) -> list[Value]:
+    """Prefix outputs that a node outside the prefix (or the user outputs) reads, in program order."""
+    inside = {id(n) for n in nodes}
+    produced = {id(o): o for n in nodes for o in n.outputs if o is not None}
+    seen, cut = set(), []
+    for n in g.nodes:
+        if id(n) in inside:
+            continue
+        for v in n.inputs:
+            if v is not None and id(v) in produced and id(v) not in seen:
+                seen.add(id(v))
+                cut.append(v)
+    for v in g.outputs:
+        if id(v) in produced and id(v) not in seen:
+            seen.add(id(v))
+            cut.append(v)
+    return cut
+
+
+def _stopper(train: Graph, fn: Node) -> Node | None:
+    """The train-mode BatchNorm or dropout that keeps inference's prefix node `fn` out of the step's prefix."""
+    todo = [n for n in train.nodes if n.phase == "forward" and n.source == fn.source
+            and (n.op == fn.op or n.op == "batch_norm_train")]
+    seen: set[int] = set()
+    while todo:
+        n = todo.pop(0)
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if n.op in ("batch_norm_train", "dropout"):
+            return n
+        todo += [v.producer for v in n.inputs if v is not None and v.producer is not None]
+    return None
+
+
+def _mismatch(train: Graph, fnodes: list[Node], missing: list[int]) -> PockError:
+    fn = fnodes[missing[0]]
+    where = fn.source or "the model"
+    stop = _stopper(train, fn)
+    if stop is not None and stop.op == "batch_norm_train":
+        where = stop.source or where
+        why = (f"the training step runs batch_norm_train in {where}, which uses batch statistics and updates the "
+               f"running ones (so it cannot be in the prefix), while inference runs {fn.op} there; put frozen "
+               f"BatchNorm layers in eval() (e.g. model.bn.eval()) before pe.compile")
+    elif stop is not None:
+        where = stop.source or where
+        why = (f"the training step runs dropout in {where}, which draws random numbers (so it cannot be in the "
+               f"prefix); put frozen layers with dropout in eval() (or use p=0) before pe.compile")
+    else:
+        why = f"inference's prefix runs {fn.op} from {where}, which the training step computes differently"
+    return PockError(f"the frozen prefix differs between the training step and inference: {why}")
+
+
+# ---- the split -----------------------------------------------------------------------------
+def _clone(g: Graph) -> tuple[Graph, dict[int, Value]]:
+    """A copy of g with fresh Values and Nodes (numpy data shared); returns (copy, id(old) -> new)."""
+    vmap: dict[int, Value] = {}
+
+    def cp(v):
+        if v is None:
+            return None
+        if id(v) not in vmap:
+            vmap[id(v)] = Value(v.name, v.shape, v.dtype, v.kind, None, v.data)
+        return vmap[id(v)]
+
+    h = Graph(g.name)
+    h._names = set(g._names)
+    h.state = {name: cp(v) for name, v in g.state.items()}
+    h.inputs, h.targets = [cp(v) for v in g.inputs], [cp(v) for v in g.targets]
+    for n in g.nodes:
+        m = Node(n.op, [cp(v) for v in n.inputs], [cp(o) for o in n.outputs], dict(n.attrs), n.source, n.phase)
+        for o in m.outputs:
+            if o is not None:
+                o.producer = m
+        h.nodes.append(m)
+    h.loss = cp(g.loss)
+    h.outputs = [cp(v) for v in g.outputs]
+    return h, vmap
+
+
+def _suffix_graph(g: Graph, nodes: list[Node], cut: list[Value], names: list[str], kept: list[int]) -> Graph:
+    h, vmap = _clone(g)
+    drop = {id(n) for n in nodes}
+    h.nodes = [m for m, n in zip(h.nodes, g.nodes) if id(n) not in drop]
+    new_inputs = []
+    for v, name in zip(cut, names):
+        c = vmap[id(v)]
+        c.kind, c.producer, c.name = "input", None, name
+        h._names.add(name)
+        new_inputs.append(c)
+    h.inputs = [h.inputs[i] for i in kept] + new_inputs
+    read = {id(v) for n in h.nodes for v in n.inputs if v is not None}
+    only_prefix = {v.name for n in nodes for v in n.inputs if v is not None and v.in_state}
+    h.state = {name: v for name, v in h.state.items() if name not in only_prefix or id(v) in read}
+    return verify(h, "frozen-prefix split")
+
+
+class FrozenPrefix:
+    """The frozen prefix of a program: what an inference runtime computes before the step."""
+
+    def __init__(self, graph: Graph, nodes: list[Node], cut: list[Value], names: list[str], input_index: list[int],
+                 kept_inputs: list[int], int_ranges: dict[int, int]):
+        self.graph, self.nodes, self.cut = graph, nodes, cut
+        self.input_index = input_index    # positions in the model's inputs that the prefix reads
+        self.kept_inputs = kept_inputs    # positions in the model's inputs that the suffix still reads
+        self.int_ranges = int_ranges      # prefix input position -> exclusive upper bound of its indices
+        self.inputs = [{"name": graph.inputs[i].name, "shape": list(graph.inputs[i].shape),
+                        "dtype": graph.inputs[i].dtype} for i in input_index]
+        self.outputs = [{"name": name, "shape": list(v.shape), "dtype": v.dtype} for v, name in zip(cut, names)]
+        self.module = PrefixModule(self)
+        self.example_inputs = self.random_inputs(0)
+
+    def random_inputs(self, seed: int) -> tuple[torch.Tensor, ...]:
+        """Valid inputs of the right shapes (indices inside their embedding tables)."""
+        g = torch.Generator().manual_seed(seed)
+        out = []
+        for k, io in enumerate(self.inputs):
+            shape, dtype = tuple(io["shape"]), io["dtype"]
+            if dtype == "f32":
+                out.append(torch.randn(shape, generator=g))
+            elif dtype == "u8":
+                out.append(torch.randint(0, 2, shape, generator=g).bool())
+            else:
+                out.append(torch.randint(0, self.int_ranges.get(k, 2), shape, generator=g, dtype=_TORCH_DTYPE[dtype]))
+        return tuple(out)
+
+    def check_inputs(self, inputs) -> None:
+        """PockError unless integer indices lie inside the tables they index."""
+        for k, hi in self.int_ranges.items():
+            x = np.asarray(inputs[k])
+            if x.size and (x.min() < 0 or x.max() >= hi):
+                raise PockError(f"input {self.inputs[k]['name']!r}: index {int(x.min() if x.min() < 0 else x.max())} "
+                                f"is outside [0, {hi}) of the embedding it selects")
+
+    def state_names(self) -> list[str]:
+        return sorted({v.name for n in self.nodes for v in n.inputs if v is not None and v.in_state})
+
+    def manifest(self, files: dict | None = None, soc=None, precision: str = "fp32", runtime: str = "onnx") -> dict:
+        """manifest["prefix"] of the model bundle: how an SDK runs the prefix before each step."""
+        return {
+            "format": 1,
+            "runtime": runtime,
+            "inputs": self.inputs,
+            "outputs": self.outputs,
+            "input_index": self.input_index,
+            "kept_inputs": self.kept_inputs,
+            "files": dict(files or {}),
+            "soc": getattr(soc, "name", soc),
+            "htp_arch": getattr(soc, "htp_arch", None),
+            "qnn_soc_model": getattr(soc, "qnn_soc_model", None),
+            "precision": precision,
+        }
+
+    def __repr__(self) -> str:
+        ops = ", ".join(n.op for n in self.nodes)
+        return f"<FrozenPrefix {len(self.nodes)} nodes ({ops}) -> {[o['name'] for o in self.outputs]}>"
+
+
+class PrefixModule(nn.Module):
+    """The prefix as a torch module over the frozen weights (eval semantics, traceable)."""
+
+    def __init__(self, prefix: FrozenPrefix):
+        super().__init__()
+        self._names: dict[str, str] = {}
+        for i, name in enumerate(prefix.state_names()):
+            v = prefix.graph.state[name]
+            t = torch.from_numpy(np.array(v.data, copy=True))
+            self.register_buffer(f"w{i}", t.bool() if v.dtype == "u8" else t)
+            self._names[name] = f"w{i}"
+        self._program = [(n.op, n.attrs, [None if v is None else id(v) for v in n.inputs],
+                          [None if o is None else id(o) for o in n.outputs]) for n in prefix.nodes]
+        self._input_ids = [id(prefix.graph.inputs[i]) for i in prefix.input_index]
+        self._state_ids = {id(prefix.graph.state[name]): attr for name, attr in self._names.items()}
+        self._out_ids = [id(v) for v in prefix.cut]
+        self.output_names = [o["name"] for o in prefix.outputs]
+        self.eval()
+
+    def forward(self, *inputs):
+        env = dict(zip(self._input_ids, inputs))
+        env.update({key: getattr(self, attr) for key, attr in self._state_ids.items()})
+        for op, attrs, ins, outs in self._program:
+            fn, computed = TORCH_OPS[op]
+            y = fn([None if i is None else env[i] for i in ins], attrs)
+            ys = list(y) if isinstance(y, (tuple, list)) else [y]
+            for o, t in zip(outs[:computed], ys):
+                if o is not None:
+                    env[o] = t
+        outs = tuple(env[i] for i in self._out_ids)
+        return outs[0] if len(outs) == 1 else outs
+
+
+def _embedding_ranges(g: Graph, nodes: list[Node], input_index: list[int]) -> dict[int, int]:
+    """prefix input position -> number of rows of the embedding its values (through views) index."""
+    pos = {id(g.inputs[i]): k for k, i in enumerate(input_index)}
+    origin = dict((key, key) for key in pos)
+    ranges: dict[int, int] = {}
+    for n in nodes:
+        if n.op in ("reshape", "permute", "expand", "slice") and id(n.inputs[0]) in origin:
+            origin[id(n.out)] = origin[id(n.inputs[0])]
+        elif n.op == "embedding" and id(n.inputs[1]) in origin:
+            k = pos[origin[id(n.inputs[1])]]
+            ranges[k] = min(ranges.get(k, n.inputs[0].shape[0]), n.inputs[0].shape[0])
+    return ranges
+
+
+def split_prefix(prog):
+    """(FrozenPrefix, suffix Program), or (None, prog) when the prefix is empty or only moves data."""
+    from ..program import Program
+
+    g, fg = prog.graph, prog.forward_graph
+    frozen = frozen_state(g)
+    tnodes, fnodes = _prefix_nodes(g, frozen), _prefix_nodes(fg, frozen)
+    if not any(n.op not in LAYOUT_OPS for n in tnodes) and not any(n.op not in LAYOUT_OPS for n in fnodes):
+        return None, prog
+    fsig, fval = _signatures(fg, fnodes)
+    tnodes, _, tval = _match(g, tnodes, fsig)
+    done = {tval[id(n.outputs[0])][1] for n in tnodes if n.outputs and n.outputs[0] is not None}
+    done |= {k for k, n in enumerate(fnodes) if not any(o is not None for o in n.outputs)}
+    missing = [k for k in range(len(fnodes)) if k not in done]
+    if missing:
+        raise _mismatch(g, fnodes, missing)
+    # one set of cut values serves both graphs (each suffix ignores those it does not read)
+    by_sig = {fval[id(v)]: v for v in _cut_values(fg, fnodes)}
+    train_by_sig = {tval[id(v)]: v for v in _cut_values(g, tnodes)}
+    sigs = list(by_sig) + [s for s in train_by_sig if s not in by_sig]
+    fprod = {fval[id(o)]: o for n in fnodes for o in n.outputs if o is not None}
+    tprod = {tval[id(o)]: o for n in tnodes for o in n.outputs if o is not None}
+    fcut, tcut = [fprod[s] for s in sigs], [tprod[s] for s in sigs]
+    names = [f"prefix{i}_{v.name}" for i, v in enumerate(fcut)]
+    # model inputs: the prefix reads some, the suffix keeps those any remaining node reads
+    in_prefix = {id(v) for n in fnodes for v in n.inputs if v is not None}
+    input_index = [i for i, v in enumerate(fg.inputs) if id(v) in in_prefix]
+    kept = []
+    for i in range(len(g.inputs)):
+        for graph, nodes in ((g, tnodes), (fg, fnodes)):
+            inside = {id(n) for n in nodes}
+            if any(id(n) not in inside and any(v is graph.inputs[i] for v in n.inputs) for n in graph.nodes):
+                kept.append(i)
+                break
+    if not input_index:
+        return None, prog
+    train = _suffix_graph(g, tnodes, tcut, names, kept)
+    forward = _suffix_graph(fg, fnodes, fcut, names, kept)
+    suffix = Program(prog.name, train, forward, prog.optimizer, prog.trained, prog.aliases)
+    prefix = FrozenPrefix(fg, fnodes, fcut, names, input_index, kept, _embedding_ranges(fg, fnodes, input_index))
+    prefix.frozen_state = {name: fg.state[name].data for name in prefix.state_names()}
+    return prefix, suffix
+
+
+# ---- a trainer with the prefix in front ---------------------------------------------------
+def torch_runner(prefix: FrozenPrefix):
+    """run(arrays) -> arrays: the prefix in PyTorch (the reference every other runner is checked against)."""
+    def run(arrays):
+        with torch.no_grad():
+            ins = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
+            ins = [t.bool() if io["dtype"] == "u8" else t for t, io in zip(ins, prefix.inputs)]
+            out = prefix.module(*ins)
+        outs = out if isinstance(out, tuple) else (out,)
+        return [o.contiguous().numpy() for o in outs]
+    return run
+
+
+class PrefixTrainer:
+    """trainer.Trainer's Python API over (prefix runner, compiled suffix step).
+
+    Each step/forward runs the prefix on the model's inputs, then the suffix
+    library on the inputs it keeps plus the prefix outputs.  The prefix's
+    frozen weights are baked into the prefix model: state_dict() lists them
+    (they never change) and load_state_dict() accepts them only unchanged.
+    """
+
+    def __init__(self, prog, prefix: FrozenPrefix, suffix_trainer, run_prefix, backend: str = "torch",
+                 on_close=None):
+        from ..frontends.torch_export import NUMPY
+        from ..trainer import IOInfo
+
+        self.prog, self.prefix, self.suffix = prog, prefix, suffix_trainer
+        self.run_prefix, self.backend, self._on_close = run_prefix, backend, on_close
+        io = lambda v: IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape))  # noqa: E731
+        self.inputs = [io(v) for v in prog.graph.inputs]
+        self.targets = suffix_trainer.targets
+        self.outputs = suffix_trainer.outputs
+        self._frozen = {name: np.array(prog.state[name].data, copy=True) for name in prefix.state_names()
+                        if name not in suffix_trainer._tensor_by_name}
+        self._order = [name for name, v in sorted(prog.state.items(), key=lambda kv: prog.state_offsets[kv[0]])
+                       if v.kind in ("param", "buffer")]
+        self._aliases = dict(prog.aliases)
+
+    def _split(self, inputs):
+        from ..trainer import _input_array
+
+        seq = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
+        if len(seq) != len(self.inputs):
+            names = ", ".join(io.name for io in self.inputs)
+            raise PockError(f"expected {len(self.inputs)} inputs ({names}), got {len(seq)}")
+        arrays = [_input_array(v, f"input {i} {io.name!r}", io) for i, (v, io) in enumerate(zip(seq, self.inputs))]
+        ins = [arrays[i] for i in self.prefix.input_index]
+        self.prefix.check_inputs(ins)
+        outs = self.run_prefix(ins)
+        return [arrays[i] for i in self.prefix.kept_inputs] + [
+            np.ascontiguousarray(o, dtype=np.dtype(io.dtype)).reshape(io.shape)
+            for o, io in zip(outs, self.suffix.inputs[len(self.prefix.kept_inputs):])]
+
+    def step(self, inputs, targets) -> float:
+        return self.suffix.step(self._split(inputs), targets)
+
+    def forward(self, inputs):
+        return self.suffix.forward(self._split(inputs))
+
+    def prefix_outputs(self, inputs) -> list[np.ndarray]:
+        """What the prefix runner computes for `inputs` (the suffix's extra inputs)."""
+        return self._split(inputs)[len(self.prefix.kept_inputs):]
+
+    def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
+        """The suffix step's per-node profile on the prefix outputs of `inputs`."""
+        return self.suffix.profile(self._split(inputs), targets, steps, warmup)
+
+    # -- state
+    @property
+    def tensors(self):
+        return self.suffix.tensors
+
+    def get_tensor(self, name: str) -> np.ndarray:
+        name = self._aliases.get(name, name)
+        if name in self._frozen:
+            return self._frozen[name].copy()
+        return self.suffix.get_tensor(name)
+
+    def set_tensor(self, name: str, value) -> None:
+        if self._aliases.get(name, name) in self._frozen:
+            self._check_frozen(name, value)
+            return
+        self.suffix.set_tensor(name, value)
+
+    def _check_frozen(self, name, value) -> None:
+        want = self._frozen[self._aliases.get(name, name)]
+        got = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
+        if got.shape != want.shape or not np.array_equal(got.astype(want.dtype), want):
+            raise PockError(f"state tensor {name!r} is frozen in the prefix run by {self.backend} (its values are "
+                            f"baked into the prefix model); recompile the model to change it")
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        sd = self.suffix.state_dict()
+        merged = {name: (self._frozen[name].copy() if name in self._frozen else sd[name]) for name in self._order
+                  if name in self._frozen or name in sd}
+        merged.update({k: v for k, v in sd.items() if k not in merged})
+        merged.update({a: merged[c] for a, c in self._aliases.items() if c in merged})
+        return merged
+
+    def load_state_dict(self, state_dict) -> None:
+        rest = {}
+        for key, value in state_dict.items():
+            if self._aliases.get(key, key) in self._frozen:
+                self._check_frozen(key, value)
+            else:
+                rest[key] = value
+        missing = [n for n in self._frozen if n not in state_dict]
+        if missing:
+            raise PockError("load_state_dict: missing keys: " + ", ".join(map(repr, missing)))
+        self.suffix.load_state_dict(rest)
+
+    def save(self, path) -> None:
+        self.suffix.save(path)
+
+    def load(self, path) -> None:
+        self.suffix.load(path)
+
+    @property
+    def learning_rate(self) -> float:
+        return self.suffix.learning_rate
+
+    @learning_rate.setter
+    def learning_rate(self, lr: float) -> None:
+        self.suffix.learning_rate = lr
+
+    @property
+    def step_count(self) -> int:
+        return self.suffix.step_count
+
+    def set_num_threads(self, n: int) -> None:
+        self.suffix.set_num_threads(n)
+
+    @property
+    def model_name(self) -> str:
+        return self.suffix.model_name
+
+    @property
+    def model_hash(self) -> str:
+        return self.suffix.model_hash
+
+    @property
+    def lib_path(self):
+        return self.suffix.lib_path
+
+    @property
+    def closed(self) -> bool:
+        return self.suffix.closed
+
+    def close(self) -> None:
+        self.suffix.close()
+        if self._on_close is not None:
+            self._on_close()
+            self._on_close = None
+
+    def __enter__(self):
+        if self.closed:
+            self.suffix._live()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<pockengine.PrefixTrainer prefix on {self.backend}, suffix {self.suffix!r}>"
+
+
+__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixTrainer", "TORCH_OPS", "frozen_state",
+           "torch_runner"]
