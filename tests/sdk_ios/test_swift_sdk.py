@@ -1,0 +1,84 @@
+"""The Swift layer (sdk-ios/) cannot be compiled here, so it is kept a one-to-one
+wrapper and these tests hold it to that: every public PockTrainer member calls
+exactly one pock_ function declared in pock.h (step/predict also run the Core ML
+prefix), the module map's header is pock.h itself, and the manifest fields and
+error codes Swift decodes are those the toolchain and C API produce."""
+import re
+
+from pockengine.bundle import manifest
+from pockengine.codegen import RUNTIME_DIR
+from pockengine.platforms.ios import SDK_DIR
+
+SOURCES = SDK_DIR / "Sources" / "PockEngine"
+POCK_H = (RUNTIME_DIR / "include" / "pock.h").read_text()
+DECLARED = set(re.findall(r"POCK_API\s+[\w\s\*]+?\b(pock_\w+)\s*\(", POCK_H))
+STRUCTS = set(re.findall(r"typedef struct (pock_\w+)", POCK_H))  # pock_tensor(...) builds a struct
+
+
+def c_calls(code: str) -> list[str]:
+    return [c for c in re.findall(r"\b(pock_\w+)\(", code) if c not in STRUCTS]
+# public member -> the one C function it wraps (None: it delegates to step)
+WRAPS = {"init(modelURL:": "pock_open", "deinit": "pock_close", "func step(": "pock_step",
+         "func predict(": "pock_forward", "func save(": "pock_save", "func restore(": "pock_load",
+         "var learningRate": "pock_get_learning_rate", "func setLearningRate(": "pock_set_learning_rate",
+         "var stepCount": "pock_step_count", "func setNumThreads(": "pock_set_num_threads",
+         "func stepAsync(": None, "func train(": None}
+
+
+def members(source: str) -> dict[str, str]:
+    """public/deinit members of a Swift class -> their bodies (brace matched)."""
+    out = {}
+    for m in re.finditer(r"^    (?:public (?:func|var|init)|deinit)\b[^\n]*", source, re.M):
+        start = source.index("{", m.start())
+        depth, i = 0, start
+        while True:
+            depth += {"{": 1, "}": -1}.get(source[i], 0)
+            if depth == 0:
+                break
+            i += 1
+        out[m.group(0).strip()] = source[start:i + 1]
+    return out
+
+
+def test_pock_h_copy_is_identical():
+    assert (SDK_DIR / "Sources" / "PockC" / "pock.h").read_text() == POCK_H
+    assert 'header "pock.h"' in (SDK_DIR / "Sources" / "PockC" / "module.modulemap").read_text()
+
+
+def test_every_trainer_member_calls_one_c_function():
+    body = members((SOURCES / "PockTrainer.swift").read_text())
+    seen = set()
+    for signature, code in body.items():
+        key = next((k for k in WRAPS if k in signature), None)
+        assert key is not None, f"public member {signature!r} is not in the wrapper table"
+        seen.add(key)
+        calls = c_calls(code)
+        assert set(calls) <= DECLARED, calls
+        if WRAPS[key] is None:
+            assert calls == [] and "self.step(inputs:" in code, signature
+        else:
+            assert calls == [WRAPS[key]], (signature, calls)
+        if key in ("func step(", "func predict("):
+            assert code.count("prefix?.stepInputs(") == 1  # the Core ML prefix, then the compiled step
+        if key not in ("init(modelURL:", "deinit") and WRAPS[key]:
+            assert "try locked {" in code, f"{signature} must hold the trainer's lock"
+    assert seen == set(WRAPS)
+    every = c_calls("".join(p.read_text() for p in SOURCES.glob("*.swift")))
+    assert set(every) <= DECLARED and "pock_last_error" in every
+
+
+def test_error_codes_match_pock_status():
+    codes = dict(re.findall(r"(POCK_ERR_\w+) = (\d+)", POCK_H))
+    swift = (SOURCES / "PockError.swift").read_text()
+    cases = re.search(r"case invalidArgument = 1, ([\w, ]+)\n", swift).group(1).split(", ")
+    assert len(cases) + 1 == len(codes) and int(codes["POCK_ERR_INTERNAL"]) == len(codes)
+
+
+def test_manifest_fields_swift_decodes_exist(ios_build):
+    swift = (SOURCES / "ModelManifest.swift").read_text()
+    top = manifest(ios_build["prog"])
+    top_fields = re.findall(r"^    public let (\w+):", swift, re.M)
+    assert top_fields and set(top_fields) <= set(top), set(top_fields) - set(top)
+    io_fields = re.findall(r"^        public let (\w+):", swift, re.M)
+    assert {"name", "shape", "dtype", "inputs", "outputs", "coreml"} == set(io_fields)
+    assert set(top["inputs"][0]) == {"name", "shape", "dtype"}

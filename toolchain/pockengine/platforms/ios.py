@@ -1,0 +1,301 @@
+"""pock-build --platform ios: an XCFramework, the model bundle and a ready Swift package.
+
+    out/
+      <name>.cpp  summary.md             the generated step and its summary
+      <Model>.xcframework/               Apple's format (Info.plist lists both slices)
+        ios-arm64/libpock_<name>.a                  + Headers/{pock.h, module.modulemap}
+        ios-arm64_x86_64-simulator/libpock_<name>.a   (fat: arm64 + x86_64)
+      bundle/                             model.json, weights.pockckpt[, prefix/*.mlpackage]
+      Package.swift                       a Swift package: the PockEngine Swift layer
+      Sources/PockEngine/*.swift            (copied from sdk-ios/), the XCFramework as a
+      Sources/Pock<Model>/                  binaryTarget, and the bundle as a resource
+
+Each slice is a static library of the model TU, the runtime and the kernels.
+On macOS with Xcode the objects come from `xcrun clang++` and the XCFramework
+from `xcodebuild -create-xcframework`; anywhere else zig (PyPI `ziglang`)
+cross-compiles them (no iOS SDK needed for static libraries: zig ships the
+Darwin libc headers), `zig ar` archives them and macho.write_fat makes the
+simulator's universal archive.  Objects are cached by content hash under
+$POCK_CACHE_DIR/ios, built under a file lock (as build/host.py does).
+
+With coreml=True the frozen prefix (passes/prefix.py) is exported as an ML
+Program (coreml.py) into bundle/prefix/ and the static library holds only the
+rest of the step, whose inputs are the prefix's outputs.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import plistlib
+import platform
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from ..build.host import _digest, _produce, cache_dir, runtime_dir, runtime_sources
+from ..errors import PockError
+from .macho import CPU_ARM64, CPU_X86_64, write_fat
+
+MIN_IOS = "15.0"
+SDK_DIR = Path(__file__).resolve().parents[3] / "sdk-ios"
+FLAGS = ("-O3", "-std=c++17", "-fvisibility=hidden")  # as build/host.py, minus -march=native
+C_MODULE = "PockC"
+# XCFramework library identifier -> [(zig target, Apple -arch, Mach-O CPU)]; each list is one archive
+SLICES = {
+    "ios-arm64": [(f"aarch64-ios.{MIN_IOS}", "arm64", CPU_ARM64)],
+    "ios-arm64_x86_64-simulator": [(f"aarch64-ios.{MIN_IOS}-simulator", "arm64", CPU_ARM64),
+                                   (f"x86_64-ios.{MIN_IOS}-simulator", "x86_64", CPU_X86_64)],
+}
+MODULE_MAP = f"""module {C_MODULE} {{
+  header "pock.h"
+  link "c++"
+  export *
+}}
+"""
+
+
+def swift_name(name: str) -> str:
+    """keyboard_lm -> KeyboardLm: the model's name in Swift (XCFramework, package)."""
+    return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Model"
+
+
+def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, fp16: bool = True) -> dict:
+    """Write the XCFramework, the bundle and the Swift package for prog into out; returns {label: path}."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    prefix = None
+    if coreml:
+        try:
+            from ..passes.prefix import split_prefix
+        except ImportError:
+            raise PockError("--coreml needs the frozen-prefix split (passes/prefix.py)") from None
+        prefix, prog = split_prefix(prog)  # (None, prog) when nothing is frozen at the front
+    model = swift_name(prog.name)
+    cpp = out / f"{prog.name}.cpp"
+    cpp.write_text(prog.source())
+    (out / "summary.md").write_text(prog.summary())
+
+    bundle = out / "bundle"
+    shutil.rmtree(bundle, ignore_errors=True)
+    entry = export_prefix(prefix, bundle / "prefix", prog.name, fp16) if prefix is not None else None
+    write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt")
+    from ..bundle import write_bundle
+    write_bundle(prog, out / f"{prog.name}.pockckpt", bundle, prefix=entry)
+
+    xcf = build_xcframework(cpp, out / f"{model}.xcframework", f"libpock_{prog.name}.a")
+    package = write_swift_package(out, prog.name, xcf, bundle)
+    return {"xcframework": xcf, "bundle": bundle, "package": package, "source": cpp}
+
+
+# -- the model bundle -----------------------------------------------------------------
+
+_KINDS = {"param": "param", "buffer": "buffer", "opt_state": "optimizer_state", "const": "constant"}
+_NP = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
+
+
+def write_initial_checkpoint(prog, path: Path) -> Path:
+    """The initial state in pock_save's format, without building for this host: what
+    prog.build_cpu() + trainer.save(path) writes (state data, zeros elsewhere, step 0)."""
+    from ..checkpoint import Checkpoint, write_checkpoint
+    prog.source()  # fixes prog.hash
+    tensors = {}
+    for name, v in prog.state.items():
+        data = np.zeros(v.shape, _NP[v.dtype]) if v.data is None else np.asarray(v.data, _NP[v.dtype])
+        tensors[name] = (_KINDS[v.kind], data.reshape(v.shape))
+    write_checkpoint(path, Checkpoint(prog.hash, 0, float(prog.optimizer.lr), tensors))
+    return path
+
+
+def export_prefix(prefix, prefix_dir: Path, name: str, fp16: bool) -> dict:
+    """The prefix as bundle/prefix/<name>_prefix.mlpackage (and .mlmodelc where Xcode can
+    compile it); returns the manifest's "prefix" entry."""
+    from .coreml import export_mlpackage
+    prefix_dir.mkdir(parents=True, exist_ok=True)
+    package = export_mlpackage(prefix.module, prefix.example_inputs, prefix_dir / f"{name}_prefix.mlpackage",
+                               [i["name"] for i in prefix.inputs], [o["name"] for o in prefix.outputs], fp16=fp16)
+    compiled = None
+    if _xcode():  # Core ML compiles at build time; otherwise the Swift layer compiles at first run
+        subprocess.run(["xcrun", "coremlcompiler", "compile", str(package), str(prefix_dir)], check=True,
+                       capture_output=True)
+        compiled = f"prefix/{package.stem}.mlmodelc"
+    entry = prefix.manifest(files={"coreml": f"prefix/{package.name}"}, precision="fp16" if fp16 else "fp32",
+                            runtime="coreml")
+    entry["coreml"] = {"path": f"prefix/{package.name}", "compiled": compiled, "fp16": fp16}  # read by Swift
+    return entry
+
+
+# -- static libraries and the XCFramework ----------------------------------------------
+
+def _xcode() -> bool:
+    return platform.system() == "Darwin" and shutil.which("xcodebuild") is not None
+
+
+def zig_lib_dir() -> Path:
+    try:
+        import ziglang
+    except ImportError:
+        raise PockError("--platform ios off macOS needs zig: pip install ziglang==0.17.1") from None
+    return Path(ziglang.__file__).parent / "lib"
+
+
+def _compile_command(src: Path, zig_target: str, arch: str, includes: tuple[str, ...]):
+    """(compiler id, command maker) for one source and one target."""
+    if _xcode():
+        sdk = "iphonesimulator" if zig_target.endswith("-simulator") else "iphoneos"
+        env = "ios-simulator" if sdk == "iphonesimulator" else "ios"
+        cmd = ["xcrun", "--sdk", sdk, "clang++", "-target", f"{arch}-apple-{env}{MIN_IOS}"]
+        return " ".join(cmd), lambda tmp: [*cmd, *FLAGS, *includes, "-c", str(src), "-o", str(tmp)]
+    darwin_libc = zig_lib_dir() / "libc" / "include" / "any-darwin-any"
+    cmd = [sys.executable, "-m", "ziglang", "c++", "-target", zig_target, "-isystem", str(darwin_libc)]
+    return f"zig {_zig_version()} {zig_target}", lambda tmp: [*cmd, *FLAGS, *includes, "-c", str(src), "-o", str(tmp)]
+
+
+def _zig_version() -> str:
+    r = subprocess.run([sys.executable, "-m", "ziglang", "version"], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PockError(f"zig does not run: {r.stderr.strip()[-2000:]}")
+    return r.stdout.strip()
+
+
+def compile_objects(sources: list[Path], zig_target: str, arch: str) -> list[Path]:
+    """Compile sources for one target (cached by content hash), in parallel."""
+    rt = runtime_dir()
+    includes = ("-I", str(rt / "include"), "-I", str(rt))
+    headers = _digest(sorted(rt.rglob("*.h")))
+    jobs = []
+    for src in sources:
+        tool, cmd_for = _compile_command(src, zig_target, arch, includes)
+        h = hashlib.sha256()
+        for part in (tool, "\0".join(FLAGS), headers, src.name):
+            h.update(part.encode() + b"\0")
+        h.update(src.read_bytes())
+        obj = cache_dir() / "ios" / zig_target / f"{src.stem}-{h.hexdigest()[:24]}.o"
+        jobs.append((obj, cmd_for))
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        return list(pool.map(lambda job: _produce(job[0], job[1], f"iOS compilation ({zig_target})"), jobs))
+
+
+def static_library(objs: list[Path], out: Path) -> Path:
+    """A Darwin static archive (with its symbol table) of objs."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.unlink(missing_ok=True)
+    if _xcode():
+        cmd = ["xcrun", "libtool", "-static", "-o", str(out), *map(str, objs)]
+    else:
+        cmd = [sys.executable, "-m", "ziglang", "ar", "--format=darwin", "rcsD", str(out), *map(str, objs)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise PockError(f"archiving {out.name} failed: {(r.stderr or r.stdout).strip()[-2000:]}")
+    return out
+
+
+def build_slice(model_cpp: Path, identifier: str, work: Path, lib_name: str) -> Path:
+    """The static library of one XCFramework slice (universal when it has several CPUs)."""
+    sources = [*runtime_sources(), Path(model_cpp).resolve()]
+    thin = []
+    for zig_target, arch, cpu in SLICES[identifier]:
+        objs = compile_objects(sources, zig_target, arch)
+        thin.append((cpu, static_library(objs, work / zig_target / lib_name)))
+    lib = work / identifier / lib_name
+    if len(thin) == 1:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(thin[0][1], lib)
+    elif _xcode():
+        subprocess.run(["xcrun", "lipo", "-create", *(str(p) for _, p in thin), "-output", str(lib)], check=True)
+    else:
+        lib.parent.mkdir(parents=True, exist_ok=True)
+        write_fat(lib, [(cpu, p.read_bytes()) for cpu, p in thin])
+    return lib
+
+
+def _headers(dest: Path) -> Path:
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(runtime_dir() / "include" / "pock.h", dest / "pock.h")
+    (dest / "module.modulemap").write_text(MODULE_MAP)
+    return dest
+
+
+def build_xcframework(model_cpp: Path, xcf: Path, lib_name: str) -> Path:
+    """<Model>.xcframework with an ios-arm64 and an ios-arm64_x86_64-simulator static library."""
+    work = xcf.parent / "build-ios"
+    libs = {ident: build_slice(model_cpp, ident, work, lib_name) for ident in SLICES}
+    shutil.rmtree(xcf, ignore_errors=True)
+    if _xcode():
+        headers = _headers(work / "Headers")
+        cmd = ["xcodebuild", "-create-xcframework"]
+        for lib in libs.values():
+            cmd += ["-library", str(lib), "-headers", str(headers)]
+        subprocess.run([*cmd, "-output", str(xcf)], check=True, capture_output=True)
+        return xcf
+    available = []
+    for ident, lib in libs.items():
+        (xcf / ident).mkdir(parents=True)
+        shutil.copyfile(lib, xcf / ident / lib_name)
+        _headers(xcf / ident / "Headers")
+        entry = {"HeadersPath": "Headers", "LibraryIdentifier": ident, "LibraryPath": lib_name,
+                 "SupportedArchitectures": [arch for _, arch, _ in SLICES[ident]], "SupportedPlatform": "ios"}
+        if ident.endswith("-simulator"):
+            entry["SupportedPlatformVariant"] = "simulator"
+        available.append(entry)
+    info = {"AvailableLibraries": available, "CFBundlePackageType": "XFWK", "XCFrameworkFormatVersion": "1.0"}
+    with open(xcf / "Info.plist", "wb") as f:
+        plistlib.dump(info, f)
+    return xcf
+
+
+# -- the Swift package --------------------------------------------------------------
+
+def write_swift_package(out: Path, name: str, xcf: Path, bundle: Path) -> Path:
+    """out/Package.swift: PockEngine (sdk-ios's Swift sources) over the XCFramework, and
+    Pock<Model> holding the bundle as a resource.  Returns the package root (out)."""
+    model = swift_name(name)
+    engine = out / "Sources" / "PockEngine"
+    shutil.rmtree(out / "Sources", ignore_errors=True)
+    shutil.copytree(SDK_DIR / "Sources" / "PockEngine", engine)
+    target = out / "Sources" / f"Pock{model}"
+    shutil.copytree(bundle, target / "Resources" / f"{name}.pockmodel")
+    (target / f"Pock{model}.swift").write_text(MODEL_SWIFT.format(model=model, name=name))
+    (out / "Package.swift").write_text(PACKAGE_SWIFT.format(model=model, xcf=xcf.name, name=name))
+    return out
+
+
+PACKAGE_SWIFT = """// swift-tools-version:5.7
+// Generated by pock-build --platform ios.  Add this folder to an Xcode project
+// (File > Add Package Dependencies > Add Local) and `import Pock{model}`.
+import PackageDescription
+
+let package = Package(
+    name: "Pock{model}",
+    platforms: [.iOS(.v15)],
+    products: [.library(name: "Pock{model}", targets: ["Pock{model}"])],
+    targets: [
+        // libpock_{name}.a: the compiled training step + runtime, C module PockC (pock.h)
+        .binaryTarget(name: "{model}", path: "{xcf}"),
+        .target(name: "PockEngine", dependencies: ["{model}"], path: "Sources/PockEngine",
+                linkerSettings: [.linkedLibrary("c++"), .linkedFramework("CoreML")]),
+        .target(name: "Pock{model}", dependencies: ["PockEngine"], path: "Sources/Pock{model}",
+                resources: [.copy("Resources/{name}.pockmodel")]),
+    ]
+)
+"""
+
+MODEL_SWIFT = """// Generated by pock-build --platform ios: the {name} model bundle shipped in this package.
+import Foundation
+@_exported import PockEngine
+
+public enum {model}Model {{
+    /// The model bundle (model.json, weights.pockckpt, prefix/) inside this package.
+    public static var bundleURL: URL {{
+        Bundle.module.url(forResource: "{name}", withExtension: "pockmodel")!
+    }}
+
+    /// A trainer starting from the bundle's initial weights.
+    public static func makeTrainer(options: PockTrainer.Options = .init()) throws -> PockTrainer {{
+        try PockTrainer(modelURL: bundleURL, options: options)
+    }}
+}}
+"""
