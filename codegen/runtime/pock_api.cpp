@@ -276,6 +276,8 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
     *out = nullptr;
     const PockModel* m = pock_compiled_model();
     if (pock_status s = check_model(m)) return s;
+    if (m->backend_open)
+      if (pock_status s = m->backend_open()) return s;
     pock_trainer* t = new pock_trainer{m, nullptr, nullptr, m->default_lr, 0, pock_rt::default_num_threads()};
     try {
       t->pool = pock_rt::pool_create(t->num_threads);

@@ -80,6 +80,12 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
         from .passes.prefix import split_prefix
         prefix, step_prog = split_prefix(prog)
         backends = [b for b in backends if b != "htp"]
+        print(f"partition: htp runs the frozen prefix {prefix!r}" if prefix else
+              "partition: no frozen prefix for htp (every forward op leads to a gradient); the step runs without it")
+    if "vulkan" in backends:
+        from .backends.vulkan import partition_step
+        from .passes.partition import format_partition
+        print(format_partition(partition_step(step_prog, backends)))
     cpp = out / f"{prog.name}.cpp"
     cpp.write_text(step_prog.source())
     (out / "CMakeLists.txt").write_text(cmake_lists(prog.name, RUNTIME_DIR))

@@ -76,6 +76,10 @@ struct PockModel {
   // (which leave it zero-initialised) still build: nullptr means the step
   // carries no profiling hooks.
   const PockNodeTable* step_nodes;
+  // Opens the accelerator backends the step uses (e.g. the Vulkan device);
+  // pock_open fails with its status (POCK_ERR_BACKEND naming what is missing).
+  // nullptr: CPU only.
+  pock_status (*backend_open)(void);
 };
 
 extern "C" const PockModel* pock_compiled_model();

@@ -1,0 +1,72 @@
+// cross_entropy.comp — F.cross_entropy (mean over rows whose target is not
+// ignore_index, label smoothing), forward and backward side by side, as
+// kernels/loss.cpp.  Forward: one workgroup, rows strided over its 64
+// invocations, partial sums added in invocation order.  Backward: one
+// invocation per row: dlogits = dloss/cnt * (softmax - (1-ls) onehot - ls/C).
+#version 450
+#include "common.glsl"
+layout(local_size_x = 64) in;
+// p: 0 mode (0 fwd, 1 bwd), 1 logits0, 2 target0 (int64), 3 out0 (loss | dlogits), 4 N, 5 C,
+//    6 ignore_index, 7 label_smoothing, 8 dloss0
+shared float s_nll[64];
+shared float s_smo[64];
+shared uint s_cnt[64];
+
+bool valid(int t, int C) { return t != pi(6) && t >= 0 && t < C; }
+
+float row_lse(uint row, int C) {
+  float m = -1.0 / 0.0;
+  for (int c = 0; c < C; ++c) m = max(m, F[row + c]);
+  float s = 0.0;
+  for (int c = 0; c < C; ++c) s += pexp(F[row + c] - m);
+  return m + log(s);
+}
+
+void main() {
+  int N = pi(4), C = pi(5);
+  float ls = pf(7);
+  if (pc.p[0] == 0u) {
+    uint tid = gl_LocalInvocationID.x;
+    float nll = 0.0, smo = 0.0;
+    uint cnt = 0;
+    for (int i = int(tid); i < N; i += 64) {
+      int t = i64lo(pc.p[2] + 2 * i);
+      if (!valid(t, C)) continue;
+      uint row = pc.p[1] + i * C;
+      float lse = row_lse(row, C);
+      nll += lse - F[row + t];
+      if (ls != 0.0) {
+        float sr = 0.0;
+        for (int c = 0; c < C; ++c) sr += F[row + c];
+        smo += C * lse - sr;
+      }
+      ++cnt;
+    }
+    s_nll[tid] = nll;
+    s_smo[tid] = smo;
+    s_cnt[tid] = cnt;
+    barrier();
+    if (tid == 0u) {
+      float a = 0.0, b = 0.0;
+      uint k = 0;
+      for (int j = 0; j < 64; ++j) { a += s_nll[j]; b += s_smo[j]; k += s_cnt[j]; }
+      F[pc.p[3]] = k == 0u ? 0.0 : ((1.0 - ls) * a + ls / C * b) / float(k);
+    }
+    return;
+  }
+  int i = int(flat_id());
+  if (i >= N) return;
+  uint cnt = 0;
+  for (int r = 0; r < N; ++r) cnt += valid(i64lo(pc.p[2] + 2 * r), C) ? 1u : 0u;
+  uint d = pc.p[3] + i * C, row = pc.p[1] + i * C;
+  int t = i64lo(pc.p[2] + 2 * i);
+  if (cnt == 0u || !valid(t, C)) {
+    for (int c = 0; c < C; ++c) F[d + c] = 0.0;
+    return;
+  }
+  float g = F[pc.p[8]] / float(cnt);
+  float off = g * ls / float(C), on = g * (1.0 - ls);
+  float lse = row_lse(row, C);
+  for (int c = 0; c < C; ++c) F[d + c] = g * pexp(F[row + c] - lse) - off;
+  F[d + t] -= on;
+}

@@ -1,0 +1,52 @@
+// layer_norm.comp — LayerNorm over the last `cols` values of each row, forward
+// and backward side by side (kernels/layer_norm.cpp):
+//   mode 0 forward   (a row per invocation): y = (x - mean) * rstd * w + b, saves mean, rstd
+//   mode 1 dx        (a row per invocation): dx = rstd * (g - mean(g) - xhat * mean(g xhat)), g = dy w
+//   mode 2 dw, db    (a column per invocation): dw = sum_r dy xhat, db = sum_r dy
+#version 450
+#include "common.glsl"
+layout(local_size_x = 64) in;
+// p: 0 mode, 1 x0, 2 w0|NONE, 3 b0|NONE, 4 y0|dx0, 5 mean0, 6 rstd0, 7 rows, 8 cols, 9 eps,
+//    10 dy0, 11 dw0|NONE, 12 db0|NONE
+float wt(uint c) { return pc.p[2] == NONE ? 1.0 : F[pc.p[2] + c]; }
+
+void main() {
+  uint id = flat_id(), rows = pc.p[7], cols = pc.p[8];
+  if (pc.p[0] == 2u) {
+    if (id >= cols) return;
+    float aw = 0.0, ab = 0.0;
+    for (uint r = 0; r < rows; ++r) {
+      float dy = F[pc.p[10] + r * cols + id];
+      aw += dy * ((F[pc.p[1] + r * cols + id] - F[pc.p[5] + r]) * F[pc.p[6] + r]);
+      ab += dy;
+    }
+    if (pc.p[11] != NONE) F[pc.p[11] + id] = aw;
+    if (pc.p[12] != NONE) F[pc.p[12] + id] = ab;
+    return;
+  }
+  if (id >= rows) return;
+  uint x = pc.p[1] + id * cols, y = pc.p[4] + id * cols;
+  if (pc.p[0] == 0u) {
+    float s = 0.0;
+    for (uint c = 0; c < cols; ++c) s += F[x + c];
+    float mean = s / float(cols), v = 0.0;
+    for (uint c = 0; c < cols; ++c) { float d = F[x + c] - mean; v += d * d; }
+    float rstd = 1.0 / sqrt(v / float(cols) + pf(9));
+    for (uint c = 0; c < cols; ++c) {
+      float h = (F[x + c] - mean) * rstd * wt(c);
+      F[y + c] = pc.p[3] == NONE ? h : h + F[pc.p[3] + c];
+    }
+    F[pc.p[5] + id] = mean;
+    F[pc.p[6] + id] = rstd;
+    return;
+  }
+  uint dy = pc.p[10] + id * cols;
+  float m = F[pc.p[5] + id], rs = F[pc.p[6] + id], sg = 0.0, sgx = 0.0;
+  for (uint c = 0; c < cols; ++c) {
+    float g = F[dy + c] * wt(c);
+    sg += g;
+    sgx += g * ((F[x + c] - m) * rs);
+  }
+  float mg = sg / float(cols), mgx = sgx / float(cols);
+  for (uint c = 0; c < cols; ++c) F[y + c] = rs * (F[dy + c] * wt(c) - mg - ((F[x + c] - m) * rs) * mgx);
+}

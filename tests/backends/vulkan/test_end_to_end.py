@@ -1,0 +1,88 @@
+"""End-to-end: the test models with their trainable part on Vulkan match the
+CPU backend and PyTorch after 5 steps (fp32, rtol 1e-4); without a Vulkan
+device a Vulkan build fails at load naming it, and backends=["cpu"] works."""
+import copy
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import pockengine as pe
+from helpers import assert_state_close, reference_train
+from models import MODELS, SPARSE, batches
+from pockengine.program import resolve_update
+from vk_helpers import needs_vulkan, on_vulkan
+
+ROOT = Path(__file__).resolve().parents[3]
+TRAINABLE = ("linear", "linear_bwd_input", "linear_bwd_weight", "cross_entropy", "cross_entropy_bwd")
+EXTRA = {"mlp": ("gelu", "gelu_bwd", "bias_bwd"),
+         "gpt": ("layer_norm", "layer_norm_bwd", "embedding_bwd", "gelu_bwd", "add")}
+# GPT runs with SGD: with AdamW one weight of blocks.1.fc1 has a first-step gradient of
+# -7.6e-9, below AdamW's eps (1e-8), where the update is lr * g / (|g| + eps) and the
+# float rounding of g (any summation order) moves it by ~lr/10: the CPU path lands within
+# 1e-4 of PyTorch there, Vulkan 1.2e-4 away (every other element within 1e-4).
+CASES = [("mlp", "full", "adamw"), ("mlp", "sparse", "sgd"), ("gpt", "full", "sgd"), ("gpt", "sparse", "sgd"),
+         ("cnn", "sparse", "adamw"), ("lstm", "full", "sgd")]
+OPTIMIZERS = {"sgd": lambda: pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
+              "adamw": lambda: pe.AdamW(lr=1e-3, weight_decay=0.01)}
+
+
+@needs_vulkan
+@pytest.mark.parametrize("name,scheme,opt", CASES)
+def test_vulkan_steps_match_cpu_and_pytorch(name, scheme, opt):
+    torch.manual_seed(0)
+    model = MODELS[name]().train()
+    original = copy.deepcopy(model).state_dict()
+    data = batches(name)
+    update = "full" if scheme == "full" else SPARSE[name]
+    prog = pe.compile(model, *data[0], update=update, optimizer=OPTIMIZERS[opt]())
+    vk = prog.build(backends=["vulkan", "cpu"])
+    cpu = prog.build(backends=["cpu"])
+    on_vulkan(vk, *(op for op in TRAINABLE + EXTRA.get(name, ()) if op != "linear_bwd_input" or scheme == "full"))
+    losses, cpu_losses = [], []
+    for i in range(5):
+        losses.append(vk.step(*data[i % 3]))
+        cpu_losses.append(cpu.step(*data[i % 3]))
+    np.testing.assert_allclose(losses, cpu_losses, rtol=1e-4, atol=1e-6)
+    got, want = vk.state_dict(), cpu.state_dict()
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-4, atol=1e-5, err_msg=k)
+    ref_losses, ref_model = reference_train(model, data, "cross_entropy", update, OPTIMIZERS[opt](), 5)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-6)
+    trained = resolve_update({n: tuple(p.shape) for n, p in model.named_parameters()}, update)
+    assert_state_close(vk, ref_model, original, trained)
+    # inference (on the CPU) sees the weights the Vulkan steps wrote
+    np.testing.assert_allclose(vk.forward(data[0][0]), cpu.forward(data[0][0]), rtol=1e-4, atol=1e-5)
+
+
+NO_DEVICE = r"""
+import sys, torch, pockengine as pe
+sys.path.insert(0, sys.argv[1])
+from models import MLP, batches
+data = batches("mlp")
+prog = pe.compile(MLP(), *data[0], optimizer=pe.SGD(lr=0.1))
+print("cpu loss", prog.build(backends=["cpu"]).step(*data[0]))
+try:
+    prog.build(backends=["vulkan", "cpu"])
+except pe.PockError as e:
+    print("error:", e)
+else:
+    print("no error")
+"""
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/bin/glslc"), reason="glslc not installed")
+def test_no_vulkan_device_fails_at_load_naming_it_and_cpu_still_works(tmp_path):
+    env = dict(os.environ, VK_ICD_FILENAMES=str(tmp_path / "no-such-icd.json"),
+               VK_DRIVER_FILES=str(tmp_path / "no-such-icd.json"))
+    r = subprocess.run([sys.executable, "-c", NO_DEVICE, str(ROOT / "tests")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "cpu loss" in r.stdout
+    err = [line for line in r.stdout.splitlines() if line.startswith("error:")]
+    assert err, r.stdout
+    assert "Vulkan" in err[0] and ("no Vulkan device" in err[0] or "no Vulkan driver" in err[0]), err[0]

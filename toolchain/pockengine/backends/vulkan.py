@@ -1,0 +1,605 @@
+"""Vulkan backend: the trainable part of the step as GLSL compute shaders.
+
+    trainer = prog.build(backends=["vulkan", "cpu"])   # -> build_vulkan(prog, out_dir)
+
+The partitioner (passes/partition.py) puts every node that has a shader here
+(`supports`) on Vulkan and the rest on the CPU, with explicit transfer nodes.
+Each Vulkan node becomes one or more dispatches (emitters below, forward and
+backward side by side); each run of consecutive Vulkan nodes is one command
+buffer, recorded once when the device opens and re-submitted every step.
+Device memory is one host-visible buffer (codegen/runtime/vulkan/pock_vulkan.h):
+
+    [scalars: lr, step, AdamW factors | device arena (its own memory plan) | state mirror]
+
+Parameters and optimizer state stay authoritative in the host state (so
+state_dict, checkpoints and inference are unchanged): the step copies the
+state its Vulkan nodes use into the mirror at the start and copies what they
+updated back at the end (state_transfer nodes).  Inference runs on the CPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import struct
+from collections import namedtuple
+from pathlib import Path
+
+from ..errors import PockError
+from ..ir.graph import Node, Value
+from ..ir.ops import flops
+from ..memory.plan import ALIGN, root_of
+from ..passes.partition import ALWAYS, format_partition, partition, plan_spaces
+from .cpu import Emit, _fit, bcast_strides, strides
+
+Dispatch = namedtuple("Dispatch", "shader groups push")
+NONE = 0xFFFFFFFF
+WG = 64
+EMITTERS: dict = {}
+WORDS = {"f32": 1, "i32": 1, "i64": 2}
+
+
+def emitter(*ops):
+    def deco(fn):
+        for op in ops:
+            EMITTERS[op] = fn
+        return fn
+    return deco
+
+
+def fbits(x: float) -> int:
+    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
+
+
+def ibits(x: int) -> int:
+    return int(x) & 0xFFFFFFFF
+
+
+def grid(n: int) -> tuple[int, int, int]:
+    """Workgroups of 64 for n invocations (over y too when x would pass 65535)."""
+    groups = max(1, math.ceil(n / WG))
+    return (groups, 1, 1) if groups <= 65535 else (65535, math.ceil(groups / 65535), 1)
+
+
+def _n(v: Value) -> int:
+    return math.prod(v.shape)
+
+
+def _f32(*vs) -> None:
+    for v in vs:
+        if v is not None and v.dtype != "f32":
+            raise NotImplementedError(f"Vulkan kernels take f32 here, not {v.dtype}")
+
+
+class VkEmit:
+    """Word offsets (4-byte units into the one Vulkan buffer) for a node's values."""
+
+    def __init__(self, word):
+        self.w = lambda v: NONE if v is None else word(v)
+
+    def node(self, n: Node) -> list[Dispatch]:
+        fn = EMITTERS.get(n.op)
+        if fn is None:
+            raise NotImplementedError(f"no Vulkan shader for op '{n.op}'")
+        return fn(self, n)
+
+
+def supports(n: Node) -> bool:
+    """Whether node n has a Vulkan shader (its dtypes and shapes included)."""
+    if n.op not in EMITTERS:
+        return False
+    try:
+        VkEmit(lambda v: 0).node(n)
+    except NotImplementedError:
+        return False
+    return True
+
+
+# ---- GEMM: linear forward and both backward products, matmul ----------------------------------
+def gemm(a0, ars, acs, b0, brs, bcs, c0, ldc, M, N, K, bias=NONE, act=0, batch=1, sa=0, sb=0, sc=0, acc=0):
+    push = [a0, ars, acs, b0, brs, bcs, c0, ldc, M, N, K, bias, act, sa, sb, sc, acc]
+    return Dispatch("gemm", (math.ceil(N / 8), math.ceil(M / 8), batch), push)
+
+
+ACT = {None: 0, "relu": 1, "relu6": 2}
+
+
+@emitter("linear")
+def _linear(e, n):           # y[M,N] = act(x[M,K] @ w[N,K]^T + b)
+    x, w, bias = n.inputs
+    _f32(x, w, bias)
+    N, K = w.shape
+    return [gemm(e.w(x), K, 1, e.w(w), 1, K, e.w(n.outputs[0]), N, _n(x) // K, N, K, e.w(bias),
+                 ACT[n.attrs.get("act")])]
+
+
+@emitter("linear_bwd_input")
+def _linear_bi(e, n):        # dx[M,K] = dy[M,N] @ w[N,K]
+    dy, w = n.inputs
+    N, K = w.shape
+    return [gemm(e.w(dy), N, 1, e.w(w), K, 1, e.w(n.outputs[0]), K, _n(dy) // N, K, N)]
+
+
+@emitter("linear_bwd_weight")
+def _linear_bw(e, n):        # dw[N,k] = dy[M,N]^T @ x[M, 0:k]
+    dy, xs = n.inputs
+    N, ldx, k = dy.shape[-1], xs.shape[-1], n.attrs["k"]
+    return [gemm(e.w(dy), 1, N, e.w(xs), ldx, 1, e.w(n.outputs[0]), k, N, k, _n(dy) // N)]
+
+
+@emitter("bias_bwd")
+def _bias_bwd(e, n):         # db[N] = column sums of dy[M,N]
+    dy = n.inputs[0]
+    N = dy.shape[-1]
+    return [reduce_dispatch(e.w(dy), e.w(n.outputs[0]), [_n(dy) // N, N], [True, False], 1.0)]
+
+
+@emitter("matmul")
+def _matmul(e, n):
+    A, B, C = (v.shape for v in (n.inputs[0], n.inputs[1], n.outputs[0]))
+    _f32(*n.inputs)
+    M, N = C[-2:]
+    ta, tb = n.attrs.get("ta", False), n.attrs.get("tb", False)
+    K = A[-2] if ta else A[-1]
+    batch = math.prod(C[:-2])
+    sa = M * K if math.prod(A[:-2]) > 1 else 0
+    sb = K * N if math.prod(B[:-2]) > 1 else 0
+    ars, acs = (1, M) if ta else (K, 1)
+    brs, bcs = (1, K) if tb else (N, 1)
+    return [gemm(e.w(n.inputs[0]), ars, acs, e.w(n.inputs[1]), brs, bcs, e.w(n.outputs[0]), N, M, N, K,
+                 batch=batch, sa=sa, sb=sb, sc=M * N)]
+
+
+# ---- pointwise: forward op codes < 32, backward >= 32 (pointwise.comp) ----------------------------
+UNARY = {"relu": 0, "hardtanh": 1, "sigmoid": 2, "tanh": 3, "silu": 4, "exp": 7, "log": 8, "sqrt": 9,
+         "rsqrt": 10, "neg": 11, "abs": 12, "reciprocal": 13, "add_scalar": 14, "mul_scalar": 15, "rsub_scalar": 16}
+GRAD = {"relu_bwd": 32, "hardtanh_bwd": 33, "sigmoid_bwd": 34, "tanh_bwd": 35, "silu_bwd": 36}
+
+
+def pointwise(op, x, s, y, count, c0=0.0, c1=0.0):
+    return Dispatch("pointwise", grid(count), [op, x, s, y, count, fbits(c0), fbits(c1)])
+
+
+@emitter(*UNARY, "gelu")
+def _unary(e, n):
+    x, y = n.inputs[0], n.outputs[0]
+    _f32(x)
+    a = n.attrs
+    op = (6 if a["approximate"] else 5) if n.op == "gelu" else UNARY[n.op]
+    c0, c1 = (a["lo"], a["hi"]) if n.op == "hardtanh" else (a.get("c", 0.0), 0.0)
+    return [pointwise(op, e.w(x), NONE, e.w(y), _n(x), c0, c1)]
+
+
+@emitter(*GRAD, "gelu_bwd")
+def _unary_bwd(e, n):
+    dy, s = n.inputs
+    _f32(dy, s)
+    a = n.attrs
+    op = (38 if a["approximate"] else 37) if n.op == "gelu_bwd" else GRAD[n.op]
+    c0, c1 = (a["lo"], a["hi"]) if n.op == "hardtanh_bwd" else (0.0, 0.0)
+    return [pointwise(op, e.w(dy), e.w(s), e.w(n.outputs[0]), _n(dy), c0, c1)]
+
+
+@emitter("add", "sub", "mul", "div")
+def _binary(e, n):
+    _f32(*n.inputs)
+    out = n.outputs[0].shape
+    nd, shape, (sa, sb) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
+    op = ("add", "sub", "mul", "div").index(n.op)
+    push = [op, e.w(n.inputs[0]), e.w(n.inputs[1]), e.w(n.outputs[0]), nd, *shape, *sa, *sb]
+    return [Dispatch("binary", grid(math.prod(out)), push)]
+
+
+# ---- reductions ---------------------------------------------------------------------------------
+def reduce_dispatch(x, y, shape, flags, scale):
+    dims = [(s, r) for s, r in zip(shape, flags) if s != 1] or [(1, False)]
+    merged = [list(dims[0])]
+    for s, r in dims[1:]:
+        if merged[-1][1] == r:
+            merged[-1][0] *= s
+        else:
+            merged.append([s, r])
+    if len(merged) > 6:
+        raise NotImplementedError("reduction over more than 6 dims")
+    mask = sum(1 << d for d, (_, r) in enumerate(merged) if r)
+    nout = math.prod(s for s, r in merged if not r)
+    shp = [s for s, _ in merged] + [1] * (6 - len(merged))
+    return Dispatch("reduce", grid(nout), [x, y, len(merged), *shp, mask, fbits(scale)])
+
+
+@emitter("sum", "mean")
+def _sum(e, n):
+    x = n.inputs[0]
+    _f32(x)
+    dims = n.attrs["dims"]
+    count = math.prod(x.shape[d] for d in dims)
+    scale = 1.0 / count if n.op == "mean" and count else 1.0
+    return [reduce_dispatch(e.w(x), e.w(n.outputs[0]), x.shape, [d in dims for d in range(len(x.shape))], scale)]
+
+
+@emitter("sum_to")
+def _sum_to(e, n):
+    x = n.inputs[0]
+    _f32(x)
+    xs, target = x.shape, n.attrs["shape"]
+    padded = (1,) * (len(xs) - len(target)) + tuple(target)
+    flags = [padded[d] == 1 and xs[d] != 1 for d in range(len(xs))]
+    return [reduce_dispatch(e.w(x), e.w(n.outputs[0]), xs, flags, 1.0)]
+
+
+# ---- layout: strided copies and fills (copy.comp) -----------------------------------------------------
+def copy_dispatch(dtype, x, y, shape, in_strides, in_offset, out_strides, out_offset):
+    if dtype not in WORDS:
+        raise NotImplementedError(f"no Vulkan copy for {dtype}")
+    nd, shp, (si, so) = _fit(shape, in_strides, out_strides)
+    return Dispatch("copy", grid(math.prod(shape)), [0, x, y, nd, *shp, *si, *so, in_offset, out_offset,
+                                                     WORDS[dtype], 0])
+
+
+def fill_dispatch(dtype, y, count, value):
+    if dtype not in WORDS:
+        raise NotImplementedError(f"no Vulkan fill for {dtype}")
+    bits = fbits(value) if dtype == "f32" else ibits(int(value))
+    return Dispatch("copy", grid(count * WORDS[dtype]), [1, 0, y, 1, count] + [1] * 5 + [0] * 14 + [WORDS[dtype], bits])
+
+
+@emitter("reshape")
+def _reshape(e, n):
+    return []  # a view: the output shares the input's words
+
+
+@emitter("permute")
+def _permute(e, n):
+    xs, out = strides(n.inputs[0].shape), n.outputs[0].shape
+    return [copy_dispatch(n.outputs[0].dtype, e.w(n.inputs[0]), e.w(n.outputs[0]), out,
+                          [xs[p] for p in n.attrs["perm"]], 0, strides(out), 0)]
+
+
+@emitter("expand")
+def _expand(e, n):
+    out = n.outputs[0].shape
+    return [copy_dispatch(n.outputs[0].dtype, e.w(n.inputs[0]), e.w(n.outputs[0]), out,
+                          bcast_strides(n.inputs[0].shape, out), 0, strides(out), 0)]
+
+
+@emitter("slice")
+def _slice(e, n):
+    a, xs = n.attrs, strides(n.inputs[0].shape)
+    ins = list(xs)
+    ins[a["dim"]] *= a["step"]
+    out = n.outputs[0].shape
+    return [copy_dispatch(n.outputs[0].dtype, e.w(n.inputs[0]), e.w(n.outputs[0]), out, ins,
+                          a["start"] * xs[a["dim"]], strides(out), 0)]
+
+
+@emitter("slice_bwd")
+def _slice_bwd(e, n):
+    a, dy = n.attrs, n.inputs[0]
+    xs = strides(a["x_shape"])
+    outs = list(xs)
+    outs[a["dim"]] *= a["step"]
+    dx = e.w(n.outputs[0])
+    return [fill_dispatch("f32", dx, math.prod(a["x_shape"]), 0.0),
+            copy_dispatch("f32", e.w(dy), dx, dy.shape, strides(dy.shape), 0, outs, a["start"] * xs[a["dim"]])]
+
+
+@emitter("cat")
+def _cat(e, n):
+    dim, ys = n.attrs["dim"], strides(n.outputs[0].shape)
+    out, at = [], 0
+    for v in n.inputs:
+        out.append(copy_dispatch(v.dtype, e.w(v), e.w(n.outputs[0]), v.shape, strides(v.shape), 0, ys,
+                                 at * ys[dim]))
+        at += v.shape[dim]
+    return out
+
+
+@emitter("full")
+def _full(e, n):
+    v = n.outputs[0]
+    return [fill_dispatch(v.dtype, e.w(v), _n(v), n.attrs["value"])]
+
+
+# ---- embedding, LayerNorm, cross-entropy: forward and backward side by side ---------------------------
+def embedding_dispatch(mode, count, w=NONE, idx=NONE, y=NONE, n=0, V=0, D=0, k=0, pad=-1, dy=NONE, dw=NONE):
+    return Dispatch("embedding", grid(count), [mode, w, idx, y, n, V, D, k, ibits(pad), dy, dw])
+
+
+@emitter("embedding")
+def _embedding(e, n):        # y[i] = w[idx[i]]
+    w, idx = n.inputs
+    _f32(w)
+    V, D = w.shape
+    if idx.dtype != "i64":
+        raise NotImplementedError("embedding indices must be int64 on Vulkan")
+    return [embedding_dispatch(0, _n(idx) * D, w=e.w(w), idx=e.w(idx), y=e.w(n.outputs[0]), n=_n(idx), V=V, D=D)]
+
+
+@emitter("embedding_bwd")
+def _embedding_bwd(e, n):    # dw[v, :k] = sum over idx[i] == v of dy[i, :k]
+    dy, idx = n.inputs
+    a = n.attrs
+    if idx.dtype != "i64":
+        raise NotImplementedError("embedding indices must be int64 on Vulkan")
+    V, k = a["num_weights"], a["k"]
+    return [embedding_dispatch(1, V * k, idx=e.w(idx), n=_n(idx), V=V, D=dy.shape[-1], k=k, pad=a["padding_idx"],
+                               dy=e.w(dy), dw=e.w(n.outputs[0]))]
+
+
+def _rows_cols(x: Value, nd: int):
+    cols = math.prod(x.shape[len(x.shape) - nd:])
+    return _n(x) // cols, cols
+
+
+@emitter("layer_norm")
+def _ln(e, n):               # y = (x - mean) * rstd * w + b; saves mean, rstd
+    x, w, bias = n.inputs
+    y, mean, rstd = n.outputs
+    rows, cols = _rows_cols(x, n.attrs["normalized_ndim"])
+    push = [0, e.w(x), e.w(w), e.w(bias), e.w(y), e.w(mean), e.w(rstd), rows, cols, fbits(n.attrs["eps"]),
+            NONE, NONE, NONE]
+    return [Dispatch("layer_norm", grid(rows), push)]
+
+
+@emitter("layer_norm_bwd")
+def _ln_bwd(e, n):           # dx per row; dw, db per column
+    dy, x, mean, rstd, w = n.inputs
+    dx, dw, db = n.outputs
+    rows, cols = _rows_cols(x, len(n.attrs["w_shape"]))
+    base = [e.w(x), e.w(w), NONE, e.w(dx), e.w(mean), e.w(rstd), rows, cols, 0, e.w(dy), e.w(dw), e.w(db)]
+    out = []
+    if dx is not None:
+        out.append(Dispatch("layer_norm", grid(rows), [1, *base]))
+    if dw is not None or db is not None:
+        out.append(Dispatch("layer_norm", grid(cols), [2, *base]))
+    return out
+
+
+def ce_dispatch(mode, count, logits, target, out, N, C, a, dloss=NONE):
+    push = [mode, logits, target, out, N, C, ibits(a["ignore_index"]), fbits(a["label_smoothing"]), dloss]
+    return Dispatch("cross_entropy", (1, 1, 1) if mode == 0 else grid(count), push)
+
+
+@emitter("cross_entropy")
+def _ce(e, n):               # loss = mean over valid rows of logsumexp - logit[target] (+ smoothing)
+    logits, target = n.inputs
+    if target.dtype != "i64":
+        raise NotImplementedError("cross-entropy targets must be int64 on Vulkan")
+    N, C = logits.shape
+    return [ce_dispatch(0, 1, e.w(logits), e.w(target), e.w(n.outputs[0]), N, C, n.attrs)]
+
+
+@emitter("cross_entropy_bwd")
+def _ce_bwd(e, n):           # dlogits = dloss/cnt * (softmax - (1-ls) onehot - ls/C)
+    dloss, logits, target = n.inputs
+    if target.dtype != "i64":
+        raise NotImplementedError("cross-entropy targets must be int64 on Vulkan")
+    N, C = logits.shape
+    return [ce_dispatch(1, N, e.w(logits), e.w(target), e.w(n.outputs[0]), N, C, n.attrs, e.w(dloss))]
+
+
+# ---- optimizer updates (optimizer.comp); the scalars block is at word 0 -------------------------------
+ADAMW_SLOT0 = 16  # words: [0] lr, [1] step, then 8 floats per AdamW node from word 16
+
+
+def _region(n: Node) -> tuple[int, int, int]:
+    outer, inner, stride = n.attrs["region"]
+    return outer, inner, stride
+
+
+@emitter("sgd_update")
+def _sgd(e, n):
+    p, g, buf = n.inputs
+    a = n.attrs
+    outer, inner, stride = _region(n)
+    push = [0, e.w(p), e.w(g), e.w(buf), NONE, outer, inner, stride, fbits(a["momentum"]),
+            fbits(1.0 - a["dampening"]), fbits(a["weight_decay"]), int(a["nesterov"])]
+    return [Dispatch("optimizer", grid(outer * inner), push)]
+
+
+@emitter("adamw_update")
+def _adamw(e, n):
+    p, g, m, v = n.inputs
+    outer, inner, stride = _region(n)
+    slot = e.adamw_slot(n) if hasattr(e, "adamw_slot") else 0
+    push = [1, e.w(p), e.w(g), e.w(m), e.w(v), outer, inner, stride, slot]
+    return [Dispatch("optimizer", grid(outer * inner), push)]
+
+
+# ---- rendering the step ---------------------------------------------------------------------------------
+def _align(n: int) -> int:
+    return (n + ALIGN - 1) // ALIGN * ALIGN
+
+
+def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
+    """The program's training step partitioned over `backends`: by the cost model when one
+    is given, else every node Vulkan has a shader for goes to Vulkan."""
+    return partition(prog.order, prog.graph, list(backends), {"vulkan": supports}, cost,
+                     prefer=None if cost is not None else "vulkan")
+
+
+def render(prog, part):
+    """(C++ source, hash) of the step with its Vulkan partition (templates/model_vulkan.cpp.j2)."""
+    from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, int_ranges, kernel_name
+    from .cpu import fl
+
+    pg = part.graph
+    plans = plan_spaces(part, [pg.loss])
+    host = plans[ALWAYS]
+    dev = plans.get("vulkan")
+    so = prog.state_offsets
+    adamw_nodes = [n for n in pg.nodes if part.backend[id(n)] == "vulkan" and n.op == "adamw_update"]
+    scalars = _align(4 * (ADAMW_SLOT0 + 8 * len(adamw_nodes)))
+    arena_base = scalars
+    state_base = arena_base + _align(dev.arena_bytes if dev else 0)
+    device_bytes = state_base + max(prog.state_bytes, 64)
+
+    def word(v: Value) -> int:
+        r = root_of(v)
+        if r.in_state:
+            return (state_base + so[r.name]) // 4
+        return (arena_base + dev.offset(v)) // 4
+
+    def host_ptr(v: Value) -> str:
+        r = root_of(v)
+        return f"S + {so[r.name]}" if r.in_state else f"A + {host.offset(v)}"
+
+    class Emitter(VkEmit):
+        def adamw_slot(self, n):
+            return ADAMW_SLOT0 + 8 * adamw_nodes.index(n)
+
+    vk, cpu = Emitter(word), Emit(host.offset, so)
+    shaders: list[str] = []
+    dispatches, segments, blocks = [], [], []
+    pending = 0  # dispatches recorded since the last submission
+
+    def flush(lines: list[str]) -> None:
+        nonlocal pending
+        if pending:
+            k = len(segments)
+            segments.append({"first": len(dispatches) - pending, "count": pending})
+            lines.append(f"if (!pvk::run(vk, {k})) {{ *F32(A, {host.offset(pg.loss)}) = NAN; return; }}"
+                         f"  // Vulkan segment {k}: {pending} dispatches")
+            pending = 0
+
+    for i, n in enumerate(pg.nodes):
+        b = part.backend[id(n)]
+        lines: list[str] = []
+        kernel = None
+        if n.op == "transfer":
+            flush(lines)
+            v, out = n.inputs[0], n.outputs[0]
+            dst, src = (f"D + {word(out) * 4}", host_ptr(v)) if n.attrs["dst"] != ALWAYS else \
+                (host_ptr(out), f"D + {word(v) * 4}")
+            lines.append(f"std::memcpy({dst}, {src}, {v.nbytes});  // {n.attrs['src']} -> {n.attrs['dst']}")
+            kernel = "transfer"
+        elif n.op == "state_transfer":
+            flush(lines)
+            v = n.inputs[0]
+            dev_p, host_p = f"D + {state_base + so[v.name]}", f"S + {so[v.name]}"
+            dst, src = (dev_p, host_p) if n.attrs["dst"] != ALWAYS else (host_p, dev_p)
+            lines.append(f"std::memcpy({dst}, {src}, {v.nbytes});  // state {v.name}: {n.attrs['src']} -> "
+                         f"{n.attrs['dst']}")
+            kernel = "transfer"
+        elif b == ALWAYS:
+            flush(lines)
+            lines += cpu.node(n)
+        else:
+            ds = vk.node(n)
+            for d in ds:
+                if d.shader not in shaders:
+                    shaders.append(d.shader)
+                push = list(d.push) + [0] * (32 - len(d.push))
+                dispatches.append({"node": i, "shader": shaders.index(d.shader), "groups": list(d.groups),
+                                   "push": [f"{int(x) & 0xFFFFFFFF}u" for x in push]})
+            pending += len(ds)
+            names = ", ".join(sorted({d.shader for d in ds})) or "none (a view)"
+            lines.append(f"// vulkan: {len(ds)} dispatch(es) #{len(dispatches) - len(ds)}.. ({names})")
+            kernel = "vk:" + "+".join(dict.fromkeys(d.shader for d in ds)) if ds else "view"
+        blocks.append({"index": i, "phase": n.phase, "ir": f"[{b}] " + repr(n).split("  # ")[0], "source": n.source,
+                       "lines": lines, "op": n.op, "kernel": kernel or kernel_name(lines), "flops": flops(n)})
+    if pending:
+        tail: list[str] = []
+        flush(tail)
+        blocks[-1]["lines"] += tail
+    # End-of-step state copies back were placed after the last Vulkan node by the partitioner;
+    # a flush before them happened above (they are host-side nodes).
+
+    from ..build.vulkan import compile_shader
+    shader_rows = [{"name": s, "words": compile_shader(s)} for s in shaders]
+    state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
+              "offset": so[v.name], "nbytes": v.nbytes}
+             for v in sorted(prog.state.values(), key=lambda v: so[v.name])]
+    fg = prog.forward_graph
+    adamw = []
+    for n in adamw_nodes:
+        a = n.attrs
+        adamw.append({"offset": 4 * (ADAMW_SLOT0 + 8 * adamw_nodes.index(n)),
+                      "args": f"{fl(a['beta1'])}, {fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}"})
+    ctx = {
+        "version": VERSION, "name": prog.name, "step_nodes": blocks,
+        "forward_nodes": _blocks(prog.forward_order, Emit(prog.forward_plan.offset, so)),
+        "arena_bytes": host.arena_bytes,
+        "arena_bytes_total": max(host.arena_bytes, prog.forward_plan.arena_bytes, 64),
+        "state_bytes": max(prog.state_bytes, 64), "state": state,
+        "inputs": _io(pg.inputs, host, int_ranges(prog.graph)), "targets": _io(pg.targets, host, int_ranges(prog.graph)),
+        "forward_inputs": _io(fg.inputs, prog.forward_plan, int_ranges(fg)),
+        "outputs": _io(fg.outputs, prog.forward_plan, {}),
+        "loss_offset": host.offset(pg.loss), "default_lr": repr(float(prog.optimizer.lr)),
+        "partition_summary": ", ".join(f"{b} {len(part.nodes_on(b))} nodes" for b in part.backends),
+        "device_arena_base": arena_base, "device_state_base": state_base, "device_bytes": device_bytes,
+        "shaders": shader_rows, "dispatches": dispatches, "segments": segments, "adamw": adamw,
+    }
+    template = _env().get_template("model_vulkan.cpp.j2")
+    ctx["hash"] = "0" * 16
+    digest = hashlib.sha256(template.render(**ctx).encode()).hexdigest()[:16]
+    ctx["hash"] = digest
+    return template.render(**ctx), digest
+
+
+# ---- building and loading ----------------------------------------------------------------------------------
+def build_vulkan(prog, out_dir=None, cost=None):
+    """Generate, compile and load the step with its trainable part on Vulkan."""
+    from ..build.host import build_shared_library
+    from ..build.vulkan import LINK_FLAGS, runtime_sources, vulkan_dir
+    from ..program import _cache_dir
+
+    part = partition_step(prog, cost=cost)
+    source, digest = render(prog, part)
+    src_dir = Path(out_dir) if out_dir else _cache_dir() / "models"
+    src_dir.mkdir(parents=True, exist_ok=True)
+    path = src_dir / f"{prog.name}-vk-{digest}.cpp"
+    if not path.exists() or path.read_text() != source:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(source)
+        tmp.replace(path)
+    lib = build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
+    trainer = _trainer_class()(str(lib), aliases=prog.aliases)
+    trainer.partition = part
+    for name, v in prog.state.items():
+        if v.data is not None:
+            trainer.set_tensor(name, v.data)
+    return trainer
+
+
+def open_backend(lib_path) -> None:
+    """Open the library's Vulkan device; PockError naming what is missing when there is none."""
+    import ctypes
+
+    from ..trainer import _load_library
+
+    lib = _load_library(lib_path)
+    fn = lib.pock_backend_open
+    fn.restype, fn.argtypes = ctypes.c_int32, []
+    if fn() != 0:
+        raise PockError(lib.pock_last_error().decode())
+
+
+_CLASS = []
+
+
+def _trainer_class():
+    if _CLASS:
+        return _CLASS[0]
+    from ..trainer import Trainer
+
+    class VulkanTrainer(Trainer):
+        """A Trainer whose library runs part of the step on Vulkan: the device opens first."""
+
+        partition = None
+
+        def __init__(self, lib_path, checkpoint=None, *, aliases=None):
+            self._handle = None
+            open_backend(lib_path)
+            super().__init__(lib_path, checkpoint, aliases=aliases)
+
+        def describe_partition(self) -> str:
+            return format_partition(self.partition) if self.partition is not None else ""
+
+    _CLASS.append(VulkanTrainer)
+    return VulkanTrainer
+
+
+def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports numpy and ctypes)
+    if name == "VulkanTrainer":
+        return _trainer_class()
+    raise AttributeError(name)

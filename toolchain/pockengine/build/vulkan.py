@@ -1,0 +1,57 @@
+"""Build helpers for models with a Vulkan partition: GLSL compute shaders to
+SPIR-V with `glslc` (cached by content hash under POCK_CACHE_DIR/spirv, like
+build/host.py's objects), and the extra sources and link flags of the
+Vulkan runtime (codegen/runtime/vulkan/)."""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from ..errors import PockError
+from .host import _locked, cache_dir, runtime_dir
+
+LINK_FLAGS = ("-lvulkan",)
+
+
+def vulkan_dir() -> Path:
+    return runtime_dir() / "vulkan"
+
+
+def shader_dir() -> Path:
+    return vulkan_dir() / "shaders"
+
+
+def runtime_sources() -> list[Path]:
+    return sorted(vulkan_dir().glob("*.cpp"))
+
+
+def glslc() -> str:
+    exe = shutil.which("glslc")
+    if exe is None:
+        raise PockError("glslc not found: the Vulkan backend compiles its shaders with it "
+                        "(Debian: apt-get install glslc), or build with backends=['cpu']")
+    return exe
+
+
+def compile_shader(name: str) -> list[int]:
+    """SPIR-V words of shaders/<name>.comp (with the headers beside it)."""
+    src = shader_dir() / f"{name}.comp"
+    if not src.is_file():
+        raise PockError(f"no Vulkan shader {str(src)!r}")
+    h = hashlib.sha256()
+    for p in [src, *sorted(shader_dir().glob("*.glsl"))]:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    out = cache_dir() / "spirv" / f"{name}-{h.hexdigest()[:24]}.spv"
+    if not out.exists():
+        with _locked(out):
+            if not out.exists():
+                tmp = out.with_name(out.name + ".tmp")
+                r = subprocess.run([glslc(), "-O", "--target-env=vulkan1.0", "-I", str(shader_dir()), str(src),
+                                    "-o", str(tmp)], capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise PockError(f"glslc failed on {src.name}:\n{(r.stderr or r.stdout)[-4000:]}")
+                tmp.replace(out)
+    data = out.read_bytes()
+    return [int.from_bytes(data[i:i + 4], "little") for i in range(0, len(data), 4)]

@@ -1,0 +1,347 @@
+"""Partitioner: assign each node of the scheduled training step to a backend.
+
+    part = partition(order, graph, ["vulkan", "cpu"], {"vulkan": VULKAN_OPS})
+    print(format_partition(part))
+
+Rules:
+  - "cpu" runs every op and must be enabled; another backend takes a node only
+    when `supports[backend]` says it has a kernel for it.
+  - Inference-only backends (INFERENCE_ONLY, e.g. "htp") take only nodes with
+    no gradient through them: forward nodes none of whose inputs depends on a
+    trained parameter (the frozen prefix).
+  - Views (reshape) stay on the backend that holds their input.
+  - A cost model picks among candidate assignments (greedy per node, and "as
+    much as possible on each accelerator"): the estimated time of every node
+    on its backend (FLOPs / rate + a dispatch cost), of every transfer (bytes /
+    bandwidth + a latency) and of every hand-over between backends.
+
+Transfers are explicit: the result is a new, verified graph whose nodes are
+the step's nodes in schedule order with `transfer` nodes (a value copied from
+one backend's memory to another's) and `state_transfer` nodes (a state tensor
+copied in before its first use on a backend, or back after a backend updated
+it) inserted.  Each value of the new graph lives on exactly one backend, so
+each backend's memory is planned separately (plan_spaces).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from ..ir.graph import Graph, Node, Value
+from ..ir.ops import OPS, OpDef, flops
+from ..ir.verify import verify
+from ..memory.plan import MemoryPlan, plan_memory
+
+INFERENCE_ONLY = ("htp",)
+ALWAYS = "cpu"
+
+# The two data-movement ops the partitioner inserts (registered with the op table
+# so the verifier and the memory planner know them).
+OPS.setdefault("transfer", OpDef(lambda i, a: [(i[0].shape, i[0].dtype)], lambda i, o, a: 0))
+OPS.setdefault("state_transfer", OpDef(lambda i, a: [], lambda i, o, a: 0))
+
+
+@dataclass(frozen=True)
+class Device:
+    """Estimated speed of one backend: FLOP/s, seconds per dispatch, seconds per
+    hand-over (a submission and wait), and bytes/s + latency of a transfer."""
+    flops_per_s: float
+    dispatch_s: float
+    handover_s: float = 0.0
+    transfer_bytes_per_s: float = 10e9
+    transfer_s: float = 1e-6
+
+
+@dataclass
+class CostModel:
+    devices: dict[str, Device] = field(default_factory=lambda: dict(DEFAULT_DEVICES))
+
+    def node(self, n: Node, backend: str) -> float:
+        d = self.devices[backend]
+        return flops(n) / d.flops_per_s + (0.0 if OPS[n.op].view else d.dispatch_s)
+
+    def transfer(self, nbytes: int, src: str, dst: str) -> float:
+        d = self.devices[dst if src == ALWAYS else src]
+        return nbytes / d.transfer_bytes_per_s + d.transfer_s
+
+
+# A phone-class default: the GPU has ten times the CPU's arithmetic, a dispatch
+# inside a recorded command buffer costs little, a submission and wait costs more.
+DEFAULT_DEVICES = {
+    "cpu": Device(flops_per_s=20e9, dispatch_s=0.3e-6),
+    "vulkan": Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
+    "htp": Device(flops_per_s=1e12, dispatch_s=5e-6, handover_s=200e-6),
+}
+
+
+@dataclass
+class Partition:
+    graph: Graph                 # the step with transfer nodes, nodes in schedule order
+    backend: dict[int, str]      # id(node) -> backend, for every node of graph.nodes
+    space: dict[int, str]        # id(value) -> backend whose memory holds it (arena values)
+    backends: list[str]
+    cost: float                  # estimated seconds per step
+
+    @property
+    def order(self) -> list[Node]:
+        return self.graph.nodes
+
+    def nodes_on(self, backend: str) -> list[Node]:
+        return [n for n in self.graph.nodes if self.backend[id(n)] == backend and n.op not in TRANSFER_OPS]
+
+    def segments(self) -> list[tuple[str, list[Node]]]:
+        """Runs of consecutive nodes on one backend (transfers run on the CPU side)."""
+        out: list[tuple[str, list[Node]]] = []
+        for n in self.graph.nodes:
+            b = self.backend[id(n)]
+            if out and out[-1][0] == b:
+                out[-1][1].append(n)
+            else:
+                out.append((b, [n]))
+        return out
+
+
+TRANSFER_OPS = ("transfer", "state_transfer")
+
+
+def trained_dependents(order: list[Node]) -> set[int]:
+    """id(value) of every value that depends on a parameter some node updates."""
+    trained = {id(n.inputs[0]) for n in order if OPS[n.op].mutates and n.phase == "update"}
+    dep = set(trained)
+    for n in order:
+        if n.phase == "forward" and any(v is not None and id(v) in dep for v in n.inputs):
+            dep.update(id(o) for o in n.outputs if o is not None)
+    return dep
+
+
+def _candidates(n: Node, backends, supports, dep) -> list[str]:
+    out = []
+    for b in backends:
+        if b == ALWAYS:
+            out.append(b)
+            continue
+        if not supports.get(b, lambda n: False)(n):
+            continue
+        if b in INFERENCE_ONLY and (n.phase != "forward" or any(v is not None and id(v) in dep for v in n.inputs)):
+            continue
+        out.append(b)
+    return out
+
+
+def _assign_greedy(order, cands, cost: CostModel) -> dict[int, str]:
+    """Each node where its own time plus moving its inputs there is least."""
+    where: dict[int, str] = {}
+    held: dict[int, set] = {}
+    out = {}
+    for n in order:
+        best, best_t = None, math.inf
+        for b in cands[id(n)]:
+            t = cost.node(n, b)
+            for v in n.inputs:
+                if v is not None and b not in held.get(id(v), {where.get(id(v), ALWAYS)}):
+                    t += cost.transfer(v.nbytes, where.get(id(v), ALWAYS), b)
+            if t < best_t:
+                best, best_t = b, t
+        out[id(n)] = best
+        for v in n.inputs:
+            if v is not None:
+                held.setdefault(id(v), {where.get(id(v), ALWAYS)}).add(best)
+        for o in n.outputs:
+            if o is not None:
+                where[id(o)] = best
+    return out
+
+
+def _assign_eager(order, cands, backend) -> dict[int, str]:
+    return {id(n): backend if backend in cands[id(n)] else ALWAYS for n in order}
+
+
+def _fix_views(order, assign) -> None:
+    """A view runs where its input lives (it moves no data)."""
+    where = {}
+    for n in order:
+        if OPS[n.op].view and n.inputs[0] is not None and id(n.inputs[0]) in where:
+            assign[id(n)] = where[id(n.inputs[0])]
+        for o in n.outputs:
+            if o is not None:
+                where[id(o)] = assign[id(n)]
+
+
+def _estimate(order, assign, cost: CostModel) -> float:
+    where, held, total, prev = {}, {}, 0.0, ALWAYS
+    for n in order:
+        b = assign[id(n)]
+        total += cost.node(n, b)
+        if b != prev:
+            total += cost.devices[b if b != ALWAYS else prev].handover_s
+            prev = b
+        for v in n.inputs:
+            if v is None:
+                continue
+            src = ALWAYS if v.in_state else where.get(id(v), ALWAYS)
+            if b not in held.setdefault(id(v), {src}):
+                total += cost.transfer(v.nbytes, src, b)
+                held[id(v)].add(b)
+        for o in n.outputs:
+            if o is not None:
+                where[id(o)] = b
+    return total
+
+
+def partition(order: list[Node], g: Graph, backends, supports: dict, cost: CostModel | None = None,
+              prefer: str | None = None) -> Partition:
+    """order: the scheduled step of g; supports: {backend: callable(node) -> bool}.
+
+    The cost model picks the assignment unless `prefer` names a backend: then
+    every node it can run goes there (what prog.build(backends=["vulkan", "cpu"])
+    promises: the trainable part on Vulkan, whatever a small model's costs say)."""
+    backends = list(backends)
+    if ALWAYS not in backends:
+        raise ValueError(f"backends {backends} must include '{ALWAYS}'")
+    cost = cost or CostModel()
+    dep = trained_dependents(order)
+    cands = {id(n): _candidates(n, backends, supports, dep) for n in order}
+    options = [_assign_greedy(order, cands, cost), _assign_eager(order, cands, ALWAYS)]
+    options += [_assign_eager(order, cands, b) for b in backends if b != ALWAYS]
+    for a in options:
+        _fix_views(order, a)
+    scored = [(_estimate(order, a, cost), i, a) for i, a in enumerate(options)]
+    if prefer is not None:
+        if prefer not in backends:
+            raise ValueError(f"preferred backend {prefer!r} is not among {backends}")
+        scored = [scored[2 + [b for b in backends if b != ALWAYS].index(prefer)]] if prefer != ALWAYS else [scored[1]]
+    best_cost, _, assign = min(scored, key=lambda t: (t[0], t[1]))
+    return _materialize(order, g, assign, backends, best_cost)
+
+
+def _materialize(order, g: Graph, assign, backends, est) -> Partition:
+    """The step as a new graph with transfer nodes; values cloned, state shared.
+
+    Copies to an accelerator go as early as possible (right after the value
+    is made, or at the start of the step for inputs and state), copies back
+    to the CPU as late as possible (right before the first CPU reader, state
+    at the end of the step), so each run of accelerator nodes stays unbroken."""
+    pg = Graph(g.name)
+    pg._names = set(g._names)
+    pg.state = g.state
+    clone: dict[int, Value] = {}
+
+    def copy_value(v: Value) -> Value:
+        c = Value(v.name, v.shape, v.dtype, v.kind)
+        clone[id(v)] = c
+        return c
+
+    pg.inputs = [copy_value(v) for v in g.inputs]
+    pg.targets = [copy_value(v) for v in g.targets]
+    space: dict[int, str] = {id(v): ALWAYS for v in pg.inputs + pg.targets}
+    copies: dict[tuple[int, str], Value] = {}   # (id(value), backend) -> its copy there
+    backend: dict[int, str] = {}
+    state_on: set[tuple[str, str]] = set()      # (state name, backend): that copy is current
+    after: dict[str, Node] = {}                 # state name -> last CPU node that wrote it
+    dirty: dict[str, str] = {}                  # state name -> backend holding a newer copy
+    head = 0                                    # uploads at the start of the step go before this
+
+    def add(node: Node, b: str, at: int | None = None) -> Node:
+        nonlocal head
+        if at is None:
+            pg.nodes.append(node)
+        else:
+            pg.nodes.insert(at, node)
+            if at <= head:
+                head += 1
+        backend[id(node)] = b
+        for o in node.outputs:
+            if o is not None:
+                o.producer = node
+                space[id(o)] = b
+        return node
+
+    def upload_at(producer: Node | None) -> int:
+        return head if producer is None else pg.nodes.index(producer) + 1
+
+    def download(name: str) -> None:
+        b = dirty.pop(name)
+        add(Node("state_transfer", [pg.state[name]], [], {"src": b, "dst": ALWAYS}, phase="transfer"), ALWAYS)
+
+    def on(v: Value, b: str) -> Value:
+        if v.in_state:
+            if b == ALWAYS and v.name in dirty:
+                download(v.name)
+            if b != ALWAYS and (v.name, b) not in state_on:
+                add(Node("state_transfer", [v], [], {"src": ALWAYS, "dst": b}, phase="transfer"), b,
+                    upload_at(after.get(v.name)))
+                state_on.add((v.name, b))
+            return v
+        c = clone[id(v)]
+        src = space[id(c)]
+        if src == b:
+            return c
+        key = (id(c), b)
+        if key not in copies:
+            out = Value(pg._unique(f"{c.name}_{b}"), c.shape, c.dtype)
+            node = Node("transfer", [c], [out], {"src": src, "dst": b}, phase="transfer")
+            early = b != ALWAYS and src == ALWAYS
+            add(node, b if b != ALWAYS else src, upload_at(c.producer) if early else None)
+            space[id(out)] = b  # the copy lives where it was sent, whoever runs the copy
+            copies[key] = out
+        return copies[key]
+
+    for n in order:
+        b = assign[id(n)]
+        ins = [None if v is None else on(v, b) for v in n.inputs]
+        node = add(Node(n.op, ins, [None if o is None else copy_value(o) for o in n.outputs], dict(n.attrs),
+                        n.source, n.phase), b)
+        for m in n.mutates:
+            state_on.difference_update({(m.name, other) for other in backends if other != b})
+            if b == ALWAYS:
+                after[m.name] = node
+            else:
+                dirty[m.name] = b
+    if g.loss is not None:
+        pg.loss = on(g.loss, ALWAYS)
+    for name in list(dirty):
+        download(name)
+    verify(pg, "partition")
+    return Partition(pg, backend, space, backends, est)
+
+
+def plan_spaces(part: Partition, keep_to_end=()) -> dict[str, MemoryPlan]:
+    """One memory plan per backend: its nodes' values at their step indices
+    (a transfer's input in the source's plan, its output in the destination's)."""
+    plans = {}
+    nodes = part.graph.nodes
+    for b in part.backends:
+        if b != ALWAYS and not any(part.backend[id(n)] == b for n in nodes):
+            continue
+        mine = lambda v: v is not None and not v.in_state and part.space[id(v)] == b  # noqa: E731
+        proxies = []
+        for n in nodes:
+            proxies.append(Node(n.op, [v if mine(v) else None for v in n.inputs],
+                                [o if mine(o) else None for o in n.outputs], n.attrs, n.source, n.phase))
+        host = Graph(part.graph.name)
+        if b == ALWAYS:
+            host.inputs, host.targets = part.graph.inputs, part.graph.targets
+        keep = [v for v in keep_to_end if mine(v)]
+        plans[b] = plan_memory(proxies, host, keep, in_place=(b == ALWAYS))
+    return plans
+
+
+def format_partition(part: Partition) -> str:
+    """What pock-build prints: nodes and FLOPs per backend, transfers, segments."""
+    lines = [f"partition over {', '.join(part.backends)} (estimated {part.cost * 1e6:.1f} us/step):"]
+    total = sum(flops(n) for n in part.graph.nodes) or 1
+    for b in part.backends:
+        ns = part.nodes_on(b)
+        if not ns:
+            continue
+        f = sum(flops(n) for n in ns)
+        ops = sorted({n.op for n in ns})
+        lines.append(f"  {b:7} {len(ns):4} nodes  {f:>12,} FLOPs ({100 * f / total:5.1f}%)  ops: {', '.join(ops)}")
+    moves = [n for n in part.graph.nodes if n.op == "transfer"]
+    syncs = [n for n in part.graph.nodes if n.op == "state_transfer"]
+    mbytes = sum(n.inputs[0].nbytes for n in moves)
+    sbytes = sum(n.inputs[0].nbytes for n in syncs)
+    lines.append(f"  transfers: {len(moves)} values ({mbytes:,} bytes), {len(syncs)} state copies ({sbytes:,} bytes)")
+    segs = part.segments()
+    lines.append(f"  segments: {' -> '.join(f'{b}[{len(ns)}]' for b, ns in segs)}")
+    return "\n".join(lines)
