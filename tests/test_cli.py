@@ -206,4 +206,6 @@ def test_android_without_ndk_fails_clearly(spec_dir, tmp_path):
     assert r.returncode != 0
     assert "pock-build: error:" in r.stderr
     assert re.search(r"android|ndk", r.stderr, re.I), r.stderr
+    assert "Android NDK" in r.stderr and "ANDROID_NDK_HOME" in r.stderr and "--cxx" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
+    assert not (tmp_path / "out").exists()  # nothing is written before the toolchain is known

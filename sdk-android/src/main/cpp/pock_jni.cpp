@@ -1,0 +1,314 @@
+// pock_jni.cpp — the JNI layer of the Kotlin SDK: ai.pockengine.PockNative over
+// pock.h, and nothing else.  It is compiled into the model's own library
+// (libpock_<name>.so) beside the generated model TU and the runtime.
+//
+// Rules kept here:
+//  * every failing pock_* call becomes an ai.pockengine.PockException(status,
+//    pock_last_error()); no C++ exception and no crash crosses into the VM;
+//  * tensor data is never copied here: primitive arrays are pinned with
+//    GetPrimitiveArrayCritical (released right after the call, JNI_ABORT for
+//    inputs) and direct ByteBuffers are read in place, so the only copy is the
+//    runtime's copy into the arena.  No other JNI call runs while arrays are
+//    pinned; the Kotlin side (PockTrainer) has already checked dtypes and
+//    shapes, and this file re-checks every size before touching memory.
+#include <jni.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pock.h"
+
+#define POCK_JNI(ret, name) extern "C" JNIEXPORT ret JNICALL Java_ai_pockengine_PockNative_##name
+
+namespace {
+
+jclass g_exception = nullptr;      // ai.pockengine.PockException
+jmethodID g_exception_ctor = nullptr;  // PockException(int, String)
+jclass g_array_class[4] = {};      // float[], long[], int[], byte[] by pock_dtype
+
+void throw_pock(JNIEnv* env, int status, const std::string& message) {
+  if (env->ExceptionCheck()) return;  // keep the first pending exception
+  if (!g_exception) {                 // JNI_OnLoad could not resolve the class: still fail loudly
+    jclass rt = env->FindClass("java/lang/RuntimeException");
+    if (rt) env->ThrowNew(rt, message.c_str());
+    return;
+  }
+  jstring msg = env->NewStringUTF(message.c_str());
+  if (!msg) return;  // OutOfMemoryError pending
+  jobject ex = env->NewObject(g_exception, g_exception_ctor, static_cast<jint>(status), msg);
+  if (ex) env->Throw(static_cast<jthrowable>(ex));
+}
+
+// Throw for a failed status; returns true when it threw.
+bool failed(JNIEnv* env, pock_status s) {
+  if (s == POCK_OK) return false;
+  const char* why = pock_last_error();
+  throw_pock(env, s, why && *why ? why : "unknown error");
+  return true;
+}
+
+pock_trainer* trainer(jlong handle) { return reinterpret_cast<pock_trainer*>(static_cast<intptr_t>(handle)); }
+
+int64_t element_size(int32_t dtype) {
+  switch (dtype) {
+    case POCK_F32: case POCK_I32: return 4;
+    case POCK_I64: return 8;
+    case POCK_U8: return 1;
+    default: return 0;
+  }
+}
+
+// One tensor argument: a direct buffer's address, or an array to pin.
+struct Arg {
+  jarray array = nullptr;   // null for a direct buffer
+  uint8_t* address = nullptr;
+  int64_t offset = 0;
+  int64_t nbytes = 0;
+};
+
+// Resolve data[i] (primitive array or direct ByteBuffer) for nbytes bytes of
+// dtype from byte offset; throws and returns false when it does not fit.
+bool resolve(JNIEnv* env, jobjectArray data, jsize i, int32_t dtype, int64_t offset, int64_t nbytes,
+             const char* role, Arg* out) {
+  jobject obj = env->GetObjectArrayElement(data, i);
+  if (!obj) {
+    throw_pock(env, POCK_ERR_INVALID_ARGUMENT, std::string(role) + " " + std::to_string(i) + ": data is null");
+    return false;
+  }
+  out->offset = offset;
+  out->nbytes = nbytes;
+  if (void* addr = env->GetDirectBufferAddress(obj)) {
+    const int64_t capacity = env->GetDirectBufferCapacity(obj);
+    if (offset < 0 || offset + nbytes > capacity) {
+      throw_pock(env, POCK_ERR_SHAPE, std::string(role) + " " + std::to_string(i) + ": direct buffer holds " +
+                                          std::to_string(capacity - offset) + " bytes from its position, needs " +
+                                          std::to_string(nbytes));
+      return false;
+    }
+    out->address = static_cast<uint8_t*>(addr);
+    return true;
+  }
+  const int64_t esize = element_size(dtype);
+  if (esize == 0 || !env->IsInstanceOf(obj, g_array_class[dtype])) {
+    throw_pock(env, POCK_ERR_DTYPE, std::string(role) + " " + std::to_string(i) +
+                                        ": data is neither a direct ByteBuffer nor an array of pock_dtype " +
+                                        std::to_string(dtype));
+    return false;
+  }
+  out->array = static_cast<jarray>(obj);
+  const int64_t have = static_cast<int64_t>(env->GetArrayLength(out->array)) * esize;
+  if (offset != 0 || nbytes > have) {
+    throw_pock(env, POCK_ERR_SHAPE, std::string(role) + " " + std::to_string(i) + ": array holds " +
+                                        std::to_string(have) + " bytes, needs " + std::to_string(nbytes));
+    return false;
+  }
+  return true;
+}
+
+// Arrays pinned for the duration of one pock.h call, released by the destructor
+// (inputs with JNI_ABORT: nothing to copy back; outputs with 0: commit).
+class Pins {
+ public:
+  explicit Pins(JNIEnv* env) : env_(env) {}
+  Pins(const Pins&) = delete;
+  Pins& operator=(const Pins&) = delete;
+  ~Pins() {
+    for (size_t i = held_.size(); i-- > 0;)
+      env_->ReleasePrimitiveArrayCritical(held_[i].first->array, held_[i].first->address, held_[i].second);
+  }
+  // Pin every array in args; false (with nothing more pinned) when the VM refuses.
+  bool pin(std::vector<Arg>& args, jint release_mode) {
+    for (Arg& a : args) {
+      if (!a.array) continue;
+      a.address = static_cast<uint8_t*>(env_->GetPrimitiveArrayCritical(a.array, nullptr));
+      if (!a.address) return false;
+      held_.emplace_back(&a, release_mode);
+    }
+    return true;
+  }
+
+ private:
+  JNIEnv* env_;
+  std::vector<std::pair<Arg*, jint>> held_;
+};
+
+// The tensors of a step/forward call, read from PockNative's parallel arrays.
+struct Tensors {
+  std::vector<int32_t> dtypes, ndims;
+  std::vector<int64_t> offsets, dims;
+  std::vector<Arg> args;
+  std::vector<pock_tensor> tensors;  // filled by view() once every array is pinned
+
+  bool read(JNIEnv* env, jobjectArray data, jlongArray offs, jintArray dts, jintArray nds, jlongArray dms) {
+    const jsize n = env->GetArrayLength(data);
+    if (env->GetArrayLength(offs) != n || env->GetArrayLength(dts) != n || env->GetArrayLength(nds) != n) {
+      throw_pock(env, POCK_ERR_INTERNAL, "PockNative: tensor argument arrays differ in length");
+      return false;
+    }
+    dtypes.resize(n), ndims.resize(n), offsets.resize(n), args.resize(n);
+    env->GetIntArrayRegion(dts, 0, n, reinterpret_cast<jint*>(dtypes.data()));
+    env->GetIntArrayRegion(nds, 0, n, reinterpret_cast<jint*>(ndims.data()));
+    env->GetLongArrayRegion(offs, 0, n, reinterpret_cast<jlong*>(offsets.data()));
+    dims.resize(env->GetArrayLength(dms));
+    env->GetLongArrayRegion(dms, 0, static_cast<jsize>(dims.size()), reinterpret_cast<jlong*>(dims.data()));
+    size_t k = 0;
+    for (jsize i = 0; i < n; ++i) {
+      if (ndims[i] < 0 || ndims[i] > POCK_MAX_DIMS || k + ndims[i] > dims.size()) {
+        throw_pock(env, POCK_ERR_INTERNAL, "PockNative: bad dims for tensor " + std::to_string(i));
+        return false;
+      }
+      int64_t nbytes = element_size(dtypes[i]);
+      for (int32_t d = 0; d < ndims[i]; ++d) nbytes *= dims[k + d];
+      k += ndims[i];
+      if (!resolve(env, data, i, dtypes[i], offsets[i], nbytes, "tensor", &args[i])) return false;
+    }
+    return true;
+  }
+
+  void view() {
+    tensors.resize(args.size());
+    size_t k = 0;
+    for (size_t i = 0; i < args.size(); ++i) {
+      tensors[i] = pock_tensor{args[i].address + args[i].offset, dtypes[i], ndims[i], dims.data() + k};
+      k += ndims[i];
+    }
+  }
+};
+
+}  // namespace
+
+extern "C" JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void*) {
+  JNIEnv* env = nullptr;
+  if (vm->GetEnv(reinterpret_cast<void**>(&env), JNI_VERSION_1_6) != JNI_OK) return JNI_ERR;
+  jclass cls = env->FindClass("ai/pockengine/PockException");
+  if (!cls) return JNI_ERR;
+  g_exception = static_cast<jclass>(env->NewGlobalRef(cls));
+  g_exception_ctor = env->GetMethodID(cls, "<init>", "(ILjava/lang/String;)V");
+  if (!g_exception_ctor) return JNI_ERR;
+  const char* arrays[4] = {"[F", "[J", "[I", "[B"};  // indexed by pock_dtype
+  for (int i = 0; i < 4; ++i) {
+    jclass a = env->FindClass(arrays[i]);
+    if (!a) return JNI_ERR;
+    g_array_class[i] = static_cast<jclass>(env->NewGlobalRef(a));
+  }
+  return JNI_VERSION_1_6;
+}
+
+POCK_JNI(jstring, version)(JNIEnv* env, jclass) { return env->NewStringUTF(pock_version()); }
+POCK_JNI(jstring, modelName)(JNIEnv* env, jclass) { return env->NewStringUTF(pock_model_name()); }
+POCK_JNI(jstring, modelHash)(JNIEnv* env, jclass) { return env->NewStringUTF(pock_model_hash()); }
+
+POCK_JNI(jlong, open)(JNIEnv* env, jclass, jstring checkpoint) {
+  const char* path = checkpoint ? env->GetStringUTFChars(checkpoint, nullptr) : nullptr;
+  if (checkpoint && !path) return 0;  // OutOfMemoryError pending
+  pock_trainer* t = nullptr;
+  pock_status s = pock_open(path, &t);
+  std::string why = s == POCK_OK ? "" : pock_last_error();
+  if (path) env->ReleaseStringUTFChars(checkpoint, path);
+  if (s != POCK_OK) {
+    throw_pock(env, s, why);
+    return 0;
+  }
+  return static_cast<jlong>(reinterpret_cast<intptr_t>(t));
+}
+
+POCK_JNI(void, close)(JNIEnv*, jclass, jlong handle) { pock_close(trainer(handle)); }
+
+POCK_JNI(jfloat, step)(JNIEnv* env, jclass, jlong handle, jobjectArray data, jlongArray offsets, jintArray dtypes,
+                       jintArray ndims, jlongArray dims, jint n_inputs) {
+  Tensors in;
+  if (!in.read(env, data, offsets, dtypes, ndims, dims)) return 0.0f;
+  const int32_t n = static_cast<int32_t>(in.args.size());
+  if (n_inputs < 0 || n_inputs > n) {
+    throw_pock(env, POCK_ERR_INTERNAL, "PockNative.step: bad input count");
+    return 0.0f;
+  }
+  float loss = 0.0f;
+  pock_status s;
+  std::string why;
+  {
+    Pins pins(env);
+    if (!pins.pin(in.args, JNI_ABORT)) {
+      s = POCK_ERR_NO_MEMORY, why = "step: the VM could not pin an input array";
+    } else {
+      in.view();
+      s = pock_step(trainer(handle), in.tensors.data(), n_inputs, in.tensors.data() + n_inputs, n - n_inputs, &loss);
+      if (s != POCK_OK) why = pock_last_error();
+    }
+  }  // unpinned before any JNI call that may throw
+  if (s != POCK_OK) throw_pock(env, s, why);
+  return loss;
+}
+
+POCK_JNI(void, forward)(JNIEnv* env, jclass, jlong handle, jobjectArray data, jlongArray offsets, jintArray dtypes,
+                        jintArray ndims, jlongArray dims, jobjectArray out_data, jlongArray out_offsets,
+                        jlongArray out_bytes) {
+  Tensors in;
+  if (!in.read(env, data, offsets, dtypes, ndims, dims)) return;
+  const jsize n_out = env->GetArrayLength(out_data);
+  if (env->GetArrayLength(out_offsets) != n_out || env->GetArrayLength(out_bytes) != n_out) {
+    throw_pock(env, POCK_ERR_INTERNAL, "PockNative.forward: output argument arrays differ in length");
+    return;
+  }
+  std::vector<int64_t> offs(n_out), bytes(n_out);
+  env->GetLongArrayRegion(out_offsets, 0, n_out, reinterpret_cast<jlong*>(offs.data()));
+  env->GetLongArrayRegion(out_bytes, 0, n_out, reinterpret_cast<jlong*>(bytes.data()));
+  std::vector<Arg> outs(n_out);
+  for (jsize i = 0; i < n_out; ++i) {
+    // Outputs are float32 or int64 arrays; the byte count decides, so accept any primitive array kind.
+    jobject obj = env->GetObjectArrayElement(out_data, i);
+    int32_t dtype = POCK_U8;
+    for (int32_t d : {POCK_F32, POCK_I64, POCK_I32, POCK_U8})
+      if (obj && env->IsInstanceOf(obj, g_array_class[d])) dtype = d;
+    if (!resolve(env, out_data, i, dtype, offs[i], bytes[i], "output", &outs[i])) return;
+  }
+  pock_status s;
+  std::string why;
+  {
+    Pins pins(env);
+    if (!pins.pin(in.args, JNI_ABORT) || !pins.pin(outs, 0)) {
+      s = POCK_ERR_NO_MEMORY, why = "predict: the VM could not pin an array";
+    } else {
+      in.view();
+      std::vector<pock_buffer> buffers(n_out);
+      for (jsize i = 0; i < n_out; ++i) buffers[i] = pock_buffer{outs[i].address + outs[i].offset, outs[i].nbytes};
+      s = pock_forward(trainer(handle), in.tensors.data(), static_cast<int32_t>(in.tensors.size()), buffers.data(),
+                       n_out);
+      if (s != POCK_OK) why = pock_last_error();
+    }
+  }
+  if (s != POCK_OK) throw_pock(env, s, why);
+}
+
+static void with_path(JNIEnv* env, jstring path, pock_status (*call)(pock_trainer*, const char*), jlong handle) {
+  const char* p = env->GetStringUTFChars(path, nullptr);
+  if (!p) return;
+  pock_status s = call(trainer(handle), p);
+  std::string why = s == POCK_OK ? "" : pock_last_error();
+  env->ReleaseStringUTFChars(path, p);
+  if (s != POCK_OK) throw_pock(env, s, why);
+}
+
+POCK_JNI(void, save)(JNIEnv* env, jclass, jlong handle, jstring path) { with_path(env, path, pock_save, handle); }
+POCK_JNI(void, load)(JNIEnv* env, jclass, jlong handle, jstring path) { with_path(env, path, pock_load, handle); }
+
+POCK_JNI(jfloat, getLearningRate)(JNIEnv* env, jclass, jlong handle) {
+  float lr = 0.0f;
+  failed(env, pock_get_learning_rate(trainer(handle), &lr));
+  return lr;
+}
+
+POCK_JNI(void, setLearningRate)(JNIEnv* env, jclass, jlong handle, jfloat lr) {
+  failed(env, pock_set_learning_rate(trainer(handle), lr));
+}
+
+POCK_JNI(jlong, stepCount)(JNIEnv* env, jclass, jlong handle) {
+  int64_t steps = 0;
+  failed(env, pock_step_count(trainer(handle), &steps));
+  return static_cast<jlong>(steps);
+}
+
+POCK_JNI(void, setNumThreads)(JNIEnv* env, jclass, jlong handle, jint n) {
+  failed(env, pock_set_num_threads(trainer(handle), n));
+}

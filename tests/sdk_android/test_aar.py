@@ -1,0 +1,125 @@
+"""`pock-build --platform android --soc sm8550 --cxx aarch64-linux-gnu-g++` on
+the keyboard model: the AAR holds every required entry, classes.jar holds the
+Kotlin API, the .so is an aarch64 ELF exporting the JNI entry points, and the
+same library trains under qemu-aarch64 (tests/arm64/train_driver.c linked
+against it) with the host's losses."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pockengine.trainer import Trainer
+from shared_build import KEYBOARD_SPEC, load_keyboard_spec, run_once
+
+ROOT = Path(__file__).resolve().parents[2]
+CXX, CC, QEMU = "aarch64-linux-gnu-g++", "aarch64-linux-gnu-gcc", "qemu-aarch64"
+SYSROOT = "/usr/aarch64-linux-gnu"
+STEPS = 5
+JNI_METHODS = ("open", "close", "step", "forward", "save", "load", "getLearningRate", "setLearningRate",
+               "stepCount", "setNumThreads", "modelName", "modelHash", "version")
+
+missing = [t for t in (CXX, CC, QEMU) if shutil.which(t) is None]
+pytestmark = pytest.mark.skipif(bool(missing), reason=f"missing {missing} (apt-get install g++-aarch64-linux-gnu qemu-user)")
+
+
+def pock_build(*args, cwd):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANDROID_NDK", "ANDROID_HOME", "ANDROID_SDK"))}
+    return subprocess.run([sys.executable, "-m", "pockengine.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """(out dir, pock-build's stdout), built once per session."""
+    def build(work):
+        r = pock_build(f"{KEYBOARD_SPEC}:make", "--platform", "android", "--soc", "sm8550", "--cxx", CXX,
+                       "--out", work / "out", cwd=ROOT)
+        assert r.returncode == 0, r.stderr[-4000:]
+        return {"stdout": r.stdout}
+
+    work, result = run_once(tmp_path_factory, "android-aar", build)
+    return work / "out", result["stdout"]
+
+
+def test_cli_lists_what_it_wrote(built):
+    out, stdout = built
+    for what in ("aar", "pom", "gradle", "jni:arm64-v8a"):
+        assert re.search(rf"^\s+{re.escape(what)}\s+\S+", stdout, re.M), stdout
+    pom = (out / "pockengine-keyboard.pom").read_text()
+    assert "<packaging>aar</packaging>" in pom and "<artifactId>pockengine-keyboard</artifactId>" in pom
+    assert "kotlin-stdlib" in pom
+    assert 'implementation(files("libs/pockengine-keyboard.aar"))' in (out / "consume.gradle.kts").read_text()
+
+
+def test_aar_has_every_entry(built, tmp_path):
+    out, _ = built
+    with zipfile.ZipFile(out / "pockengine-keyboard.aar") as aar:
+        names = set(aar.namelist())
+        assert {"AndroidManifest.xml", "classes.jar", "R.txt", "proguard.txt",
+                "jni/arm64-v8a/libpock_keyboard.so", "assets/pockengine/keyboard/model.json",
+                "assets/pockengine/keyboard/weights.pockckpt"} <= names, names
+        manifest = aar.read("AndroidManifest.xml").decode()
+        assert 'android:minSdkVersion="24"' in manifest and 'package="ai.pockengine.keyboard"' in manifest
+        rules = aar.read("proguard.txt").decode()
+        assert "-keep class ai.pockengine.PockNative" in rules and "PockException" in rules
+        assert aar.read("assets/pockengine/keyboard/weights.pockckpt") == (out / "bundle" / "weights.pockckpt").read_bytes()
+        assert b'"library": "pock_keyboard"' in aar.read("assets/pockengine/keyboard/model.json")
+        (tmp_path / "classes.jar").write_bytes(aar.read("classes.jar"))
+    with zipfile.ZipFile(tmp_path / "classes.jar") as jar:
+        classes = set(jar.namelist())
+    for cls in ("PockTrainer", "PockException", "PockTensor", "PockNative", "ModelBundle"):
+        assert f"ai/pockengine/{cls}.class" in classes, classes
+    assert not any(c.startswith("android/") or "/android/" in c for c in classes)  # the core API only
+
+
+def test_library_is_aarch64_and_exports_jni(built):
+    out, _ = built
+    lib = out / "jni" / "arm64-v8a" / "libpock_keyboard.so"
+    head = lib.read_bytes()[:64]
+    assert head[:4] == b"\x7fELF" and head[4] == 2  # ELF64
+    assert struct.unpack_from("<H", head, 18)[0] == 183  # e_machine EM_AARCH64
+    nm = subprocess.run(["aarch64-linux-gnu-nm", "-D", "--defined-only", str(lib)], capture_output=True, text=True,
+                        check=True).stdout
+    exported = {line.split()[-1] for line in nm.splitlines() if line.strip()}
+    assert {f"Java_ai_pockengine_PockNative_{m}" for m in JNI_METHODS} | {"JNI_OnLoad", "pock_step"} <= exported
+    assert not [s for s in exported if s.startswith("_Z")], "the static C++ runtime leaks symbols"
+    needed = subprocess.run(["aarch64-linux-gnu-readelf", "-d", str(lib)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "libstdc++" not in needed and "SONAME" in needed and "libpock_keyboard.so" in needed
+
+
+def test_library_trains_under_qemu_like_the_host(built, tmp_path):
+    out, _ = built
+    libdir = out / "jni" / "arm64-v8a"
+    exe = tmp_path / "train"
+    subprocess.run([CC, "-O2", "-I", str(ROOT / "codegen" / "runtime" / "include"),
+                    str(ROOT / "tests" / "arm64" / "train_driver.c"), "-L", str(libdir), "-lpock_keyboard",
+                    f"-Wl,-rpath,{libdir}", "-o", str(exe)], check=True, capture_output=True, text=True)
+
+    keyboard_spec = load_keyboard_spec()
+    batches = [keyboard_spec.example_batch(seed) for seed in range(STEPS)]
+    with open(tmp_path / "data.bin", "wb") as f:
+        for x, y in batches:
+            f.write(x.numpy().astype("<i8").tobytes() + y.numpy().astype("<i8").tobytes())
+    weights = out / "bundle" / "weights.pockckpt"
+    r = subprocess.run([QEMU, "-L", SYSROOT, "-cpu", "max", str(exe), str(weights), str(tmp_path / "data.bin"),
+                        str(STEPS), str(tmp_path / "arm.ckpt"), "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"train_driver under qemu failed:\n{r.stdout}\n{r.stderr}"
+    arm = [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("loss ")]
+
+    (host_lib,) = (out / "host-build").glob("lib*.so")
+    with Trainer(host_lib, checkpoint=weights) as host:
+        want = [host.step((x,), (y,)) for x, y in batches]
+    assert len(arm) == STEPS
+    np.testing.assert_allclose(arm, want, rtol=1e-4, err_msg="losses: aarch64 AAR library vs host")
+    with Trainer(host_lib, checkpoint=tmp_path / "arm.ckpt") as resumed:  # its checkpoint loads on the host
+        assert resumed.step_count == STEPS

@@ -1,0 +1,369 @@
+"""`pock-build --platform android`: an AAR holding the Kotlin SDK, the model's
+native library per ABI and the model bundle.
+
+    build_android(prog, out, soc="sm8550", abis=["arm64-v8a"], cxx=None)
+
+writes into out/
+
+    pockengine-<name>.aar       classes.jar (sdk-android's core Kotlin, compiled with kotlinc),
+                                jni/<abi>/libpock_<name>.so, assets/pockengine/<name>/ (the bundle),
+                                AndroidManifest.xml (minSdk 24), R.txt, proguard.txt, aar-metadata
+    pockengine-<name>.pom       Maven coordinates + the kotlin-stdlib dependency
+    consume.gradle.kts          how an app adds the AAR
+    <name>.cpp, summary.md, bundle/, jni/<abi>/   the generated source, the summary and the loose files
+
+The natives are the generated model TU + the runtime + sdk-android's JNI file,
+built with the Android NDK's clang (found via ANDROID_NDK_HOME,
+ANDROID_NDK_ROOT, or the newest ANDROID_HOME|ANDROID_SDK_ROOT/ndk/*) for API
+level MIN_SDK with the SoC's -march, or with `cxx` (any aarch64 C++ compiler,
+arm64-v8a only: the tests use aarch64-linux-gnu-g++).  Objects are cached by
+content hash under $POCK_CACHE_DIR/android like build/host.py's.
+
+The bundle's initial weights come from building the program for this host
+once (prog.build_cpu(), cached) and saving them with pock_save.
+
+Kotlin: kotlinc from $KOTLINC or .tools/node_modules/kotlin-compiler (make
+setup), run with $JAVA_HOME or JDK 17.  kotlin_core_jar() and
+build_host_jni_library() are also what the JVM test of the SDK uses.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shlex
+import shutil
+import subprocess
+import zipfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Sequence
+
+from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
+    runtime_dir, runtime_sources
+from ..errors import PockError
+from .socs import Soc, get_soc
+
+SDK_DIR = ROOT / "sdk-android"
+KOTLIN_CORE = SDK_DIR / "src" / "main" / "kotlin"
+JNI_SOURCE = SDK_DIR / "src" / "main" / "cpp" / "pock_jni.cpp"
+EXPORT_MAP = JNI_SOURCE.parent / "exports.map"  # linker version script: only pock.h and the JNI entry points
+MIN_SDK = 24
+GROUP, VERSION = "ai.pockengine", "0.1.0"
+KOTLIN_API = "2.2"  # -language-version/-api-version: readable by Kotlin 2.1+ apps; stdlib 2.2 in the POM
+KOTLIN_FLAGS = ("-jvm-target", "1.8", "-language-version", KOTLIN_API, "-api-version", KOTLIN_API)
+ABIS = {  # ABI -> (clang target triple, -march flags; arm64's come from the SoC)
+    "arm64-v8a": ("aarch64-linux-android", None),
+    "armeabi-v7a": ("armv7a-linux-androideabi", ("-march=armv7-a", "-mfpu=neon", "-mfloat-abi=softfp", "-mthumb")),
+    "x86_64": ("x86_64-linux-android", ("-march=x86-64", "-msse4.2", "-mpopcnt")),
+}
+BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-ffunction-sections", "-fdata-sections")
+# static C++ runtime kept private (one library, no libc++_shared.so to ship, only pock_* and JNI symbols
+# exported), 16 KiB pages (Android 15), no undefined symbols
+LINK_FLAGS = ("-shared", "-static-libstdc++", "-Wl,--exclude-libs,ALL", "-Wl,--no-undefined", "-Wl,--gc-sections",
+              "-Wl,-z,max-page-size=16384")
+
+
+# ----------------------------------------------------------------------------- entry point
+def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = ("arm64-v8a",), cxx: str | None = None,
+                  backends=None, spec=None) -> dict:
+    """Build the AAR and its companions in out/; returns {label: path}."""
+    soc_info = get_soc(soc)
+    abis = list(dict.fromkeys(abis or [soc_info.abi]))
+    unknown = [a for a in abis if a not in ABIS]
+    if unknown:
+        raise PockError(f"unknown Android ABI(s) {unknown}; known: {', '.join(ABIS)}")
+    if backends and list(backends) != ["cpu"]:
+        raise PockError(f"--platform android builds the CPU step only in this version; got --backends {','.join(backends)}")
+    toolchains = {abi: _toolchain(abi, soc_info, cxx) for abi in abis}  # fails early: no NDK, bad --cxx
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = prog.name
+    model_cpp = out / f"{name}.cpp"
+    model_cpp.write_text(prog.source())
+    (out / "summary.md").write_text(prog.summary())
+
+    libs = {}
+    for abi, (tool, flags) in toolchains.items():
+        lib = build_native_library(model_cpp, tool, flags, f"libpock_{name}.so")
+        dest = out / "jni" / abi / f"libpock_{name}.so"
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(lib, dest)
+        libs[abi] = dest
+
+    bundle_dir = write_initial_bundle(prog, out)
+    classes_jar = kotlin_core_jar()
+    aar = out / f"pockengine-{name}.aar"
+    write_aar(aar, name, classes_jar, libs, bundle_dir)
+    pom = out / f"pockengine-{name}.pom"
+    pom.write_text(pom_xml(name))
+    snippet = out / "consume.gradle.kts"
+    snippet.write_text(gradle_snippet(name, aar.name))
+    files = {"aar": aar, "pom": pom, "gradle": snippet, "source": model_cpp, "bundle": bundle_dir}
+    files.update({f"jni:{abi}": path for abi, path in libs.items()})
+    return files
+
+
+# ----------------------------------------------------------------------------- toolchains
+def find_ndk() -> Path | None:
+    """The Android NDK: ANDROID_NDK_HOME, ANDROID_NDK_ROOT, else the newest ndk/* of the SDK."""
+    for var in ("ANDROID_NDK_HOME", "ANDROID_NDK_ROOT"):
+        if os.environ.get(var) and Path(os.environ[var]).is_dir():
+            return Path(os.environ[var])
+    for var in ("ANDROID_HOME", "ANDROID_SDK_ROOT"):
+        if os.environ.get(var):
+            versions = sorted((p for p in (Path(os.environ[var]) / "ndk").glob("*") if p.is_dir()),
+                              key=lambda p: [int(x) if x.isdigit() else 0 for x in p.name.split(".")])
+            if versions:
+                return versions[-1]
+    return None
+
+
+def ndk_clang(ndk: Path) -> Path:
+    prebuilt = ndk / "toolchains" / "llvm" / "prebuilt"
+    hosts = sorted(prebuilt.glob("*/bin/clang++")) if prebuilt.is_dir() else []
+    if not hosts:
+        raise PockError(f"the Android NDK at {ndk} has no toolchains/llvm/prebuilt/*/bin/clang++; "
+                        "install NDK r23 or newer (Android Studio: SDK Manager > SDK Tools > NDK)")
+    return hosts[0]
+
+
+def _toolchain(abi: str, soc: Soc, cxx: str | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(compiler command, target flags) for one ABI."""
+    triple, abi_flags = ABIS[abi]
+    if cxx:
+        if abi != "arm64-v8a":
+            raise PockError(f"--cxx builds arm64-v8a only (it is an aarch64 compiler); drop --abi {abi} or use the NDK")
+        tool = tuple(shlex.split(cxx))
+        if shutil.which(tool[0]) is None:
+            raise PockError(f"--cxx {cxx!r}: compiler not found")
+        _compiler_id(tool)
+        return tool, (f"-march={_supported_march(tool, soc)}", "-pthread")
+    ndk = find_ndk()
+    if ndk is None:
+        raise PockError("--platform android needs the Android NDK to build the natives: install it "
+                        "(Android Studio: SDK Manager > SDK Tools > NDK (Side by side), or sdkmanager 'ndk;27.2.12479018') "
+                        "and set ANDROID_NDK_HOME to it (or ANDROID_HOME to the SDK holding ndk/), "
+                        "or pass --cxx PATH to build arm64-v8a with another aarch64 C++ compiler")
+    tool = (str(ndk_clang(ndk)), f"--target={triple}{MIN_SDK}")
+    return tool, (f"-march={soc.march}",) if abi == "arm64-v8a" else abi_flags
+
+
+def _supported_march(tool: tuple[str, ...], soc: Soc) -> str:
+    """The SoC's -march, or (for an older compiler without it, e.g. GCC 12 and armv9.2-a)
+    ARMv8.2-A with the same extensions."""
+    fallback = "+".join(["armv8.2-a", *soc.features])
+    for march in (soc.march, fallback):
+        r = subprocess.run([*tool, f"-march={march}", "-x", "c++", "-fsyntax-only", "-"], input="int x;\n",
+                           capture_output=True, text=True)
+        if r.returncode == 0:
+            return march
+    raise PockError(f"{' '.join(tool)} accepts neither -march={soc.march} nor -march={fallback}: {r.stderr.strip()}")
+
+
+# ----------------------------------------------------------------------------- natives
+def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: tuple[str, ...], soname: str) -> Path:
+    """Compile the model TU, the runtime, the kernels and pock_jni.cpp with `tool`
+    and link them into one shared library (cached); returns its cache path."""
+    rt = runtime_dir()
+    flags = (*BASE_FLAGS, *target_flags, "-I", str(rt / "include"), "-I", str(rt))
+    headers = _digest(sorted(rt.rglob("*.h")))
+    compiler_id = _compiler_id(tool)
+    jobs = [(src, flags) for src in runtime_sources()]
+    jobs.append((Path(model_cpp).resolve(), (*flags, "-I", str(Path(model_cpp).resolve().parent))))
+    jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool))))
+
+    def job(src: Path, src_flags: tuple[str, ...]):
+        h = hashlib.sha256()
+        for part in (compiler_id, " ".join(tool), "\0".join(src_flags), headers, src.name):
+            h.update(part.encode() + b"\0")
+        h.update(src.read_bytes())
+        obj = cache_dir() / "android" / "obj" / f"{src.stem}-{h.hexdigest()[:24]}.o"
+        return obj, lambda tmp: [*tool, *src_flags, "-c", str(src), "-o", str(tmp)]
+
+    objs = [job(src, f) for src, f in jobs]
+    todo = [(o, cmd) for o, cmd in objs if not o.exists()]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            for f in [pool.submit(_produce, o, cmd, "C++ compilation (android)") for o, cmd in todo]:
+                f.result()
+    paths = [str(o) for o, _ in objs]
+    link = (*target_flags, *LINK_FLAGS, f"-Wl,--version-script={EXPORT_MAP}", f"-Wl,-soname,{soname}")
+    if "android" not in " ".join(tool):
+        link += ("-static-libgcc", "-lm")  # a GNU toolchain: only libc/libm/libpthread stay dynamic
+    key = hashlib.sha256("\0".join([*tool, *paths, *link, EXPORT_MAP.read_text()]).encode()).hexdigest()[:24]
+    return _produce(cache_dir() / "android" / "lib" / f"{Path(soname).stem}-{key}.so",
+                    lambda tmp: [*tool, *paths, *link, "-o", str(tmp)], "linking (android)")
+
+
+def _jni_include_flags(tool: tuple[str, ...]) -> tuple[str, ...]:
+    """The NDK's sysroot has jni.h; any other compiler gets the JDK's (the same JNI ABI on Linux)."""
+    if "android" in " ".join(tool):
+        return ()
+    inc = java_home() / "include"
+    return ("-I", str(inc), "-I", str(inc / "linux"))
+
+
+def build_host_jni_library(model_cpp: Path, out_dir: Path) -> Path:
+    """The model TU + runtime + pock_jni.cpp for this machine (build/host.py), for
+    running the Kotlin SDK on the JVM.  pock_jni.cpp is staged beside the JDK's
+    jni.h so only its own object depends on the JDK; the runtime objects are
+    the ones every host build shares."""
+    inc = java_home() / "include"
+    stage = cache_dir() / "android" / ("jni-src-" + _digest([JNI_SOURCE, inc / "jni.h", inc / "linux" / "jni_md.h"])[:16])
+    if not (stage / "pock_jni.cpp").exists():
+        stage.mkdir(parents=True, exist_ok=True)
+        for src in (inc / "jni.h", inc / "linux" / "jni_md.h", JNI_SOURCE):
+            tmp = stage / f".{src.name}.tmp-{os.getpid()}"
+            shutil.copyfile(src, tmp)
+            os.replace(tmp, stage / src.name)
+    return build_shared_library([Path(model_cpp), stage / "pock_jni.cpp"], out_dir)
+
+
+def write_initial_bundle(prog, out: Path) -> Path:
+    """out/bundle: model.json + the initial weights, saved by a host build of the program."""
+    from ..bundle import write_bundle
+    weights = out / f"{prog.name}.pockckpt"
+    trainer = prog.build_cpu(out / "host-build")
+    try:
+        trainer.save(str(weights))
+    finally:
+        trainer.close()
+    return write_bundle(prog, weights, out / "bundle")
+
+
+# ----------------------------------------------------------------------------- Kotlin
+def java_home() -> Path:
+    home = Path(os.environ.get("JAVA_HOME") or "/usr/lib/jvm/java-17-openjdk-amd64")
+    if not (home / "bin" / "java").exists() or not (home / "include" / "jni.h").exists():
+        raise PockError(f"no JDK at {home} (needs bin/java and include/jni.h): install JDK 17 and set JAVA_HOME")
+    return home
+
+
+def kotlinc() -> Path:
+    path = Path(os.environ.get("KOTLINC") or ROOT / ".tools" / "node_modules" / "kotlin-compiler" / "bin" / "kotlinc")
+    if not path.exists():
+        raise PockError(f"kotlinc not found at {path}: run `make setup` (npm kotlin-compiler) or set KOTLINC")
+    return path
+
+
+def kotlin_stdlib() -> Path:
+    """kotlin-stdlib.jar of the kotlinc in use (to run compiled Kotlin on a plain JVM)."""
+    lib = kotlinc().resolve().parents[1] / "lib" / "kotlin-stdlib.jar"
+    if not lib.exists():
+        raise PockError(f"{lib} does not exist; is {kotlinc()} a full Kotlin compiler distribution?")
+    return lib
+
+
+def compile_kotlin(sources: Sequence[Path], name: str, classpath: Sequence[Path] = ()) -> Path:
+    """kotlinc sources (+ classpath jars) into a cached jar named <name>-<key>.jar."""
+    sources = sorted(Path(s).resolve() for s in sources)
+    h = hashlib.sha256()
+    for part in (str(kotlinc().resolve()), " ".join(KOTLIN_FLAGS), *map(str, classpath)):
+        h.update(part.encode() + b"\0")
+    for p in [*sources, *map(Path, classpath)]:
+        h.update(p.name.encode() + b"\0" + p.read_bytes())
+    jar = cache_dir() / "kotlin" / f"{name}-{h.hexdigest()[:24]}.jar"
+    if jar.exists():
+        return jar
+    cp = ["-classpath", os.pathsep.join(map(str, classpath))] if classpath else []
+    env = {**os.environ, "JAVA_HOME": str(java_home())}
+    with _locked(jar):
+        if not jar.exists():
+            tmp = jar.with_name(f"{jar.stem}.tmp-{os.getpid()}.jar")  # kotlinc writes a jar when -d ends in .jar
+            try:
+                r = subprocess.run([str(kotlinc()), *map(str, sources), *cp, *KOTLIN_FLAGS, "-module-name", name,
+                                    "-d", str(tmp)], capture_output=True, text=True, env=env)
+                if r.returncode != 0 or not tmp.exists():
+                    raise PockError(f"kotlinc failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-4000:]}")
+                os.replace(tmp, jar)
+            finally:
+                tmp.unlink(missing_ok=True)
+    return jar
+
+
+def kotlin_core_jar() -> Path:
+    """sdk-android's core API (src/main/kotlin: no android.*) compiled: the AAR's classes.jar."""
+    return compile_kotlin(sorted(KOTLIN_CORE.rglob("*.kt")), "pockengine")
+
+
+# ----------------------------------------------------------------------------- AAR
+def write_aar(aar: Path, name: str, classes_jar: Path, libs: dict[str, Path], bundle_dir: Path) -> Path:
+    """Zip the AAR (fixed timestamps: the same inputs give the same bytes), atomically."""
+    entries = {
+        "AndroidManifest.xml": android_manifest(name).encode(),
+        "classes.jar": classes_jar.read_bytes(),
+        "R.txt": b"",
+        "proguard.txt": CONSUMER_RULES.encode(),
+        "META-INF/com/android/build/gradle/aar-metadata.properties":
+            b"aarFormatVersion=1.0\naarMetadataVersion=1.0\nminCompileSdk=1\nminAndroidGradlePluginVersion=1.0.0\n",
+    }
+    for abi, lib in libs.items():
+        entries[f"jni/{abi}/{lib.name}"] = lib.read_bytes()
+    for f in sorted(bundle_dir.iterdir()):
+        if f.is_file():
+            entries[f"assets/pockengine/{name}/{f.name}"] = f.read_bytes()
+    tmp = aar.with_name(f".{aar.name}.tmp-{os.getpid()}")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+        for path, data in entries.items():
+            info = zipfile.ZipInfo(path, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = zipfile.ZIP_DEFLATED
+            z.writestr(info, data)
+    os.replace(tmp, aar)
+    return aar
+
+
+def android_manifest(name: str) -> str:
+    package = f"{GROUP}.{''.join(c if c.isalnum() else '_' for c in name.lower())}"
+    return f"""<?xml version="1.0" encoding="utf-8"?>
+<manifest xmlns:android="http://schemas.android.com/apk/res/android" package="{package}">
+    <uses-sdk android:minSdkVersion="{MIN_SDK}" />
+</manifest>
+"""
+
+
+# The JNI layer calls PockNative's natives and PockException(int, String) by name.
+CONSUMER_RULES = """# PockEngine: JNI entry points and the exception the native code constructs
+-keep class ai.pockengine.PockNative { native <methods>; }
+-keep class ai.pockengine.PockException { <init>(int, java.lang.String); }
+-keepclassmembers class ai.pockengine.PockStatus { *; }
+"""
+
+
+def pom_xml(name: str) -> str:
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+         xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 https://maven.apache.org/xsd/maven-4.0.0.xsd">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>{GROUP}</groupId>
+  <artifactId>pockengine-{name}</artifactId>
+  <version>{VERSION}</version>
+  <packaging>aar</packaging>
+  <description>PockEngine on-device training for model '{name}' (generated by pock-build)</description>
+  <dependencies>
+    <dependency>
+      <groupId>org.jetbrains.kotlin</groupId>
+      <artifactId>kotlin-stdlib</artifactId>
+      <version>{KOTLIN_API}.0</version>
+      <scope>runtime</scope>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def gradle_snippet(name: str, aar_name: str) -> str:
+    return f"""// Add PockEngine's '{name}' model to an Android app (module build.gradle.kts).
+// Copy {aar_name} to app/libs/, then:
+dependencies {{
+    implementation(files("libs/{aar_name}"))
+    implementation("org.jetbrains.kotlin:kotlin-stdlib:{KOTLIN_API}.0")
+}}
+// Or install it into a Maven repository with its POM:
+//   mvn install:install-file -Dfile={aar_name} -DpomFile=pockengine-{name}.pom
+// and use implementation("{GROUP}:pockengine-{name}:{VERSION}") with mavenLocal().
+//
+// The bundle is in the AAR's assets at pockengine/{name}/; on the device:
+//   val dir = PockAssets.extract(context, "{name}")   // sdk-android's android source set, or copy
+//   PockTrainer.open(dir).use {{ trainer -> trainer.step(x, y) }}
+"""
