@@ -2,6 +2,7 @@
 from .errors import PockError
 from .optim import SGD, AdamW
 from .program import Program, compile
+from .search import Budget, search_update
 
 __version__ = "0.1.0"
-__all__ = ["compile", "Program", "SGD", "AdamW", "PockError", "__version__"]
+__all__ = ["compile", "Program", "SGD", "AdamW", "PockError", "Budget", "search_update", "__version__"]

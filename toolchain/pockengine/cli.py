@@ -173,6 +173,8 @@ def _run(args) -> int:
         kwargs["update"] = search_for_cli(kwargs, budget_mb=args.budget_mb, report=args.report, seed=args.seed)
     elif args.budget_mb is not None or args.report:
         raise PockError("--budget-mb and --report go with --search")
+    else:
+        kwargs.pop("sample_batches", None)  # a spec's sample data for --search
     prog = pe.compile(**kwargs)
     out = Path(args.out or Path("pock-out") / prog.name)
     if args.ai_hub:

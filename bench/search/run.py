@@ -1,0 +1,362 @@
+"""Searched update scheme vs full update vs last-layer update, on two transfer tasks.
+
+    .venv/bin/python bench/search/run.py            # ~5-10 minutes on 2 cores
+    .venv/bin/python bench/search/run.py --quick    # fewer steps, a smoke test
+
+1. keyboard personalization: a word-level 2-layer LSTM LM (demo.py's tokenizer) is pretrained
+   (PyTorch, briefly) on the GPL-3 and Apache-2.0 texts of demo-apps/keyboard/data/corpus.txt,
+   then adapted to a "user" who writes the GFDL-1.3 text: its first 70% is the user's
+   typing history (training), the last 30% is held out.
+2. image transfer: a small MobileNetV2-style CNN is pretrained (PyTorch) on sklearn's 8x8
+   handwritten digits 0-4, then transferred to the new classes 5-9 with a fresh 5-way
+   classifier (60% of those images train, 40% held out).
+
+For each task the budget is the full update's frozen weights and buffers plus 1/3 of its
+training memory (arena + optimizer state), and half its FLOPs. pe.search_update picks the
+scheme from 16 sample batches of the task's training data; then full, last-layer and searched
+schemes are each trained for the same number of steps by PockEngine's compiled C++ step on the
+same batch stream, and evaluated on the held-out data. Writes bench/search/results.md,
+results.png, results.json and one search report per task (<task>_report.md + PNGs).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "toolchain"))
+os.environ.setdefault("POCK_CACHE_DIR", str(ROOT / ".cache" / "pockengine"))
+
+import pockengine as pe  # noqa: E402
+from pockengine.search import Budget, SchemeCompiler, cost_of, search  # noqa: E402
+from pockengine.search_report import write_report  # noqa: E402
+
+MIB = 2 ** 20
+CORPUS = ROOT / "demo-apps" / "keyboard" / "data" / "corpus.txt"
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case words and punctuation (the keyboard demo's tokenizer)."""
+    return re.findall(r"[a-z]+(?:'[a-z]+)?|[.,;:!?]", text.lower())
+
+
+def build_vocab(words: list[str], size: int) -> dict[str, int]:
+    vocab = {"<unk>": 0}
+    for w, _ in Counter(words).most_common(size - 1):
+        vocab[w] = len(vocab)
+    return vocab
+
+
+def topk_eval(logits: np.ndarray, t: np.ndarray) -> tuple[float, int, int]:
+    """(summed cross-entropy, top-1 hits, top-3 hits) of logits [n, C] against targets [n]."""
+    logp = logits - logits.max(1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+    best = np.argsort(-logits, axis=1)[:, :3]
+    return (float(-logp[np.arange(len(t)), t].sum()), int((best[:, 0] == t).sum()),
+            int((best == t[:, None]).any(1).sum()))
+
+
+# -- keyboard ------------------------------------------------------------------------------------
+class KeyboardLSTM(nn.Module):
+    """Embedding -> 2-layer LSTM -> projection to the embedding size (tanh) -> output layer."""
+
+    def __init__(self, vocab, emb=64, hidden=192, layers=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.lstm = nn.LSTM(emb, hidden, num_layers=layers, batch_first=True)
+        self.proj = nn.Linear(hidden, emb)
+        self.out = nn.Linear(emb, vocab)
+
+    def forward(self, ids):
+        h, _ = self.lstm(self.emb(ids))
+        return self.out(torch.tanh(self.proj(h)))
+
+
+def keyboard_task(quick: bool):
+    lines = CORPUS.read_text().splitlines()
+    start = next(i for i, s in enumerate(lines) if s.strip() == "GNU Free Documentation License")
+    base_words = tokenize("\n".join(lines[:start]))
+    user_words = tokenize("\n".join(lines[start:]))
+    vocab = build_vocab(base_words + user_words, 800)  # the keyboard's fixed vocabulary
+    ids = lambda ws: np.array([vocab.get(w, 0) for w in ws], dtype=np.int64)  # noqa: E731
+    base, user = ids(base_words), ids(user_words)
+    split = int(0.7 * len(user))
+    batch, seq = 8, 24
+
+    def stream(arr, seed):
+        rng = np.random.default_rng(seed)
+        while True:
+            s = rng.integers(0, len(arr) - seq - 1, batch)
+            x = np.stack([arr[i:i + seq] for i in s])
+            y = np.stack([arr[i + 1:i + seq + 1] for i in s])
+            yield (torch.from_numpy(x),), (torch.from_numpy(y),)
+
+    torch.manual_seed(0)
+    model = KeyboardLSTM(len(vocab))
+    pretrain(model, stream(base, 1), 150 if quick else 600, lr=3e-3)
+
+    held = user[split:]
+
+    def evaluate(trainer):
+        """Next-word loss, top-1 and top-3 over consecutive held-out windows."""
+        loss, top1, top3, n = 0.0, 0, 0, 0
+        for i in range((len(held) - 1) // (batch * seq)):
+            chunk = held[i * batch * seq:(i + 1) * batch * seq + 1]
+            logits = trainer.forward((torch.from_numpy(chunk[:-1].reshape(batch, seq)),))
+            lsum, h1, h3 = topk_eval(logits.reshape(-1, logits.shape[-1]), chunk[1:])
+            loss, top1, top3, n = loss + lsum, top1 + h1, top3 + h3, n + len(chunk) - 1
+        return loss / n, top1 / n, top3 / n
+
+    desc = (f"2-layer LSTM LM (vocab {len(vocab)}, emb 64, hidden 192, projection 64), pretrained on "
+            f"GPL-3 + Apache-2.0 "
+            f"({len(base)} words), adapted to GFDL-1.3: {split} words of history, {len(held)} held out; "
+            f"batch {batch} x seq {seq}")
+    return dict(name="keyboard", model=model, train=stream(user[:split], 2), sample=stream(user[:split], 3),
+                evaluate=evaluate, optimizer=pe.AdamW(lr=3e-4, weight_decay=0.0), desc=desc)
+
+
+# -- image ---------------------------------------------------------------------------------------
+class InvertedResidual(nn.Module):
+    def __init__(self, cin, cout, expand, stride):
+        super().__init__()
+        mid = cin * expand
+        self.expand = nn.Conv2d(cin, mid, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(mid)
+        self.dw = nn.Conv2d(mid, mid, 3, stride=stride, padding=1, groups=mid, bias=False)
+        self.bn2 = nn.BatchNorm2d(mid)
+        self.project = nn.Conv2d(mid, cout, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(cout)
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        h = F.relu6(self.bn1(self.expand(x)))
+        h = F.relu6(self.bn2(self.dw(h)))
+        h = self.bn3(self.project(h))
+        return x + h if self.residual else h
+
+
+class TinyMobileNetV2(nn.Module):
+    def __init__(self, classes=5):
+        super().__init__()
+        self.stem = nn.Conv2d(1, 16, 3, padding=1, bias=False)
+        self.bn0 = nn.BatchNorm2d(16)
+        self.blocks = nn.Sequential(InvertedResidual(16, 16, 3, 1), InvertedResidual(16, 24, 3, 2),
+                                    InvertedResidual(24, 24, 3, 1), InvertedResidual(24, 32, 3, 2))
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.blocks(F.relu6(self.bn0(self.stem(x))))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
+def image_task(quick: bool):
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    x_all = torch.from_numpy((digits.images / 16.0 - 0.5).astype(np.float32)).unsqueeze(1)
+    y_all = torch.from_numpy(digits.target.astype(np.int64))
+    rng = np.random.default_rng(0)
+    old = rng.permutation(np.where(digits.target < 5)[0])
+    new = rng.permutation(np.where(digits.target >= 5)[0])
+    split = int(0.6 * len(new))
+    new_train, new_held = new[:split], new[split:]
+    batch = 32
+
+    def stream(idx, offset, seed):
+        r = np.random.default_rng(seed)
+        while True:
+            pick = r.choice(idx, batch, replace=False)
+            yield (x_all[pick],), (y_all[pick] - offset,)
+
+    torch.manual_seed(0)
+    model = TinyMobileNetV2()
+    pretrain(model, stream(old, 0, 1), 100 if quick else 400, lr=3e-3)
+    torch.manual_seed(1)
+    model.fc = nn.Linear(32, 5)  # a fresh classifier for the new classes
+
+    def evaluate(trainer):
+        loss, top1, top3, n = 0.0, 0, 0, 0
+        for i in range(0, len(new_held), batch):
+            idx = new_held[i:i + batch]
+            pad = np.concatenate([idx, np.repeat(new_held[:1], batch - len(idx))])
+            logits = trainer.forward((x_all[pad],))[:len(idx)]
+            lsum, h1, h3 = topk_eval(logits, (y_all[idx] - 5).numpy())
+            loss, top1, top3, n = loss + lsum, top1 + h1, top3 + h3, n + len(idx)
+        return loss / n, top1 / n, top3 / n
+
+    desc = (f"MobileNetV2-style CNN (stem + 4 inverted-residual blocks, BatchNorm, ReLU6), pretrained on "
+            f"sklearn digits 0-4 ({len(old)} images), transferred to digits 5-9 with a fresh classifier: "
+            f"{len(new_train)} training / {len(new_held)} held-out images; 8x8, batch {batch}")
+    return dict(name="image", model=model, train=stream(new_train, 5, 2), sample=stream(new_train, 5, 3),
+                evaluate=evaluate, optimizer=pe.AdamW(lr=2e-3, weight_decay=0.0), desc=desc)
+
+
+def pretrain(model, data, steps, lr):
+    """The base model (PyTorch, eager): what the device ships with."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    for _ in range(steps):
+        (x,), (y,) = next(data)
+        out = model(x)
+        loss = F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+# -- the comparison --------------------------------------------------------------------------------
+def run_task(task, steps: int, search_steps: int, seed: int, out: Path) -> dict:
+    from tqdm import tqdm
+
+    print(f"\n== {task['name']}: {task['desc']}")
+    model, opt = task["model"], task["optimizer"]
+    sample = [next(task["sample"]) for _ in range(16)]
+    t0 = time.time()
+    compiler = SchemeCompiler(model, *sample[0], optimizer=opt, name=task["name"])
+    full = compiler.stats("full")
+    frozen_bytes = full["state_bytes"] - full["optimizer_state_bytes"]
+    full_training = full["arena_bytes"] + full["optimizer_state_bytes"]
+    budget = Budget(memory_mb=(frozen_bytes + full_training / 3) / MIB, flops=full["flops_per_step"] / 2)
+    result = search(model, sample, optimizer=opt, budget=budget, seed=seed, steps=search_steps,
+                    compiler=compiler)
+    search_s = time.time() - t0
+    print(result.describe())
+    write_report(result, out / f"{task['name']}_report.md")
+
+    batches = [next(task["train"]) for _ in range(steps)]  # one batch stream for every scheme
+    rows = {}
+    for label, update in (("full update", "full"), ("last layer", result.last_update),
+                          ("searched", result.update)):
+        prog = pe.compile(model, *sample[0], update=update, optimizer=opt, name=task["name"])
+        trainer = prog.build()
+        before = task["evaluate"](trainer)
+        losses = []
+        t1 = time.time()
+        for x, y in tqdm(batches, desc=f"{task['name']}: {label}", unit="step", leave=False):
+            losses.append(trainer.step(x, y))
+        train_s = time.time() - t1
+        after = task["evaluate"](trainer)
+        c = cost_of(prog.stats())
+        rows[label] = dict(update=update if isinstance(update, str) else dict(update), before=before, after=after,
+                           improvement=before[0] - after[0], train_loss=float(np.mean(losses[-20:])),
+                           training_bytes=c["training_bytes"], memory_bytes=c["memory_bytes"],
+                           arena_bytes=c["arena_bytes"], optimizer_state_bytes=c["optimizer_state_bytes"],
+                           flops=c["flops_per_step"], trainable=c["trainable_elements"],
+                           ms_per_step=train_s * 1e3 / steps)
+        trainer.close()
+        print(f"  {label:12s} held-out loss {before[0]:.3f} -> {after[0]:.3f}, top-1 {after[1]:.1%}, "
+              f"top-3 {after[2]:.1%}, {c['training_bytes'] / MIB:.3f} MiB, {c['flops_per_step'] / 1e6:.1f} MFLOP")
+    f, s, last = rows["full update"], rows["searched"], rows["last layer"]
+    checks = {
+        "within 10% of full's loss improvement": s["improvement"] >= 0.9 * f["improvement"],
+        "training memory <= 1/3 of full": s["training_bytes"] <= f["training_bytes"] / 3,
+        "FLOPs <= 1/2 of full": s["flops"] <= f["flops"] / 2,
+        "beats last layer (held-out loss)": s["after"][0] < last["after"][0],
+    }
+    return dict(name=task["name"], desc=task["desc"], steps=steps, search_steps=search_steps, seed=seed,
+                search_seconds=search_s, budget=dict(memory_mb=budget.memory_mb, flops=budget.flops),
+                rows=rows, checks=checks, contributions_full_delta=result.contributions.full_delta,
+                predicted_delta=result.predicted_delta)
+
+
+def markdown(results: list[dict], wall_s: float) -> str:
+    out = ["# Update-scheme search: searched vs full vs last-layer update", "",
+           "Generated by `.venv/bin/python bench/search/run.py` "
+           f"({wall_s / 60:.1f} min on this machine, load average {os.getloadavg()[0]:.1f}). Every scheme is "
+           "trained by PockEngine's compiled C++ step, the same steps on the same batches; loss and accuracy "
+           "are on held-out data. Training memory = arena + optimizer state (weights and buffers are the same "
+           "for every scheme and not counted); MFLOP = `prog.stats()['flops_per_step']`.", ""]
+    for r in results:
+        out += [f"## {r['name']}", "", r["desc"] + ".", "",
+                f"Budget: full update's weights + buffers + 1/3 of its training memory "
+                f"({r['budget']['memory_mb']:.3f} MiB arena + state), 1/2 of its FLOPs "
+                f"({r['budget']['flops'] / 1e6:.1f} MFLOP); search on 16 sample batches, {r['search_steps']} steps "
+                f"per candidate, seed {r['seed']}, {r['search_seconds']:.0f} s. Then {r['steps']} training steps each.",
+                "", "| scheme | held-out loss | loss drop | vs full | top-1 | top-3 | training MiB | vs full | "
+                "MFLOP/step | vs full | trainable |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+        f = r["rows"]["full update"]
+        base = f["before"]
+        out.append(f"| pretrained (no update) | {base[0]:.3f} | - | - | {base[1]:.1%} | {base[2]:.1%} | - | - | - | - "
+                   "| - |")
+        for label, row in r["rows"].items():
+            out.append(f"| {label} | {row['after'][0]:.3f} | {row['improvement']:.3f} | "
+                       f"{row['improvement'] / f['improvement']:.0%} | {row['after'][1]:.1%} | {row['after'][2]:.1%} | "
+                       f"{row['training_bytes'] / MIB:.3f} | {row['training_bytes'] / f['training_bytes']:.2f} | "
+                       f"{row['flops'] / 1e6:.1f} | {row['flops'] / f['flops']:.2f} | {row['trainable']} |")
+        s = r["rows"]["searched"]["update"]
+        out += ["", "Searched scheme: `" + ", ".join(f"{k}: {v:g}" for k, v in s.items()) + "`", "",
+                "Targets: " + "; ".join(f"{k}: **{'met' if ok else 'MISSED'}**" for k, ok in r["checks"].items()),
+                "", f"Search report: [{r['name']}_report.md]({r['name']}_report.md)", ""]
+    out += ["![results](results.png)", ""]
+    return "\n".join(out)
+
+
+def plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.4))
+    labels = ["full update", "last layer", "searched"]
+    colors = ["#9e9e9e", "#fd8d3c", "#2171b5"]
+    width = 0.25
+    for k, (key, title) in enumerate((("improvement", "held-out loss drop (higher is better)"),
+                                      ("training_bytes", "training memory vs full"), ("flops", "FLOPs vs full"))):
+        ax = axes[k]
+        for j, label in enumerate(labels):
+            vals = []
+            for r in results:
+                v = r["rows"][label][key]
+                vals.append(v if key == "improvement" else v / r["rows"]["full update"][key])
+            ax.bar(np.arange(len(results)) + (j - 1) * width, vals, width, label=label, color=colors[j])
+        ax.set_xticks(range(len(results)))
+        ax.set_xticklabels([r["name"] for r in results])
+        ax.set_title(title, fontsize=9)
+        if key == "training_bytes":
+            ax.axhline(1 / 3, color="#d62728", linestyle="--", linewidth=1)
+        if key == "flops":
+            ax.axhline(1 / 2, color="#d62728", linestyle="--", linewidth=1)
+    axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="fewer pretraining and training steps")
+    ap.add_argument("--steps", type=int, default=None, help="training steps per scheme (default 150)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--tasks", default="keyboard,image")
+    ap.add_argument("--out", default=str(HERE))
+    args = ap.parse_args(argv)
+    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    steps = args.steps or (60 if args.quick else 150)
+    t0 = time.time()
+    makers = {"keyboard": keyboard_task, "image": image_task}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = [run_task(makers[t](args.quick), steps, 5 if args.quick else 10, args.seed, out)
+               for t in args.tasks.split(",")]
+    wall = time.time() - t0
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
+    (out / "results.md").write_text(markdown(results, wall))
+    plot(results, out / "results.png")
+    print(f"\n{out / 'results.md'} ({wall / 60:.1f} min)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

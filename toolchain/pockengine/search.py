@@ -1,0 +1,594 @@
+"""Scheme search: which parameters to update, and how much of each, for a budget.
+
+    update = pe.search_update(model, batches, loss="cross_entropy", optimizer=pe.SGD(lr=0.05),
+                              budget=pe.Budget(memory_mb=8.0), seed=0)
+
+Three steps (PockEngine, MICRO 2023, section 4.2):
+
+1. Candidates (`candidate_groups`): one group per weight matrix/kernel (options: its
+   first 1/8, 1/4, 1/2 or all input channels), one per bias, one per normalisation
+   layer (its weight and bias together). A scheme picks one option or nothing per group.
+2. Contribution analysis (`measure_contributions`): every option is fine-tuned alone for
+   a few steps on the sample batches, by PockEngine's own compiled step, and its
+   contribution is the drop in the mean loss on the evaluation batches. All options run
+   on one build of the full-update step: after every step the parameters (and slices)
+   outside the option are put back, which is exactly the option's own sparse step
+   because SGD and AdamW update every element independently (tests/test_search.py
+   checks this against the option's own compiled program). Contributions are assumed
+   to add up.
+3. Cost and search (`SchemeCompiler`, `search`): each scheme's cost is read from
+   `Program.stats()` of its real compiled program (the model is exported once; each
+   scheme re-runs autodiff, the passes and the memory plan, ~0.1 s, cached). A greedy
+   pass adds the option with the best contribution per estimated cost (costs estimated
+   additively from single-option compiles, then checked exactly), then a small seeded
+   evolutionary search refines it. Every scheme accepted is checked against its exact
+   compiled cost, so the returned one fits the budget.
+
+A scheme fits `Budget(memory_mb=M)` when `arena_bytes + state_bytes` <= M MiB;
+`Budget(flops=F)` bounds `flops_per_step`; `Budget(step_ms=T)` bounds the step time
+estimated from the FLOPs and the host speed measured on the full-update step.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch.nn as nn
+
+from .autodiff.backward import build_backward
+from .autodiff.rules import FULL
+from .errors import PockError
+from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
+from .ir.graph import Graph, Node, Value
+from .ir.verify import verify
+from .optim.optimizers import SGD, Optimizer
+from .passes.dce import eliminate_dead_code
+from .passes.fuse import fuse_activations
+from .program import Program, _c_name, resolve_update
+
+RATIOS = (0.125, 0.25, 0.5, 1.0)
+NORMS = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
+MIB = 2 ** 20
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits for a scheme; give at least one. memory_mb bounds arena_bytes + state_bytes
+    (MiB), flops bounds flops_per_step, step_ms bounds the estimated step time."""
+
+    memory_mb: float | None = None
+    step_ms: float | None = None
+    flops: float | None = None
+
+    def __post_init__(self):
+        given = {k: v for k, v in (("memory_mb", self.memory_mb), ("step_ms", self.step_ms),
+                                   ("flops", self.flops)) if v is not None}
+        if not given:
+            raise PockError("Budget needs at least one of memory_mb, step_ms, flops")
+        for k, v in given.items():
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or not math.isfinite(v):
+                raise PockError(f"Budget {k} must be a positive number, got {v!r}")
+
+    def limits(self) -> dict[str, float]:
+        """metric name (as in a cost dict) -> limit."""
+        out = {}
+        if self.memory_mb is not None:
+            out["memory_bytes"] = self.memory_mb * MIB
+        if self.flops is not None:
+            out["flops_per_step"] = float(self.flops)
+        if self.step_ms is not None:
+            out["step_ms"] = float(self.step_ms)
+        return out
+
+    def describe(self) -> str:
+        parts = []
+        if self.memory_mb is not None:
+            parts.append(f"memory {self.memory_mb:g} MiB")
+        if self.flops is not None:
+            parts.append(f"{self.flops / 1e6:g} MFLOP/step")
+        if self.step_ms is not None:
+            parts.append(f"{self.step_ms:g} ms/step (estimated)")
+        return ", ".join(parts)
+
+
+# -- candidates -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Group:
+    """One unit of choice: the parameters it updates and its ratios (increasing, last 1.0)."""
+
+    name: str
+    kind: str  # "weight" | "bias" | "norm"
+    params: tuple[str, ...]
+    ratios: tuple[float, ...]
+
+    def update(self, option: int) -> dict[str, float]:
+        """The update dict of option (1-based; 0 = frozen)."""
+        if option == 0:
+            return {}
+        return {p: self.ratios[option - 1] for p in self.params}
+
+
+def candidate_groups(model: nn.Module) -> list[Group]:
+    """Weights (ratios 1/8..1 of dim 1, distinct slice counts only), biases and norms, in
+    model.named_parameters() order (tied weights once)."""
+    shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    norm_of = {}
+    for mname, mod in model.named_modules():
+        if isinstance(mod, NORMS):
+            for pname, _ in mod.named_parameters(recurse=False):
+                full = f"{mname}.{pname}" if mname else pname
+                if full in shapes:
+                    norm_of[full] = mname
+    groups, seen_norms = [], set()
+    for name, shape in shapes.items():
+        if name in norm_of:
+            mname = norm_of[name]
+            if mname not in seen_norms:
+                seen_norms.add(mname)
+                params = tuple(n for n in shapes if norm_of.get(n) == mname)
+                groups.append(Group(mname or name, "norm", params, (1.0,)))
+            continue
+        if len(shape) >= 2 and shape[1] > 1:
+            ratios, ks = [], set()
+            for r in RATIOS:
+                k = min(math.ceil(r * shape[1]), shape[1])
+                if k not in ks:
+                    ks.add(k)
+                    ratios.append(1.0 if k == shape[1] else r)
+            groups.append(Group(name, "weight", (name,), tuple(ratios)))
+        else:
+            groups.append(Group(name, "weight" if len(shape) >= 2 else "bias", (name,), (1.0,)))
+    return groups
+
+
+def scheme_update(groups: list[Group], scheme) -> dict[str, float]:
+    update = {}
+    for g, o in zip(groups, scheme):
+        update.update(g.update(o))
+    return update
+
+
+# -- cost model: compile each scheme from one export -------------------------------------------
+def clone_graph(g: Graph) -> Graph:
+    """A structural copy of g (new values and nodes; numpy data shared, it is never written)."""
+    new = Graph(g.name)
+    vmap: dict[int, Value] = {}
+
+    def cv(v):
+        if v is None:
+            return None
+        c = vmap.get(id(v))
+        if c is None:
+            c = vmap[id(v)] = Value(v.name, v.shape, v.dtype, v.kind, None, v.data)
+        return c
+
+    new.inputs = [cv(v) for v in g.inputs]
+    new.targets = [cv(v) for v in g.targets]
+    new.state = {k: cv(v) for k, v in g.state.items()}
+    for n in g.nodes:
+        node = Node(n.op, [cv(v) for v in n.inputs], [cv(v) for v in n.outputs], dict(n.attrs), n.source, n.phase)
+        for o in node.outputs:
+            if o is not None:
+                o.producer = node
+        new.nodes.append(node)
+    new.outputs = [cv(v) for v in g.outputs]
+    new.loss = cv(g.loss)
+    new._names = set(g._names)
+    return new
+
+
+class SchemeCompiler:
+    """pe.compile for many update schemes of one model: the model is exported once and each
+    scheme runs the rest of the pipeline on a copy, giving the same Program (and stats)."""
+
+    def __init__(self, model: nn.Module, example_inputs, example_targets, loss="cross_entropy",
+                 optimizer: Optimizer | None = None, name: str | None = None):
+        if not isinstance(model, nn.Module):
+            raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        self.optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
+        if not isinstance(self.optimizer, Optimizer):
+            raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(self.optimizer).__name__}")
+        self.inputs = check_example(example_inputs, "example_inputs")
+        self.targets = check_example(example_targets, "example_targets")
+        resolve_loss(loss)
+        self.loss = loss
+        self.name = name or _c_name(type(model).__name__)
+        self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        self.aliases = tied_aliases(model)
+        was_training = model.training
+        self.train_graph = export_graph(model, self.inputs, self.targets, loss, self.name)
+        try:
+            model.eval()
+            fwd = export_graph(model, self.inputs, name=self.name)
+        finally:
+            model.train(was_training)
+        verify(eliminate_dead_code(fwd), "dead-code elimination (inference)")
+        self.forward_graph = verify(fuse_activations(fwd), "activation fusion (inference)")
+        self._stats: dict[tuple, dict] = {}
+        self.compiles = 0
+
+    @staticmethod
+    def key(trained: dict) -> tuple:
+        return tuple(sorted((n, -1 if k is FULL else int(k)) for n, k in trained.items()))
+
+    def program(self, update) -> Program:
+        trained = resolve_update(self.shapes, update)
+        graph = clone_graph(self.train_graph)
+        grads = build_backward(graph, trained)
+        for pname, grad in grads.items():
+            k = trained[pname]
+            self.optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
+        verify(graph, "autodiff")
+        verify(eliminate_dead_code(graph), "dead-code elimination")
+        verify(fuse_activations(graph), "activation fusion")
+        self.compiles += 1
+        return Program(self.name, graph, clone_graph(self.forward_graph), self.optimizer, trained, self.aliases)
+
+    def stats(self, update) -> dict:
+        """prog.stats() of the scheme's compiled program (cached by what it trains)."""
+        key = self.key(resolve_update(self.shapes, update))
+        if key not in self._stats:
+            self._stats[key] = self.program(update).stats()
+        return self._stats[key]
+
+
+def cost_of(stats: dict, ms_per_flop: float | None = None) -> dict:
+    """The quantities a Budget bounds, from prog.stats()."""
+    cost = {"memory_bytes": stats["arena_bytes"] + stats["state_bytes"],
+            "training_bytes": stats["arena_bytes"] + stats["optimizer_state_bytes"],
+            "arena_bytes": stats["arena_bytes"], "state_bytes": stats["state_bytes"],
+            "optimizer_state_bytes": stats["optimizer_state_bytes"],
+            "flops_per_step": stats["flops_per_step"], "trainable_elements": stats["trainable_elements"]}
+    if ms_per_flop is not None:
+        cost["step_ms"] = stats["flops_per_step"] * ms_per_flop
+    return cost
+
+
+def fits(cost: dict, limits: dict) -> bool:
+    return all(cost[k] <= v for k, v in limits.items())
+
+
+def last_layer_update(compiler: SchemeCompiler) -> dict[str, float]:
+    """The parameters of the module whose parameters the forward pass reads last (the classifier)."""
+    params = {id(v): n for n, v in compiler.train_graph.state.items() if v.kind == "param" and n in compiler.shapes}
+    last = None
+    for n in compiler.train_graph.nodes:
+        if n.phase == "forward":
+            hit = [params[id(v)] for v in n.inputs if v is not None and id(v) in params]
+            if hit:
+                last = hit
+    if last is None:
+        raise PockError("the model has no parameter that reaches the loss")
+    prefixes = {p.rsplit(".", 1)[0] + "." if "." in p else p for p in last}
+    names = [n for n in compiler.shapes if n in last or any(n.startswith(pre) for pre in prefixes if pre.endswith("."))]
+    return {n: 1.0 for n in names}
+
+
+# -- contribution analysis ------------------------------------------------------------------------
+def _check_batches(batches, compiler: SchemeCompiler) -> list[tuple[tuple, tuple]]:
+    if not isinstance(batches, (list, tuple)) or not batches:
+        raise PockError("batches must be a non-empty list of (inputs, targets) tuples")
+    out = []
+    for i, b in enumerate(batches):
+        if not isinstance(b, (list, tuple)) or len(b) != 2:
+            raise PockError(f"batches[{i}] must be an (inputs, targets) tuple")
+        inputs = check_example(b[0], f"batches[{i}] inputs")
+        targets = check_example(b[1], f"batches[{i}] targets")
+        for what, got, want in (("inputs", inputs, compiler.inputs), ("targets", targets, compiler.targets)):
+            if len(got) != len(want) or any(tuple(a.shape) != tuple(w.shape) or a.dtype != w.dtype
+                                            for a, w in zip(got, want)):
+                raise PockError(f"batches[{i}] {what} have shapes {[tuple(a.shape) for a in got]}, but "
+                                f"batches[0] has {[tuple(w.shape) for w in want]}; all batches need one shape")
+        out.append((inputs, targets))
+    return out
+
+
+def split_batches(batches: list) -> tuple[list, list]:
+    """(train, eval): with 4 or more batches the last quarter is held out for measuring the
+    loss; with fewer, the same batches serve both."""
+    if len(batches) >= 4:
+        n_eval = max(1, len(batches) // 4)
+        return batches[:-n_eval], batches[-n_eval:]
+    return batches, batches
+
+
+@dataclass
+class Contributions:
+    base_loss: float                      # mean evaluation loss before fine-tuning
+    delta: dict[tuple[int, int], float]   # (group index, option) -> loss drop
+    steps: int
+    ms_per_flop: float                    # measured on the full-update step
+    full_delta: float                     # loss drop of the full update, same steps
+
+
+def _eval_loss(trainer, batches) -> float:
+    """Mean training-mode loss of the batches with the weights unchanged (learning rate 0)."""
+    lr = trainer.learning_rate
+    trainer.learning_rate = 0.0
+    try:
+        return float(np.mean([trainer.step(x, y) for x, y in batches]))
+    finally:
+        trainer.learning_rate = lr
+
+
+def measure_contributions(compiler: SchemeCompiler, groups: list[Group], batches, steps: int = 10,
+                          progress: bool = True) -> Contributions:
+    """Fine-tune every option alone for `steps` steps (cycling the training batches) with the
+    compiled full-update step, putting back everything outside the option after each step."""
+    from tqdm import tqdm
+
+    train, evalb = split_batches(batches)
+    prog = compiler.program("full")
+    flops_full = prog.stats()["flops_per_step"]
+    trainer = prog.build()
+    original = {n: trainer.get_tensor(n).copy() for n in compiler.shapes}
+    delta, step_s, nsteps = {}, 0.0, 0
+    options = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.ratios) + 1)]
+    with tempfile.TemporaryDirectory() as tmp:
+        ckpt = os.path.join(tmp, "start.pockckpt")
+        trainer.save(ckpt)
+        base = _eval_loss(trainer, evalb)
+
+        def run(update: dict | None) -> float:
+            nonlocal step_s, nsteps
+            trainer.load(ckpt)
+            keep = None if update is None else resolve_update(compiler.shapes, update)
+            for i in range(steps):
+                x, y = train[i % len(train)]
+                t0 = time.perf_counter()
+                trainer.step(x, y)
+                step_s, nsteps = step_s + time.perf_counter() - t0, nsteps + 1
+                if keep is not None:
+                    _restore_outside(trainer, original, keep)
+            return base - _eval_loss(trainer, evalb)
+
+        full_delta = run(None)
+        bar = tqdm(options, desc="contribution analysis", unit="option", disable=not progress)
+        for gi, o in bar:
+            bar.set_postfix_str(f"{groups[gi].name} x{groups[gi].ratios[o - 1]:g}", refresh=False)
+            delta[(gi, o)] = run(groups[gi].update(o))
+    trainer.close()
+    ms_per_flop = step_s * 1e3 / max(nsteps, 1) / max(flops_full, 1)
+    return Contributions(base, delta, steps, ms_per_flop, full_delta)
+
+
+def _restore_outside(trainer, original: dict, keep: dict) -> None:
+    """Put back every parameter element outside `keep` ({name: FULL or k})."""
+    for name, orig in original.items():
+        k = keep.get(name)
+        if k is FULL:
+            continue
+        if k is None:
+            trainer.set_tensor(name, orig)
+        else:
+            cur = trainer.get_tensor(name)
+            cur[:, k:] = orig[:, k:]
+            trainer.set_tensor(name, cur)
+
+
+# -- search ---------------------------------------------------------------------------------------
+@dataclass
+class SearchResult:
+    update: dict[str, float]
+    scheme: tuple[int, ...]
+    groups: list[Group]
+    contributions: Contributions
+    budget: Budget
+    cost: dict
+    predicted_delta: float
+    full: dict                     # cost of update="full"
+    last: dict                     # cost of the last-layer update
+    last_update: dict[str, float]
+    seed: int
+    compiles: int
+    history: list = field(default_factory=list)  # best predicted contribution per refinement generation
+
+    def table(self) -> str:
+        """Markdown: chosen vs full vs last layer."""
+        rows = [("searched", self.cost), ("full update", self.full), ("last layer", self.last)]
+        lines = ["| scheme | arena + state MiB | arena + optimizer state MiB | MFLOP/step | trainable |",
+                 "|---|---|---|---|---|"]
+        for label, c in rows:
+            lines.append(f"| {label} | {c['memory_bytes'] / MIB:.3f} | {c['training_bytes'] / MIB:.3f} | "
+                         f"{c['flops_per_step'] / 1e6:.2f} | {c['trainable_elements']} |")
+        return "\n".join(lines)
+
+    def describe(self) -> str:
+        chosen = ", ".join(f"{n}: {r:g}" for n, r in self.update.items())
+        return (f"searched scheme for budget {self.budget.describe()} (seed {self.seed}):\n  {{{chosen}}}\n"
+                f"  predicted loss drop {self.predicted_delta:.4f} (full update: "
+                f"{self.contributions.full_delta:.4f}, {self.contributions.steps} steps on the sample batches)\n"
+                + self.table())
+
+
+class _Searcher:
+    def __init__(self, compiler, groups, contrib: Contributions, budget: Budget):
+        self.compiler, self.groups, self.contrib = compiler, groups, contrib
+        self.limits = budget.limits()
+        self.ms_per_flop = contrib.ms_per_flop
+        self.empty = self.cost(tuple(0 for _ in groups))
+        self.single = {}  # (group, option) -> cost of that option alone, minus the empty scheme
+        for gi, g in enumerate(groups):
+            for o in range(1, len(g.ratios) + 1):
+                c = self.cost(self._one(gi, o))
+                self.single[(gi, o)] = {k: c[k] - self.empty[k] for k in self.limits}
+
+    def _one(self, gi, o):
+        return tuple(o if i == gi else 0 for i in range(len(self.groups)))
+
+    def cost(self, scheme) -> dict:
+        return cost_of(self.compiler.stats(scheme_update(self.groups, scheme)), self.ms_per_flop)
+
+    def value(self, scheme) -> float:
+        return sum(self.contrib.delta[(gi, o)] for gi, o in enumerate(scheme) if o)
+
+    def estimate(self, scheme) -> dict:
+        return {k: self.empty[k] + sum(self.single[(gi, o)][k] for gi, o in enumerate(scheme) if o)
+                for k in self.limits}
+
+    def weight(self, est: dict) -> float:
+        """Scalar cost: the budget fractions summed."""
+        return sum(est[k] / v for k, v in self.limits.items())
+
+    def feasible(self, scheme, slack: float = 1.25) -> bool:
+        """Exact check, skipping the compile when the additive estimate is far over budget."""
+        if not any(scheme):
+            return False
+        est = self.estimate(scheme)
+        if any(est[k] > slack * v for k, v in self.limits.items()):
+            return False
+        return fits(self.cost(scheme), self.limits)
+
+    def greedy(self) -> tuple:
+        cur = tuple(0 for _ in self.groups)
+        while True:
+            base_w = self.weight(self.estimate(cur))
+            moves = []
+            for gi, g in enumerate(self.groups):
+                for o in range(cur[gi] + 1, len(g.ratios) + 1):
+                    gain = self.contrib.delta[(gi, o)] - (self.contrib.delta[(gi, cur[gi])] if cur[gi] else 0.0)
+                    if gain <= 0:
+                        continue
+                    nxt = cur[:gi] + (o,) + cur[gi + 1:]
+                    dw = max(self.weight(self.estimate(nxt)) - base_w, 1e-9)
+                    moves.append((-gain / dw, gi, o, nxt))
+            moves.sort(key=lambda m: (m[0], m[1], m[2]))
+            for *_, nxt in moves[:8]:
+                if self.feasible(nxt):
+                    cur = nxt
+                    break
+            else:
+                return cur
+
+    def evolve(self, start: tuple, rng: np.random.Generator, generations: int, population: int,
+               progress: bool, history: list) -> tuple:
+        from tqdm import tqdm
+
+        n = len(self.groups)
+        sizes = [len(g.ratios) for g in self.groups]
+
+        def mutate(s):
+            s = list(s)
+            for _ in range(1 + int(rng.integers(0, 2))):
+                gi = int(rng.integers(0, n))
+                s[gi] = int(rng.integers(0, sizes[gi] + 1))
+            return tuple(s)
+
+        def crossover(a, b):
+            mask = rng.random(n) < 0.5
+            return tuple(x if m else y for x, y, m in zip(a, b, mask))
+
+        pop = [start]
+        best = start
+        for _ in tqdm(range(generations), desc="evolutionary refinement", unit="gen", disable=not progress):
+            children = []
+            while len(children) < population:
+                if len(pop) >= 2 and rng.random() < 0.5:
+                    i, j = rng.choice(len(pop), 2, replace=False)
+                    child = mutate(crossover(pop[i], pop[j])) if rng.random() < 0.5 else crossover(pop[i], pop[j])
+                else:
+                    child = mutate(pop[int(rng.integers(0, len(pop)))])
+                children.append(child)
+            scored = {s: self.value(s) for s in set(pop) | set(children) if self.feasible(s)}
+            ranked = sorted(scored, key=lambda s: (-scored[s], s))
+            pop = ranked[:max(2, population // 3)] or pop
+            if ranked and scored[ranked[0]] > self.value(best) + 1e-12:
+                best = ranked[0]
+            history.append(self.value(best))
+        return best
+
+
+def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer | None = None,
+           budget: Budget | None = None, seed: int = 0, steps: int = 10, generations: int = 8,
+           population: int = 12, progress: bool = True, compiler: SchemeCompiler | None = None,
+           contributions: Contributions | None = None) -> SearchResult:
+    """search_update's work, returning everything the report shows (see the module docstring)."""
+    if not isinstance(budget, Budget):
+        raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise PockError(f"steps must be a positive integer, got {steps!r}")
+    if compiler is None:
+        if not isinstance(batches, (list, tuple)) or not batches or not isinstance(batches[0], (list, tuple)) \
+                or len(batches[0]) != 2:
+            raise PockError("batches must be a non-empty list of (inputs, targets) tuples")
+        compiler = SchemeCompiler(model, batches[0][0], batches[0][1], loss, optimizer)
+    batches = _check_batches(batches, compiler)
+    groups = candidate_groups(model)
+    if not groups:
+        raise PockError("the model has no parameters to update")
+    limits = budget.limits()
+    if "step_ms" not in limits and contributions is None:
+        # the budget is checkable before any C++ build: fail fast if no option fits
+        _check_cheapest(compiler, groups, budget, None)
+    if contributions is None:
+        contributions = measure_contributions(compiler, groups, batches, steps, progress)
+    _check_cheapest(compiler, groups, budget, contributions.ms_per_flop)
+    s = _Searcher(compiler, groups, contributions, budget)
+    best = s.greedy()
+    history: list = []
+    if any(best):
+        best = s.evolve(best, np.random.default_rng(seed), generations, population, progress, history)
+    if not any(best):
+        raise PockError(f"no option with a positive contribution fits the budget {budget.describe()} "
+                        "(every option tried made the sample loss worse); try more sample batches or steps")
+    update = scheme_update(groups, best)
+    cost = s.cost(best)
+    assert fits(cost, limits)
+    full = cost_of(compiler.stats("full"), contributions.ms_per_flop)
+    last_update = last_layer_update(compiler)
+    last = cost_of(compiler.stats(last_update), contributions.ms_per_flop)
+    return SearchResult(update, best, groups, contributions, budget, cost, s.value(best), full, last,
+                        last_update, seed, compiler.compiles, history)
+
+
+def _check_cheapest(compiler, groups, budget: Budget, ms_per_flop) -> None:
+    limits = {k: v for k, v in budget.limits().items() if ms_per_flop is not None or k != "step_ms"}
+    best = None
+    for g in groups:
+        c = cost_of(compiler.stats(g.update(1)), ms_per_flop)
+        if fits(c, limits):
+            return
+        over = max(c[k] / v for k, v in limits.items())
+        if best is None or over < best[0]:
+            best = (over, g, c)
+    _, g, c = best
+    got = ", ".join(f"{k} {c[k] / MIB:.3f} MiB" if k == "memory_bytes" else
+                    f"{k} {c[k] / 1e6:.3f} M" if k == "flops_per_step" else f"{k} {c[k]:.3f}" for k in limits)
+    raise PockError(f"budget {budget.describe()} is below the cheapest update scheme: updating only "
+                    f"{g.name} at ratio {g.ratios[0]:g} needs {got}")
+
+
+def search_update(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer | None = None,
+                  budget: Budget | None = None, seed: int = 0, steps: int = 10, report: str | None = None,
+                  verbose: bool = True, **kwargs) -> dict[str, float]:
+    """The update dict {param: ratio} with the largest summed contribution that fits budget.
+
+    batches: list of (inputs, targets) tuples of one shape (the sample data). With 4 or more,
+    the last quarter measures the loss and the rest are trained on. steps: fine-tuning steps per
+    candidate. report: also write the report (.html, or .md with PNGs beside it). Raises PockError
+    when no scheme fits the budget."""
+    result = search(model, batches, loss=loss, optimizer=optimizer, budget=budget, seed=seed, steps=steps,
+                    progress=verbose, **kwargs)
+    if verbose:
+        print(result.describe())
+    if report:
+        from .search_report import write_report
+        write_report(result, report)
+        if verbose:
+            print(f"search report: {report}")
+    return result.update
+
+
+def search_for_cli(kwargs: dict, budget_mb: float, report: str | None = None, seed: int = 0) -> dict:
+    """`pock-build --search`: search on the spec's `sample_batches` (popped from kwargs, a list of
+    (inputs, targets)), or on its one example batch."""
+    batches = kwargs.pop("sample_batches", None)
+    if batches is None:
+        batches = [(kwargs["example_inputs"], kwargs.get("example_targets"))]
+    return search_update(kwargs["model"], batches, loss=kwargs.get("loss", "cross_entropy"),
+                         optimizer=kwargs.get("optimizer"), budget=Budget(memory_mb=budget_mb), seed=seed,
+                         report=report)
