@@ -83,4 +83,6 @@ tasks.named("preBuild") { dependsOn(copyPockBundle) }
 dependencies {
     // Only PockTrainingWorker needs WorkManager; apps that use it add work-runtime themselves.
     compileOnly("androidx.work:work-runtime:2.9.1")
+    // Only QnnPrefixRunner needs ONNX Runtime with the QNN EP (bundles built with --backends htp,cpu).
+    compileOnly("com.microsoft.onnxruntime:onnxruntime-android-qnn:1.22.0")
 }

@@ -123,3 +123,38 @@ def test_library_trains_under_qemu_like_the_host(built, tmp_path):
     np.testing.assert_allclose(arm, want, rtol=1e-4, err_msg="losses: aarch64 AAR library vs host")
     with Trainer(host_lib, checkpoint=tmp_path / "arm.ckpt") as resumed:  # its checkpoint loads on the host
         assert resumed.step_count == STEPS
+
+
+def test_aar_with_htp_prefix_ships_the_context_binary_for_the_soc(tmp_path):
+    """--backends htp,cpu: the frozen embedding goes to the NPU; the AAR's assets hold its
+    QNN context binary (compiled for SM8550 / HTP v73) and ONNX fallback, model.json records
+    the split, the step's library takes the prefix output, and the POM pulls ONNX Runtime QNN."""
+    pytest.importorskip("onnxruntime_qnn")
+    import json
+
+    from pockengine.backends.htp import binary_info
+    r = pock_build(f"{KEYBOARD_SPEC}:make_sparse", "--platform", "android", "--soc", "sm8550", "--backends",
+                   "htp,cpu", "--cxx", CXX, "--out", tmp_path / "out", cwd=ROOT)
+    assert r.returncode == 0, r.stderr[-4000:]
+    with zipfile.ZipFile(tmp_path / "out" / "pockengine-keyboard.aar") as z:
+        names = set(z.namelist())
+        manifest = json.loads(z.read("assets/pockengine/keyboard/model.json"))
+        prefix = manifest["prefix"]
+        for key in ("onnx", "context", "context_binary"):
+            assert f"assets/pockengine/keyboard/{prefix['files'][key]}" in names
+        binary = tmp_path / "prefix.bin"
+        binary.write_bytes(z.read(f"assets/pockengine/keyboard/{prefix['files']['context_binary']}"))
+    assert (prefix["soc"], prefix["htp_arch"], prefix["qnn_soc_model"]) == ("sm8550", 73, 43)
+    info = binary_info(binary)
+    assert "SM8550" in str(info["soc"]).upper() and info["htp_arch"] == 73, info
+    assert [i["name"] for i in prefix["inputs"]] == ["input0"] and prefix["kept_inputs"] == []
+    assert [i["name"] for i in manifest["inputs"]] == [o["name"] for o in prefix["outputs"]]
+    assert manifest["inputs"][0]["dtype"] == "f32" and manifest["inputs"][0]["shape"][-1] == 64
+    assert "onnxruntime-android-qnn" in (tmp_path / "out" / "pockengine-keyboard.pom").read_text()
+
+
+def test_htp_needs_a_soc_with_an_npu(tmp_path):
+    r = pock_build(f"{KEYBOARD_SPEC}:make_sparse", "--platform", "android", "--soc", "generic-arm64",
+                   "--backends", "htp,cpu", "--cxx", CXX, "--out", tmp_path / "out", cwd=ROOT)
+    assert r.returncode == 2 and "needs a SoC with a Hexagon HTP" in r.stderr and "sm8550" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

@@ -72,13 +72,25 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
     unknown = [a for a in abis if a not in ABIS]
     if unknown:
         raise PockError(f"unknown Android ABI(s) {unknown}; known: {', '.join(ABIS)}")
-    if backends and list(backends) != ["cpu"]:
-        raise PockError(f"--platform android builds the CPU step only in this version; got --backends {','.join(backends)}")
+    backends = list(backends or ["cpu"])
+    if sorted(backends) not in (["cpu"], ["cpu", "htp"]):
+        raise PockError(f"--platform android builds the step for cpu, optionally with the frozen prefix on htp; "
+                        f"got --backends {','.join(backends)} (Vulkan on Android is not wired in this version)")
+    if "htp" in backends and not soc_info.htp_arch:
+        raise PockError(f"--backends htp needs a SoC with a Hexagon HTP; {soc_info.name} has none "
+                        f"(use e.g. --soc sm8550)")
     toolchains = {abi: _toolchain(abi, soc_info, cxx) for abi in abis}  # fails early: no NDK, bad --cxx
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     name = prog.name
+    prefix = None
+    if "htp" in backends:  # the frozen prefix runs on the NPU through ONNX Runtime's QNN EP (QnnPrefixRunner)
+        from ..passes.prefix import split_prefix
+        prefix, prog = split_prefix(prog)
+        if prefix is None:
+            raise PockError(f"--backends htp: model '{name}' has no frozen prefix (every forward op leads to a "
+                            "trained parameter); freeze its first layers or drop htp")
     model_cpp = out / f"{name}.cpp"
     model_cpp.write_text(prog.source())
     (out / "summary.md").write_text(prog.summary())
@@ -91,12 +103,12 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
         shutil.copyfile(lib, dest)
         libs[abi] = dest
 
-    bundle_dir = write_initial_bundle(prog, out)
+    bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info)
     classes_jar = kotlin_core_jar()
     aar = out / f"pockengine-{name}.aar"
     write_aar(aar, name, classes_jar, libs, bundle_dir)
     pom = out / f"pockengine-{name}.pom"
-    pom.write_text(pom_xml(name))
+    pom.write_text(pom_xml(name, qnn=prefix is not None))
     snippet = out / "consume.gradle.kts"
     snippet.write_text(gradle_snippet(name, aar.name))
     files = {"aar": aar, "pom": pom, "gradle": snippet, "source": model_cpp, "bundle": bundle_dir}
@@ -220,8 +232,10 @@ def build_host_jni_library(model_cpp: Path, out_dir: Path) -> Path:
     return build_shared_library([Path(model_cpp), stage / "pock_jni.cpp"], out_dir)
 
 
-def write_initial_bundle(prog, out: Path) -> Path:
-    """out/bundle: model.json + the initial weights, saved by a host build of the program."""
+def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None) -> Path:
+    """out/bundle: model.json + the initial weights, saved by a host build of the
+    program; with a frozen prefix, also its QNN context binary for `soc` and ONNX
+    fallback under prefix/, recorded in manifest["prefix"]."""
     from ..bundle import write_bundle
     weights = out / f"{prog.name}.pockckpt"
     trainer = prog.build_cpu(out / "host-build")
@@ -229,7 +243,11 @@ def write_initial_bundle(prog, out: Path) -> Path:
         trainer.save(str(weights))
     finally:
         trainer.close()
-    return write_bundle(prog, weights, out / "bundle")
+    entry = None
+    if prefix is not None:
+        from ..backends.htp import export_htp_prefix
+        entry = export_htp_prefix(prefix, out / "bundle", soc.name)
+    return write_bundle(prog, weights, out / "bundle", prefix=entry)
 
 
 # ----------------------------------------------------------------------------- Kotlin
@@ -300,9 +318,9 @@ def write_aar(aar: Path, name: str, classes_jar: Path, libs: dict[str, Path], bu
     }
     for abi, lib in libs.items():
         entries[f"jni/{abi}/{lib.name}"] = lib.read_bytes()
-    for f in sorted(bundle_dir.iterdir()):
+    for f in sorted(bundle_dir.rglob("*")):  # model.json, weights, and prefix/ when the bundle has one
         if f.is_file():
-            entries[f"assets/pockengine/{name}/{f.name}"] = f.read_bytes()
+            entries[f"assets/pockengine/{name}/{f.relative_to(bundle_dir).as_posix()}"] = f.read_bytes()
     tmp = aar.with_name(f".{aar.name}.tmp-{os.getpid()}")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
         for path, data in entries.items():
@@ -330,7 +348,17 @@ CONSUMER_RULES = """# PockEngine: JNI entry points and the exception the native 
 """
 
 
-def pom_xml(name: str) -> str:
+ORT_QNN = ("com.microsoft.onnxruntime", "onnxruntime-android-qnn", "1.22.0")
+
+
+def pom_xml(name: str, qnn: bool = False) -> str:
+    ort = "" if not qnn else f"""
+    <dependency>
+      <groupId>{ORT_QNN[0]}</groupId>
+      <artifactId>{ORT_QNN[1]}</artifactId>
+      <version>{ORT_QNN[2]}</version>
+      <scope>runtime</scope>
+    </dependency>"""
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <project xmlns="http://maven.apache.org/POM/4.0.0" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
          xsi:schemaLocation="http://maven.apache.org/POM/4.0.0 https://maven.apache.org/xsd/maven-4.0.0.xsd">
@@ -346,7 +374,7 @@ def pom_xml(name: str) -> str:
       <artifactId>kotlin-stdlib</artifactId>
       <version>{KOTLIN_API}.0</version>
       <scope>runtime</scope>
-    </dependency>
+    </dependency>{ort}
   </dependencies>
 </project>
 """

@@ -39,16 +39,27 @@ object PockAssets {
         if (stamp.isFile && stamp.readText() == version) return dir
         dir.mkdirs()
         try {
-            for (name in names) {
-                val tmp = File(dir, ".$name.tmp")
-                context.assets.open("$assetDir/$name").use { input -> tmp.outputStream().use { input.copyTo(it) } }
-                if (!tmp.renameTo(File(dir, name))) throw IOException("cannot rename $tmp")
-            }
+            copyTree(context, assetDir, dir, names)
             stamp.writeText(version)
         } catch (e: IOException) {
             throw PockException(PockStatus.IO, "cannot copy the model bundle $assetDir to $dir: ${e.message}", e)
         }
         return dir
+    }
+
+    /** Copy the asset folder [assetDir] (its [names]) into [dir], recursing into sub-folders such as prefix/. */
+    private fun copyTree(context: Context, assetDir: String, dir: File, names: List<String>) {
+        dir.mkdirs()
+        for (name in names) {
+            val children = context.assets.list("$assetDir/$name").orEmpty()
+            if (children.isNotEmpty()) {  // a folder (asset folders are never empty)
+                copyTree(context, "$assetDir/$name", File(dir, name), children.toList())
+                continue
+            }
+            val tmp = File(dir, ".$name.tmp")
+            context.assets.open("$assetDir/$name").use { input -> tmp.outputStream().use { input.copyTo(it) } }
+            if (!tmp.renameTo(File(dir, name))) throw IOException("cannot rename $tmp")
+        }
     }
 
     /** Open a trainer on the bundled [model] (see [PockTrainer.open]). */
