@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -209,3 +210,61 @@ def test_android_without_ndk_fails_clearly(spec_dir, tmp_path):
     assert "Android NDK" in r.stderr and "ANDROID_NDK_HOME" in r.stderr and "--cxx" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     assert not (tmp_path / "out").exists()  # nothing is written before the toolchain is known
+
+
+def test_bundle_describes_the_compiled_step(built):
+    from pockengine.bundle import read_bundle
+    out, _ = built
+    m = read_bundle(out / "bundle")
+    assert m["name"] == "TinyNet" and m["library"] == "pock_TinyNet" and m["prefix"] is None
+    assert [(i["name"], i["shape"], i["dtype"]) for i in m["inputs"]] == [("input0", [4, 6], "f32")]
+    assert [(t["shape"], t["dtype"]) for t in m["targets"]] == [([4], "i64")]
+    assert m["outputs"][0]["shape"] == [4, 3]
+    assert (out / "bundle" / "weights.pockckpt").read_bytes() == (out / "TinyNet.pockckpt").read_bytes()
+    assert read_checkpoint(out / "bundle" / "weights.pockckpt").model_hash == m["hash"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--coreml"], "--coreml is for --platform ios"),
+    (["--cxx", "g++"], "--cxx and --abi are for --platform android"),
+    (["--search"], "--search needs --budget-mb"),
+    (["--budget-mb", "3"], "--budget-mb and --report go with --search"),
+    (["--backends", "cpu,tpu"], "unknown backend(s) ['tpu']"),
+    (["--backends", "vulkan"], "must include 'cpu'"),
+    (["--ai-hub"], "no frozen prefix"),
+])
+def test_flags_in_the_wrong_place_fail_clearly(spec_dir, tmp_path, args, message):
+    r = pock_build(f"{spec_dir / 'spec.py'}:make", *args, "--out", tmp_path / "out", cwd=spec_dir)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_host_build_with_htp_records_the_prefix(tmp_path):
+    """--backends htp,cpu on the keyboard model with a frozen embedding: the bundle holds
+    the prefix's context binary for the SoC and the library is the step after it."""
+    pytest.importorskip("onnxruntime_qnn")
+    root = Path(__file__).resolve().parents[1]
+    r = pock_build(f"{root / 'demo-apps/keyboard/model/spec.py'}:make_sparse", "--backends", "htp,cpu",
+                   "--soc", "sm8550", "--out", tmp_path / "out", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "partition: htp runs the frozen prefix" in r.stdout and "embedding" in r.stdout
+    from pockengine.bundle import read_bundle
+    m = read_bundle(tmp_path / "out" / "bundle")
+    p = m["prefix"]
+    assert (p["soc"], p["htp_arch"], p["runtime"]) == ("sm8550", 73, "onnxruntime-qnn")
+    assert all((tmp_path / "out" / "bundle" / f).is_file() for f in p["files"].values())
+    assert [i["name"] for i in m["inputs"]] == [o["name"] for o in p["outputs"]]
+    with Trainer(next((tmp_path / "out").glob("libpock_keyboard.*")), tmp_path / "out" / "keyboard.pockckpt") as t:
+        assert [io.name for io in t.inputs] == [i["name"] for i in m["inputs"]]
+
+
+def test_ai_hub_without_an_account_is_an_error_not_a_wait(tmp_path):
+    root = Path(__file__).resolve().parents[1]
+    env_home = tmp_path / "home"  # no ~/.qai_hub/client.ini
+    env_home.mkdir()
+    r = subprocess.run([sys.executable, "-m", "pockengine.cli", f"{root / 'demo-apps/keyboard/model/spec.py'}:make_sparse",
+                        "--ai-hub", "--out", str(tmp_path / "out")], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={**{k: v for k, v in os.environ.items() if k != "QAI_HUB_API_TOKEN"},
+                                         "HOME": str(env_home)})
+    assert r.returncode == 2 and ("Qualcomm AI Hub" in r.stderr or "qai-hub" in r.stderr), r.stderr
+    assert "Traceback" not in r.stderr
