@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 from models import resolve_partial, workloads  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
-FRAMEWORKS = ["pockengine", "eager", "torch.compile", "executorch", "onnxruntime"]
+FRAMEWORKS = ["pockengine", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
 N_BATCHES = 4
 
 
@@ -88,18 +88,29 @@ def set_torch_threads(n):
 _KEEP = []
 
 
-def prepare_pockengine(ctx: Ctx) -> dict:
+def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
     import pockengine as pe
     model, update, _, _, batches = ctx.load()
     (x, y) = batches[0]
+    suffix = "" if backends == ("cpu",) else "_vk"
     prog = pe.compile(model, x, y, loss="cross_entropy", update=update,
-                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}")
-    trainer = prog.build()
+                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}{suffix}")
+    trainer = prog.build(backends=list(backends))
     ckpt = ctx.art_dir / "init.pockckpt"
     trainer.save(ckpt)
     _KEEP.append(trainer)  # never closed here: the prepare process ends with os._exit
     stats = prog.stats()
-    return {"lib": str(trainer.lib_path), "ckpt": str(ckpt), "stats": stats}
+    out = {"lib": str(trainer.lib_path), "ckpt": str(ckpt), "stats": stats}
+    if hasattr(trainer, "describe_partition"):
+        part = trainer.partition
+        out["partition"] = {"cpu_nodes": len(part.nodes_on("cpu")), "vulkan_nodes": len(part.nodes_on("vulkan"))}
+    return out
+
+
+def prepare_pockengine_vulkan(ctx: Ctx) -> dict:
+    """The same step with its trainable part on the machine's Vulkan device (backends=["vulkan", "cpu"]);
+    fails (n/a in the table) naming what is missing when there is no Vulkan device or glslc."""
+    return prepare_pockengine(ctx, ("vulkan", "cpu"))
 
 
 class PockEngineRunner:
@@ -116,6 +127,34 @@ class PockEngineRunner:
 
     def step(self, b):
         return self.trainer.step(*b)
+
+
+class PockEngineVulkanRunner(PockEngineRunner):
+    """PockEngine with the trainable part on Vulkan; the CPU threads run what is left (and the copies)."""
+
+    def __init__(self, ctx: Ctx, prep: dict):
+        from pockengine.backends.vulkan import VulkanTrainer
+        self.trainer = VulkanTrainer(prep["lib"], prep["ckpt"])
+        self.trainer.set_num_threads(ctx.threads)
+        st = prep["stats"]
+        self.preallocated_bytes = st["arena_bytes"] + st["optimizer_state_bytes"]
+        part = prep.get("partition", {})
+        device = vulkan_device()
+        self.notes = [f"Vulkan on {device}" + (" (CPU Vulkan: a sanity check, not a GPU timing)"
+                                                if "llvmpipe" in device or "lavapipe" in device else "")]
+        if part.get("cpu_nodes"):
+            self.notes.append(f"{part['cpu_nodes']} of {part['cpu_nodes'] + part['vulkan_nodes']} nodes on the CPU")
+
+
+def vulkan_device() -> str:
+    """The first device `vulkaninfo --summary` lists ("?" when it cannot say)."""
+    import subprocess
+    try:
+        r = subprocess.run(["vulkaninfo", "--summary"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    names = [ln.split("=", 1)[1].strip() for ln in r.stdout.splitlines() if ln.strip().startswith("deviceName")]
+    return names[0] if names else "?"
 
 
 # ============================================================================ PyTorch eager / torch.compile
@@ -352,9 +391,9 @@ class OrtRunner:
         return float(loss)
 
 
-PREPARE = {"pockengine": prepare_pockengine, "torch.compile": prepare_compiled, "executorch": prepare_executorch,
+PREPARE = {"pockengine": prepare_pockengine, "pockengine-vulkan": prepare_pockengine_vulkan, "torch.compile": prepare_compiled, "executorch": prepare_executorch,
            "onnxruntime": prepare_onnxruntime}
-RUNNERS = {"pockengine": PockEngineRunner, "eager": TorchRunner, "torch.compile": CompiledRunner,
+RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "torch.compile": CompiledRunner,
            "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner}
 
 

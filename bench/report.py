@@ -119,7 +119,7 @@ def write_plot(path: Path, meta: dict, rows: list[dict]) -> None:
         if r["framework"] not in fws:
             fws.append(r["framework"])
     by = {(r["title"], r["scheme"], r["framework"]): r for r in rows}
-    colors = {"pockengine": "#d62728", "eager": "#7f7f7f", "torch.compile": "#1f77b4", "executorch": "#2ca02c",
+    colors = {"pockengine": "#d62728", "pockengine-vulkan": "#ff7f0e", "eager": "#7f7f7f", "torch.compile": "#1f77b4", "executorch": "#2ca02c",
               "onnxruntime": "#9467bd"}
     width = 0.8 / max(1, len(fws))
     fig, axes = plt.subplots(2, 1, figsize=(max(10, 1.1 * len(configs) + 3), 9), sharex=True)

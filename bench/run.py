@@ -40,8 +40,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-ALL_FRAMEWORKS = ["pockengine", "eager", "torch.compile", "executorch", "onnxruntime"]
-PREPARED = {"pockengine", "torch.compile", "executorch", "onnxruntime"}  # frameworks with a prepare step
+ALL_FRAMEWORKS = ["pockengine", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
+PREPARED = {"pockengine", "pockengine-vulkan", "torch.compile", "executorch", "onnxruntime"}  # frameworks with a prepare step
 CACHED = {"executorch", "onnxruntime"}  # their artifacts depend only on bench/ and the package versions
 
 T0 = time.perf_counter()
@@ -88,6 +88,13 @@ def probe(framework: str) -> tuple[bool, str]:
     from frameworks import env_python
     code = {
         "pockengine": "import pockengine; print(pockengine.__version__)",
+        # the Vulkan column: glslc and a device (`vulkaninfo --summary`), else n/a with the reason
+        "pockengine-vulkan": "import shutil, subprocess, pockengine; assert shutil.which('glslc'), 'glslc not "
+                             "installed'; r = subprocess.run(['vulkaninfo', '--summary'], capture_output=True, "
+                             "text=True); d = [ln.split('=', 1)[1].strip() for ln in r.stdout.splitlines() "
+                             "if ln.strip().startswith('deviceName')]; "
+                             "assert d, 'no Vulkan device (vulkaninfo --summary lists none)'; "
+                             "print(pockengine.__version__, 'on', d[0])",
         "eager": "import torch; print(torch.__version__)",
         "torch.compile": "import torch, shutil; assert shutil.which('g++') or shutil.which('c++'), "
                          "'no C++ compiler for inductor'; print(torch.__version__)",
@@ -492,6 +499,8 @@ def main(argv=None):
         res.update(measure_config(w.key, s, cfg_fws, {fw: preps[(w.key, s, fw)]["prep"] for fw in cfg_fws
                                                         if fw in PREPARED}, args, logs, zygotes))
         pe_prep = preps.get((w.key, s, "pockengine"), {})
+        if not pe_prep.get("ok"):  # the Vulkan build compiles the same program (the same FLOPs)
+            pe_prep = preps.get((w.key, s, "pockengine-vulkan"), {})
         stats = pe_prep.get("prep", {}).get("stats") if pe_prep.get("ok") else None
         flops = stats["flops_per_step"] if stats else None
         eager_ms = res.get("eager", {}).get("ms")

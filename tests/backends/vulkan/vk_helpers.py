@@ -47,7 +47,8 @@ def on_vulkan(trainer, *ops) -> None:
             assert part.backend[id(n)] == "vulkan", f"{n!r} ran on {part.backend[id(n)]}"
 
 
-def check_vulkan_op(fn, *tensors, ops=(), modules=(), optimizer=None, steps=1, rtol=1e-5, atol=1e-6, seed=0):
+def check_vulkan_op(fn, *tensors, ops=(), modules=(), optimizer=None, steps=1, rtol=1e-5, atol=1e-6, seed=0,
+                    update="full"):
     """fn through one compiled program on the CPU and on Vulkan: the nodes in `ops`
     run on Vulkan, and the loss and every state tensor (after `steps` steps of
     SGD lr=1, so the parameter deltas are the gradients) match the CPU kernels;
@@ -60,7 +61,7 @@ def check_vulkan_op(fn, *tensors, ops=(), modules=(), optimizer=None, steps=1, r
     outs = out if isinstance(out, (tuple, list)) else (out,)
     weights = tuple(torch.randn_like(o) for o in outs)
     prog = pe.compile(copy.deepcopy(module), (dummy,), weights, loss=_weighted_sum,
-                      optimizer=optimizer or pe.SGD(lr=1.0))
+                      optimizer=optimizer or pe.SGD(lr=1.0), update=update)
     cpu = prog.build(backends=["cpu"])
     vk = prog.build(backends=["vulkan", "cpu"])
     on_vulkan(vk, *ops)

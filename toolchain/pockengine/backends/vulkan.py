@@ -162,6 +162,9 @@ def pointwise(op, x, s, y, count, c0=0.0, c1=0.0):
 @emitter(*UNARY, "gelu")
 def _unary(e, n):
     x, y = n.inputs[0], n.outputs[0]
+    if n.op == "add_scalar" and x.dtype == "i64":
+        from .vulkan_conv import add_i64
+        return add_i64(e, n)
     _f32(x)
     a = n.attrs
     op = (6 if a["approximate"] else 5) if n.op == "gelu" else UNARY[n.op]
@@ -597,6 +600,9 @@ def _trainer_class():
 
     _CLASS.append(VulkanTrainer)
     return VulkanTrainer
+
+
+from . import vulkan_conv  # noqa: E402,F401  (registers the conv2d, batch norm and pooling emitters)
 
 
 def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports numpy and ctypes)

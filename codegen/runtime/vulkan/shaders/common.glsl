@@ -37,3 +37,22 @@ float pexp(float x) {
   int ni = int(n), n1 = ni >> 1, n2 = ni - n1;
   return er * uintBitsToFloat(uint(n1 + 127) << 23) * uintBitsToFloat(uint(n2 + 127) << 23);
 }
+
+// Compensated (Neumaier) sum: s.x the running sum, s.y the rounding error it
+// dropped.  `precise` keeps the driver's compiler from simplifying the error
+// term away.  kadd(s, x) adds x; kval(s) is the sum, about as accurate as the
+// CPU kernels' double accumulators for the lengths we reduce over.
+void kadd(inout vec2 s, float x) {
+  precise float t = s.x + x;
+  precise float e = abs(s.x) >= abs(x) ? (s.x - t) + x : (x - t) + s.x;
+  s = vec2(t, s.y + e);
+}
+// s += a * b with the product's own rounding error (fma) carried too (Ogita-Rump-Oishi Dot2)
+void kfma(inout vec2 s, float a, float b) {
+  precise float p = a * b;
+  precise float pe = fma(a, b, -p);
+  kadd(s, p);
+  s.y += pe;
+}
+void kmerge(inout vec2 s, vec2 o) { kadd(s, o.x); s.y += o.y; }
+float kval(vec2 s) { return s.x + s.y; }

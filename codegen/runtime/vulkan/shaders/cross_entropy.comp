@@ -17,9 +17,9 @@ bool valid(int t, int C) { return t != pi(6) && t >= 0 && t < C; }
 float row_lse(uint row, int C) {
   float m = -1.0 / 0.0;
   for (int c = 0; c < C; ++c) m = max(m, F[row + c]);
-  float s = 0.0;
-  for (int c = 0; c < C; ++c) s += pexp(F[row + c] - m);
-  return m + log(s);
+  vec2 s = vec2(0.0);  // compensated: the CPU kernel sums these in double
+  for (int c = 0; c < C; ++c) kadd(s, pexp(F[row + c] - m));
+  return m + log(kval(s));
 }
 
 void main() {
@@ -36,9 +36,9 @@ void main() {
       float lse = row_lse(row, C);
       nll += lse - F[row + t];
       if (ls != 0.0) {
-        float sr = 0.0;
-        for (int c = 0; c < C; ++c) sr += F[row + c];
-        smo += C * lse - sr;
+        vec2 sr = vec2(0.0);
+        for (int c = 0; c < C; ++c) kadd(sr, F[row + c]);
+        smo += C * lse - kval(sr);
       }
       ++cnt;
     }

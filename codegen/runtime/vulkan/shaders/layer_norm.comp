@@ -14,24 +14,24 @@ void main() {
   uint id = flat_id(), rows = pc.p[7], cols = pc.p[8];
   if (pc.p[0] == 2u) {
     if (id >= cols) return;
-    float aw = 0.0, ab = 0.0;
+    vec2 aw = vec2(0.0), ab = vec2(0.0);
     for (uint r = 0; r < rows; ++r) {
       float dy = F[pc.p[10] + r * cols + id];
-      aw += dy * ((F[pc.p[1] + r * cols + id] - F[pc.p[5] + r]) * F[pc.p[6] + r]);
-      ab += dy;
+      kadd(aw, dy * ((F[pc.p[1] + r * cols + id] - F[pc.p[5] + r]) * F[pc.p[6] + r]));
+      kadd(ab, dy);
     }
-    if (pc.p[11] != NONE) F[pc.p[11] + id] = aw;
-    if (pc.p[12] != NONE) F[pc.p[12] + id] = ab;
+    if (pc.p[11] != NONE) F[pc.p[11] + id] = kval(aw);
+    if (pc.p[12] != NONE) F[pc.p[12] + id] = kval(ab);
     return;
   }
   if (id >= rows) return;
   uint x = pc.p[1] + id * cols, y = pc.p[4] + id * cols;
   if (pc.p[0] == 0u) {
-    float s = 0.0;
-    for (uint c = 0; c < cols; ++c) s += F[x + c];
-    float mean = s / float(cols), v = 0.0;
-    for (uint c = 0; c < cols; ++c) { float d = F[x + c] - mean; v += d * d; }
-    float rstd = 1.0 / sqrt(v / float(cols) + pf(9));
+    vec2 s = vec2(0.0), v = vec2(0.0);
+    for (uint c = 0; c < cols; ++c) kadd(s, F[x + c]);
+    float mean = kval(s) / float(cols);
+    for (uint c = 0; c < cols; ++c) { float d = F[x + c] - mean; kadd(v, d * d); }
+    float rstd = 1.0 / sqrt(kval(v) / float(cols) + pf(9));
     for (uint c = 0; c < cols; ++c) {
       float h = (F[x + c] - mean) * rstd * wt(c);
       F[y + c] = pc.p[3] == NONE ? h : h + F[pc.p[3] + c];
@@ -41,12 +41,13 @@ void main() {
     return;
   }
   uint dy = pc.p[10] + id * cols;
-  float m = F[pc.p[5] + id], rs = F[pc.p[6] + id], sg = 0.0, sgx = 0.0;
+  float m = F[pc.p[5] + id], rs = F[pc.p[6] + id];
+  vec2 sg = vec2(0.0), sgx = vec2(0.0);
   for (uint c = 0; c < cols; ++c) {
     float g = F[dy + c] * wt(c);
-    sg += g;
-    sgx += g * ((F[x + c] - m) * rs);
+    kadd(sg, g);
+    kadd(sgx, g * ((F[x + c] - m) * rs));
   }
-  float mg = sg / float(cols), mgx = sgx / float(cols);
+  float mg = kval(sg) / float(cols), mgx = kval(sgx) / float(cols);
   for (uint c = 0; c < cols; ++c) F[y + c] = rs * (F[dy + c] * wt(c) - mg - ((F[x + c] - m) * rs) * mgx);
 }

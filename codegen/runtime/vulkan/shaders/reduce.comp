@@ -21,7 +21,7 @@ void main() {
     base += (rem % pc.p[3 + d]) * st[d];
     rem /= pc.p[3 + d];
   }
-  float acc = 0.0;
+  vec2 acc = vec2(0.0);
   for (uint r = 0; r < nred; ++r) {
     uint rr = r, off = base;
     for (int d = nd - 1; d >= 0; --d) {
@@ -29,7 +29,7 @@ void main() {
       off += (rr % pc.p[3 + d]) * st[d];
       rr /= pc.p[3 + d];
     }
-    acc += F[pc.p[0] + off];
+    kadd(acc, F[pc.p[0] + off]);
   }
-  F[pc.p[1] + o] = acc * pf(10);
+  F[pc.p[1] + o] = kval(acc) * pf(10);
 }
