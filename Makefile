@@ -6,7 +6,8 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # C++ and arm64 (qemu), the JDK for the Kotlin SDK, node/npm for kotlinc, Vulkan on the CPU (lavapipe)
 APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user openjdk-17-jdk-headless nodejs npm \
-	mesa-vulkan-drivers libvulkan-dev glslc
+	mesa-vulkan-drivers libvulkan-dev glslc fortunes
+# (fortunes: the generic English text demo-apps/keyboard/model/pretrain.py pretrains the keyboard model on)
 KOTLIN_VERSION := 2.4.20
 KOTLINC := .tools/node_modules/kotlin-compiler/bin/kotlinc
 

@@ -1,20 +1,23 @@
-"""`make demo`: compile the bundled keyboard next-word model and fine-tune it
-on the host, in the generated C++, on bundled English text."""
+"""`make demo`: the keyboard personalization simulation (demo-apps/keyboard/sim/).
+
+A base next-word model pretrained on generic English (Debian's `fortunes`) is fine-tuned,
+through PockEngine's compiled C++ training step, on one user's typed sentences (legal
+prose) arriving in rounds, with a full update and with the app's sparse scheme; it prints
+top-1/top-3 accuracy on the user's held-out sentences before and after, the training
+memory and time per step, and writes out/keyboard_personalization.png.
+
+KeyboardLM is the model's architecture (demo-apps/keyboard/model/ and spec.py use it).
+"""
 from __future__ import annotations
 
-import re
+import argparse
+import sys
 import time
-from collections import Counter
 from pathlib import Path
 
-import numpy as np
-import torch
 import torch.nn as nn
 
-import pockengine as pe
 from .codegen import ROOT
-
-CORPUS = ROOT / "demo-apps" / "keyboard" / "data" / "corpus.txt"
 
 
 class KeyboardLM(nn.Module):
@@ -31,119 +34,51 @@ class KeyboardLM(nn.Module):
         return self.out(h)
 
 
-def tokenize(text: str) -> list[str]:
-    return re.findall(r"[a-z]+(?:'[a-z]+)?|[.,;:!?]", text.lower())
+def keyboard():
+    """The demo app's Python package (demo-apps/keyboard) with its model and sim."""
+    path = str(ROOT / "demo-apps")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import keyboard.model.lm
+    import keyboard.sim.simulate  # noqa: F401
+    return sys.modules["keyboard"]
 
 
-def build_vocab(words: list[str], size: int) -> dict[str, int]:
-    vocab = {"<unk>": 0}
-    for w, _ in Counter(words).most_common(size - 1):
-        vocab[w] = len(vocab)
-    return vocab
-
-
-def batches(ids: np.ndarray, batch: int, seq: int, rng: np.random.Generator):
-    while True:
-        starts = rng.integers(0, len(ids) - seq - 1, batch)
-        x = np.stack([ids[s:s + seq] for s in starts])
-        y = np.stack([ids[s + 1:s + seq + 1] for s in starts])
-        yield torch.from_numpy(x), torch.from_numpy(y)
-
-
-def evaluate(trainer, ids: np.ndarray, batch: int, seq: int) -> tuple[float, float, float]:
-    """Held-out loss, top-1 and top-3 next-word accuracy over consecutive windows."""
-    n = (len(ids) - 1) // (batch * seq)
-    losses, top1, top3, count = [], 0, 0, 0
-    for i in range(n):
-        chunk = ids[i * batch * seq:(i + 1) * batch * seq + 1]
-        x = chunk[:-1].reshape(batch, seq)
-        y = chunk[1:].reshape(batch, seq)
-        logits = trainer.forward((torch.from_numpy(x),)).reshape(-1, logits_dim(trainer))
-        t = y.reshape(-1)
-        logp = logits - logits.max(1, keepdims=True)
-        logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
-        losses.append(-logp[np.arange(len(t)), t].mean())
-        best = np.argsort(-logits, axis=1)[:, :3]
-        top1 += int((best[:, 0] == t).sum())
-        top3 += int((best == t[:, None]).any(1).sum())
-        count += len(t)
-    return float(np.mean(losses)), top1 / count, top3 / count
-
-
-def logits_dim(trainer) -> int:
-    return trainer.outputs[0].shape[-1]
-
-
-def main(steps: int = 500, batch: int = 8, seq: int = 16, vocab_size: int = 1500) -> None:
-    from tqdm import tqdm
-
-    torch.manual_seed(0)
-    words = tokenize(CORPUS.read_text())
-    vocab = build_vocab(words, vocab_size)
-    ids = np.array([vocab.get(w, 0) for w in words], dtype=np.int64)
-    split = int(0.85 * len(ids))
-    train_ids, held_ids = ids[:split], ids[split:]
-    print(f"corpus: {len(words)} words ({CORPUS.relative_to(ROOT)}), vocabulary {len(vocab)}, "
-          f"train {len(train_ids)} / held-out {len(held_ids)} tokens")
-
-    model = KeyboardLM(len(vocab))
-    rng = np.random.default_rng(0)
-    data = batches(train_ids, batch, seq, rng)
-    x, y = next(data)
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m pockengine.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=6, help="rounds in which the user's text arrives")
+    ap.add_argument("--out", default=str(ROOT / "out" / "keyboard_personalization.png"))
+    ap.add_argument("--search-mb", type=float, default=None,
+                    help="also run a scheme found by pe.search_update for this training-memory budget (MiB)")
+    args = ap.parse_args(argv)
+    kb = keyboard()
+    sim, lm = kb.sim.simulate, kb.model.lm
+    schemes = {"full": "full", "sparse": lm.SPARSE_UPDATE}
+    if args.search_mb:
+        import pockengine as pe
+        schemes["searched"] = pe.search_update(lm.load_base(), sim.sample_batches(), loss="cross_entropy",
+                                               optimizer=pe.AdamW(lr=3e-3, weight_decay=0.0),
+                                               budget=pe.Budget(memory_mb=args.search_mb))
+    meta = lm.base_meta()
+    print(f"base model: KeyboardLM, {lm.VOCAB} words, embedding {lm.EMB}, LSTM {lm.HIDDEN} "
+          f"({lm.WEIGHTS.relative_to(ROOT)}, fp16)")
+    print(f"  pretrained on {meta.get('corpus', '?')}: {meta.get('train_tokens', '?')} tokens, "
+          f"{meta.get('steps', '?')} steps, validation loss {meta.get('val_loss', '?')}")
+    print(f"user text: {sim.corpora.USER_TEXT.relative_to(ROOT)} (GPL-3, Apache-2.0, GFDL-1.3 from "
+          f"Debian's common-licenses), sentences split into typed / held-out blocks")
     t0 = time.time()
-    prog = pe.compile(model, (x,), (y,), loss="cross_entropy", update="full", optimizer=pe.AdamW(lr=3e-3))
-    s = prog.stats()
-    print(f"compiled: {s['num_nodes']} nodes, {s['flops_per_step'] / 1e6:.1f} MFLOP/step, arena "
-          f"{s['arena_bytes'] / 2**20:.2f} MiB (without reordering {s['arena_bytes_no_reorder'] / 2**20:.2f} MiB), "
-          f"state {s['state_bytes'] / 2**20:.2f} MiB ({time.time() - t0:.1f}s)")
-    t0 = time.time()
-    trainer = prog.build()
-    print(f"built the C++ step for this host in {time.time() - t0:.1f}s")
-
-    before = evaluate(trainer, held_ids, batch, seq)
-    losses = []
-    t0 = time.time()
-    with tqdm(total=steps, desc="fine-tuning", unit="step") as bar:
-        for i in range(steps):
-            x, y = next(data)
-            losses.append(trainer.step((x,), (y,)))
-            bar.update(1)
-            if i % 10 == 0:
-                bar.set_postfix(loss=f"{np.mean(losses[-10:]):.3f}")
-    elapsed = time.time() - t0
-    after = evaluate(trainer, held_ids, batch, seq)
-
-    k = max(1, steps // 10)
-    print("\nloss curve (mean of each tenth of the run):")
-    print("  " + "  ".join(f"{np.mean(losses[i:i + k]):.2f}" for i in range(0, steps, k)))
-    print(f"\n{steps} steps in {elapsed:.1f}s: {steps / elapsed:.1f} steps/s, "
-          f"{s['flops_per_step'] * steps / elapsed / 1e9:.2f} GFLOP/s")
-    print("\n| held-out text | loss | top-1 | top-3 |\n|---|---|---|---|")
-    print(f"| before | {before[0]:.3f} | {before[1]:.1%} | {before[2]:.1%} |")
-    print(f"| after  | {after[0]:.3f} | {after[1]:.1%} | {after[2]:.1%} |")
-    plot = save_plot(losses, ROOT / "out" / "demo_loss.png")
-    print(f"\nloss curve plot: {plot.relative_to(ROOT)}")
-
-
-def save_plot(losses: list[float], path: Path) -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    k = 20
-    smooth = np.convolve(losses, np.ones(k) / k, mode="valid")
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.plot(losses, alpha=0.3, label="step loss")
-    ax.plot(np.arange(k - 1, len(losses)), smooth, label=f"mean of {k} steps")
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy")
-    ax.set_title("Keyboard LM fine-tuned by the compiled C++ step")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    result = sim.simulate(rounds=args.rounds, schemes=schemes)
+    print("\n" + sim.table(result))
+    full, sparse = (r.curve[-1][2] for r in result["runs"][:2])
+    print(f"\ntop-3 lift over the base model: full {100 * (full - result['base'][1]):+.1f} points, "
+          f"sparse {100 * (sparse - result['base'][1]):+.1f} points "
+          f"(sparse - full: {100 * (sparse - full):+.1f} points); batch {lm.BATCH} x {lm.SEQ} words, AdamW")
+    lift, gap = 100 * (sparse - result["base"][1]), 100 * (full - sparse)
+    print(f"personalization lifts top-3 by >= 5 points: {'yes' if lift >= 5 else 'NO'}; "
+          f"sparse within 2 points of full: {'yes' if gap <= 2 else 'NO'}")
+    path = sim.plot(result, Path(args.out))
+    shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    print(f"curves: {shown}  ({time.time() - t0:.0f}s)")
 
 
 if __name__ == "__main__":

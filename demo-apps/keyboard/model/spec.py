@@ -6,6 +6,18 @@
 demo at its on-device shape (batch 4 x 16 words), AdamW, full update.
 `make_sparse()` is the same model with the embedding frozen (its lookup is the
 frozen prefix an NPU can run) and only the LSTM and output layer trained.
+These two are small and fast (random weights, 1.5k words) for the SDK tests.
+
+`make_base()` is the app's real model: the pretrained base (model/lm.py, 10k words,
+weights from base_weights.npz) at batch 8 x 16 words with the app's sparse scheme
+(lm.SPARSE_UPDATE; pass a pe.search_update result as `update` to use a searched one):
+
+    pock-build demo-apps/keyboard/model/spec.py:make_base --platform android --soc sm8550
+
+`make_base_search()` adds sample batches of user-like text, so that pock-build can search
+the sparse scheme for a memory budget instead (pe.search_update):
+
+    pock-build demo-apps/keyboard/model/spec.py:make_base_search --search --budget-mb 24 --platform android
 """
 import torch
 
@@ -32,4 +44,28 @@ def make():
 def make_sparse():
     spec = make()
     spec["update"] = {"lstm.*": 1.0, "out.*": 1.0}
+    return spec
+
+
+def make_base(update=None):
+    import sys
+    from pathlib import Path
+    apps = str(Path(__file__).resolve().parents[2])
+    if apps not in sys.path:
+        sys.path.insert(0, apps)
+    from keyboard.model import lm
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randint(0, lm.VOCAB, (lm.BATCH, lm.SEQ), generator=g)
+    y = torch.randint(0, lm.VOCAB, (lm.BATCH, lm.SEQ), generator=g)
+    return {"model": lm.load_base(), "example_inputs": (x,), "example_targets": (y,), "loss": "cross_entropy",
+            "update": update or lm.SPARSE_UPDATE, "optimizer": pe.AdamW(lr=3e-3, weight_decay=0.0),
+            "name": "keyboard_base"}
+
+
+def make_base_search():
+    spec = make_base()   # puts demo-apps/ on sys.path
+    from keyboard.sim.simulate import sample_batches
+
+    spec["sample_batches"] = sample_batches()
     return spec
