@@ -1,6 +1,8 @@
 // conv2d.cpp — 2-D convolution (NCHW, weight [O, C/groups, KH, KW]) and its
 // gradients.  Stride, padding, dilation and groups (incl. depthwise) are all
 // supported.  Paths, in order:
+//   * 3x3 depthwise, padding 1, on small planes (<= 16x16, AVX-512): the
+//     masked flat form of conv2d_dw_small.cpp;
 //   * 3x3, dilation 1, stride 1 or 2, depthwise (groups == C == O): one
 //     vectorised pass per image plane (the plane kernels of
 //     conv2d_plane3x3.cpp), parallel over N*C planes;
@@ -255,6 +257,7 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
   const i64 G = p.groups, Cg = p.C / G, Og = p.O / G;
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW, KHW = p.KH * p.KW;
   if (p.N <= 0 || p.O <= 0) return;
+  if (conv::dw_small_fwd(x, w, b, y, p, act)) return;  // depthwise 3x3 on small planes
   if (is_3x3_plane(p) && Cg == 1 && Og == 1) {
     // depthwise 3x3: one vectorised pass per output plane
     const Plane g = plane_of(p);
@@ -355,6 +358,7 @@ void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dPa
   const i64 G = p.groups, Cg = p.C / G, Og = p.O / G;
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW, KHW = p.KH * p.KW;
   if (p.N <= 0 || p.C <= 0) return;
+  if (conv::dw_small_bwd_input(dy, w, dx, p)) return;  // depthwise 3x3 on small planes
   if (is_3x3_plane(p) && Cg == 1 && Og == 1) {
     const Plane g = plane_of(p);
     parallel_for(p.N * p.C, grain_for(9 * HW), [&](i64 b0, i64 b1) {
@@ -439,6 +443,7 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     for (i64 i = 0; i < p.O * k * KHW; ++i) dw[i] = 0.0f;
     return;
   }
+  if (conv::dw_small_bwd_weight(dy, x, dw, p, k, xc)) return;  // depthwise 3x3 on small planes
   if (is_3x3_plane(p) && Og < kGemmMinRows) {
     // depthwise / few output channels: per (o, c) pair, 9 vectorised sums per image plane
     const Plane g = plane_of(p);

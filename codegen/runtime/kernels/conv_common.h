@@ -1,4 +1,5 @@
-// conv_common.h — internal to conv2d.cpp and conv2d_plane3x3.cpp (not part
+// conv_common.h — internal to conv2d.cpp, conv2d_plane3x3.cpp and
+// conv2d_dw_small.cpp (not part
 // of the public runtime API): the valid-range helper, the native-width float
 // vector V (AVX-512 / AVX2+FMA / NEON intrinsics behind #if guards, a plain
 // 4-float struct otherwise), the fused relu / relu6 epilogue, and the 3x3
@@ -201,6 +202,13 @@ void plane3_fwd_any(i64 S, const float* x, const float* w9, float* y, const Plan
 void plane3_bwd_weight_any(i64 S, const float* dy, const float* x, const Plane& g, double* s9);
 // dx (H x W) (= or +=) the transposed 3x3 convolution of dy, stride S.
 void plane3_bwd_input(i64 S, const float* dy, const float* w9, float* dx, const Plane& g, bool acc);
+
+// ---- depthwise 3x3, padding 1, stride 1 or 2 on small planes (conv2d_dw_small.cpp)
+// Whole-kernel entry points (parallel inside); each returns false, doing
+// nothing, where it does not apply (other shapes; targets without AVX-512).
+bool dw_small_fwd(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act);
+bool dw_small_bwd_input(const float* dy, const float* w, float* dx, const Conv2dParams& p);
+bool dw_small_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dParams& p, i64 k, i64 xc);
 
 }  // namespace conv
 }  // namespace pk

@@ -347,41 +347,103 @@ void gemm_unit(const Ops& ops, float* c, i64 ldc, i64 m0, i64 m1, i64 n0, i64 n1
   }
 }
 
+// Stores x (one element of C) with the epilogue: beta*C + x, bias, act.
+inline void store_one(float& out, float x, i64 j, const Epi& e) {
+  if (e.beta == 1.0f) x += out;
+  else if (e.beta != 0.0f) x += e.beta * out;
+  if (e.bias) x += e.bias[j];
+  out = act_scalar(x, e.act);
+}
+
 // Small M, op(A) row-major and op(B) = W^T with W [N, K] row-major (ldw):
 // C[i][j] = dot(A row i, W row j), vectorised along K; no packing at all.
+// kDI rows of A (all valid) against kDJ rows of W at a time.
+template <int kDI>
+void gemm_dot_rows(const float* a, i64 lda, const float* w, i64 ldw, float* c, i64 ldc, i64 n0, i64 n1, i64 K,
+                   const Epi& e) {
+  constexpr int kDJ = kDI <= 2 ? 8 : 4;
+  const i64 kv = K / kW * kW;
+  const float* ar[kDI];
+  for (int r = 0; r < kDI; ++r) ar[r] = a + r * lda;
+  for (i64 j0 = n0; j0 < n1; j0 += kDJ) {
+    const float* wr[kDJ];
+    for (int s = 0; s < kDJ; ++s) wr[s] = w + (j0 + s < n1 ? j0 + s : n1 - 1) * ldw;  // clamp: computed, not stored
+    V acc[kDI][kDJ];
+    for (int r = 0; r < kDI; ++r)
+      for (int s = 0; s < kDJ; ++s) acc[r][s] = vzero();
+    for (i64 k = 0; k < kv; k += kW) {
+      V av[kDI], wv[kDJ];
+      for (int r = 0; r < kDI; ++r) av[r] = vload(ar[r] + k);
+      for (int s = 0; s < kDJ; ++s) wv[s] = vload(wr[s] + k);
+      for (int r = 0; r < kDI; ++r)
+        for (int s = 0; s < kDJ; ++s) acc[r][s] = vfma(av[r], wv[s], acc[r][s]);
+    }
+    const i64 nj = n1 - j0 < kDJ ? n1 - j0 : kDJ;
+    for (int r = 0; r < kDI; ++r)
+      for (i64 s = 0; s < nj; ++s) {
+        float x = vsum(acc[r][s]);
+        for (i64 k = kv; k < K; ++k) x += ar[r][k] * wr[s][k];
+        store_one(c[r * ldc + j0 + s], x, j0 + s, e);
+      }
+  }
+}
+
 void gemm_dot(const float* a, i64 lda, const float* w, i64 ldw, float* c, i64 ldc, i64 M, i64 n0, i64 n1, i64 K,
               const Epi& e) {
-  constexpr int kDI = 4, kDJ = 4;
-  const i64 kv = K / kW * kW;
-  for (i64 i0 = 0; i0 < M; i0 += kDI) {
-    const float* ar[kDI];
-    for (int r = 0; r < kDI; ++r) ar[r] = a + (i0 + r < M ? i0 + r : M - 1) * lda;  // clamp: computed, not stored
-    for (i64 j0 = n0; j0 < n1; j0 += kDJ) {
-      const float* wr[kDJ];
-      for (int s = 0; s < kDJ; ++s) wr[s] = w + (j0 + s < n1 ? j0 + s : n1 - 1) * ldw;
-      V acc[kDI][kDJ];
-      for (int r = 0; r < kDI; ++r)
-        for (int s = 0; s < kDJ; ++s) acc[r][s] = vzero();
-      for (i64 k = 0; k < kv; k += kW) {
-        V av[kDI], wv[kDJ];
-        for (int r = 0; r < kDI; ++r) av[r] = vload(ar[r] + k);
-        for (int s = 0; s < kDJ; ++s) wv[s] = vload(wr[s] + k);
-        for (int r = 0; r < kDI; ++r)
-          for (int s = 0; s < kDJ; ++s) acc[r][s] = vfma(av[r], wv[s], acc[r][s]);
-      }
-      const i64 mi = M - i0 < kDI ? M - i0 : kDI, nj = n1 - j0 < kDJ ? n1 - j0 : kDJ;
-      for (i64 r = 0; r < mi; ++r) {
-        for (i64 s = 0; s < nj; ++s) {
-          float x = vsum(acc[r][s]);
-          for (i64 k = kv; k < K; ++k) x += ar[r][k] * wr[s][k];
-          float& out = c[(i0 + r) * ldc + j0 + s];
-          if (e.beta == 1.0f) x += out;
-          else if (e.beta != 0.0f) x += e.beta * out;
-          if (e.bias) x += e.bias[j0 + s];
-          out = act_scalar(x, e.act);
-        }
-      }
+  i64 i = 0;
+  for (; i + 4 <= M; i += 4) gemm_dot_rows<4>(a + i * lda, lda, w, ldw, c + i * ldc, ldc, n0, n1, K, e);
+  if (M - i == 3) gemm_dot_rows<3>(a + i * lda, lda, w, ldw, c + i * ldc, ldc, n0, n1, K, e);
+  if (M - i == 2) gemm_dot_rows<2>(a + i * lda, lda, w, ldw, c + i * ldc, ldc, n0, n1, K, e);
+  if (M - i == 1) gemm_dot_rows<1>(a + i * lda, lda, w, ldw, c + i * ldc, ldc, n0, n1, K, e);
+}
+
+// GEMV-like small M (<= kGemvMaxRows) with a row-major op(B) (e.g. an LSTM's
+// backward step dG_t @ W_hh at batch 1): C[i, j] = sum_k op(A)(i, k) B[k, j].
+// B is streamed once per block of kGemvNV vectors of columns, the kRows rows'
+// accumulators stay in registers; columns past the last full vector are scalar.
+constexpr i64 kGemvMaxRows = 4;
+constexpr int kGemvNV = 4;
+// C[0:kRows, j0 : j0 + NV*kW] of the GEMV below.
+template <int kRows, int NV>
+void gemv_block(const MatView& a, const MatView& b, float* c, i64 ldc, i64 j0, i64 K, const Epi& e) {
+  V acc[kRows][NV];
+  for (int r = 0; r < kRows; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = vzero();
+  for (i64 k = 0; k < K; ++k) {
+    const float* brow = b.base + k * b.rs + j0;
+    V bv[NV];
+    for (int v = 0; v < NV; ++v) bv[v] = vload(brow + v * kW);
+    for (int r = 0; r < kRows; ++r) {
+      const V ar = vbcast(a.base[r * a.rs + k * a.cs]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
     }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    alignas(64) float t[NV * kW];
+    for (int v = 0; v < NV; ++v) vstore(t + v * kW, acc[r][v]);
+    for (int q = 0; q < NV * kW; ++q) store_one(c[r * ldc + j0 + q], t[q], j0 + q, e);
+  }
+}
+
+template <int kRows>
+void gemv_rows(const MatView& a, const MatView& b, float* c, i64 ldc, i64 n0, i64 n1, i64 K, const Epi& e) {
+  i64 j0 = n0;
+  for (; j0 + kGemvNV * kW <= n1; j0 += kGemvNV * kW) gemv_block<kRows, kGemvNV>(a, b, c, ldc, j0, K, e);
+  for (; j0 + kW <= n1; j0 += kW) gemv_block<kRows, 1>(a, b, c, ldc, j0, K, e);
+  for (; j0 < n1; ++j0)
+    for (int r = 0; r < kRows; ++r) {
+      float x = 0.0f;
+      for (i64 k = 0; k < K; ++k) x += a.base[r * a.rs + k * a.cs] * b.base[k * b.rs + j0];
+      store_one(c[r * ldc + j0], x, j0, e);
+    }
+}
+
+void gemv(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 n0, i64 n1, i64 K, const Epi& e) {
+  switch (M) {
+    case 4: gemv_rows<4>(a, b, c, ldc, n0, n1, K, e); break;
+    case 3: gemv_rows<3>(a, b, c, ldc, n0, n1, K, e); break;
+    case 2: gemv_rows<2>(a, b, c, ldc, n0, n1, K, e); break;
+    default: gemv_rows<1>(a, b, c, ldc, n0, n1, K, e); break;
   }
 }
 
@@ -427,6 +489,14 @@ void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i6
     auto run = [&](i64 j0, i64 j1) { gemm_dot(a.base, a.rs, b.base, b.cs, c, ldc, M, j0, j1, K, e); };
     if (M * N * K >= kParallelMinFlops && num_threads() > 1)
       parallel_for(N, 64, run);
+    else
+      run(0, N);
+    return;
+  }
+  if (M <= kGemvMaxRows && b.cs == 1 && M > 0 && N > 0 && K > 0) {
+    auto run = [&](i64 j0, i64 j1) { gemv(a, b, c, ldc, M, j0, j1, K, e); };
+    if (M * N * K >= kParallelMinFlops && num_threads() > 1)
+      parallel_for_aligned(N, kGemvNV * kW, kGemvNV * kW, run);
     else
       run(0, N);
     return;

@@ -108,7 +108,9 @@ def close(actual, expected, rtol=RTOL, atol=ATOL):
 
 # ----------------------------------------------------------------------------- gemm
 
-GEMM_SHAPES = [(1, 1, 1), (7, 13, 5), (12, 32, 128), (37, 65, 129), (50, 200, 300), (13, 97, 1), (1, 300, 40)]
+GEMM_SHAPES = [(1, 1, 1), (7, 13, 5), (12, 32, 128), (37, 65, 129), (50, 200, 300), (13, 97, 1), (1, 300, 40),
+               # M <= 4: the GEMV (row-major op(B)) and dot (op(B) = W^T) paths, column tails
+               (1, 670, 96), (2, 96, 700), (3, 83, 37), (4, 1100, 300), (1, 15, 7), (2, 4, 17)]
 
 
 @pytest.mark.parametrize("ta", [False, True])
@@ -354,6 +356,17 @@ FAST_CONV_CASES = [
     (2, 3, 64, 64, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # MobileNetV2 stem
     (3, 16, 12, 12, 24, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # pointwise
     (3, 24, 5, 5, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    # depthwise, padding 1, small planes (conv2d_dw_small.cpp's masked flat form on AVX-512)
+    (2, 20, 4, 4, 20, (3, 3), (1, 1), (1, 1), (1, 1), 20),  # a plane per vector
+    (2, 17, 8, 8, 17, (3, 3), (2, 2), (1, 1), (1, 1), 17),  # s2 -> 4x4
+    (3, 5, 16, 16, 5, (3, 3), (1, 1), (1, 1), (1, 1), 5),
+    (3, 5, 16, 16, 5, (3, 3), (2, 2), (1, 1), (1, 1), 5),
+    (2, 3, 5, 7, 3, (3, 3), (1, 1), (1, 1), (1, 1), 3),  # rows straddle vectors
+    (2, 3, 15, 13, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # odd sizes, s2
+    (2, 3, 9, 7, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),
+    (1, 3, 1, 17, 3, (3, 3), (1, 1), (1, 1), (1, 1), 3),  # one row
+    (1, 3, 2, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),
+    (70, 2, 2, 2, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),  # weight-gradient flushes over many images
 ]
 
 
@@ -383,7 +396,7 @@ def test_conv2d_fast_paths(lib, case):
 
 
 @pytest.mark.parametrize("act", [0, 1, 2])
-@pytest.mark.parametrize("case", [FAST_CONV_CASES[i] for i in (0, 1, 7, 10, 17, 19, 20)] + [CONV_CASES[5], CONV_CASES[12]])
+@pytest.mark.parametrize("case", [FAST_CONV_CASES[i] for i in (0, 1, 7, 10, 17, 19, 20, 22, 23, 27)] + [CONV_CASES[5], CONV_CASES[12]])
 @pytest.mark.parametrize("bias", [True, False])
 def test_conv2d_fwd_act(lib, case, act, bias):
     params, x, w, b, _ = conv_setup(case, 7 + act)

@@ -215,6 +215,8 @@ LSTM_CASES = [
     (2, 3, 515, 5, 0, True, True, True, True, False, 514, 5, 0),  # wide input: W panels, column tails
     (4, 70, 3, 65, 0, True, True, True, True, True, 3, 64, 0),  # 4H and T*B > 256: depth blocking
     (3, 90, 5, 66, 7, True, True, True, True, True, 5, 7, 65),
+    (1, 16, 24, 67, 24, True, False, False, False, False, 24, 24, 67),  # batch 1 (the keyboard LM's shape class)
+    (2, 5, 20, 40, 17, True, True, True, True, True, 20, 17, 40),
 ]
 
 
