@@ -5,7 +5,8 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # C++ and arm64 (qemu), the JDK for the Kotlin SDK, node/npm for kotlinc, Vulkan on the CPU (lavapipe)
-APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user openjdk-17-jdk-headless nodejs npm \
+# (npm for kotlinc: Debian's nodejs + npm only where no npm is installed; NodeSource's nodejs bundles npm)
+APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user openjdk-17-jdk-headless \
 	mesa-vulkan-drivers libvulkan-dev glslc fortunes
 # (fortunes: the generic English text demo-apps/keyboard/model/pretrain.py pretrains the keyboard model on)
 KOTLIN_VERSION := 2.4.20
@@ -23,6 +24,7 @@ $(KOTLINC):
 
 sysdeps:
 	@bash scripts/install_sysdeps.sh $(APT_PACKAGES)
+	@command -v npm >/dev/null || bash scripts/install_sysdeps.sh nodejs npm
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
