@@ -1,10 +1,11 @@
 """The op table, the gradient rules and the CPU emitters cover each other."""
 from pockengine.autodiff.rules import RULES
 from pockengine.backends.cpu import EMITTERS, check_coverage
-from pockengine.ir.ops import OPS
+from pockengine.ir.ops import OPS, TRANSFER_OPS
 
-# ops that only appear in backward passes or write state: they need no gradient rule
-NO_RULE = {op for op in OPS if "_bwd" in op} | {"assign", "sgd_update", "adamw_update"}
+# ops that only appear in backward passes, write state or move data between backends
+# (inserted after autodiff): they need no gradient rule
+NO_RULE = {op for op in OPS if "_bwd" in op} | {"assign", "sgd_update", "adamw_update", *TRANSFER_OPS}
 
 
 def test_every_op_has_a_cpu_emitter():

@@ -318,3 +318,11 @@ INPLACE: dict[str, tuple[int, ...]] = {
 _op("assign", lambda i, a: [], lambda i, o, a: 0, mutates=(0,))
 _op("sgd_update", lambda i, a: [], lambda i, o, a: 4 * numel(i[1]), mutates=(0, 2))
 _op("adamw_update", lambda i, a: [], lambda i, o, a: 12 * numel(i[1]), mutates=(0, 2, 3))
+
+# ---- data movement between backends ---------------------------------------------------------
+# Inserted by the partitioner (passes/partition.py) after autodiff, so they need no gradient
+# rule; the accelerator backend on either end emits them (backends/vulkan.py), never the CPU
+# backend alone.
+_op("transfer", lambda i, a: [(i[0].shape, i[0].dtype)], lambda i, o, a: 0)
+_op("state_transfer", lambda i, a: [], lambda i, o, a: 0)
+TRANSFER_OPS = ("transfer", "state_transfer")

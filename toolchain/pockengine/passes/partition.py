@@ -28,17 +28,14 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import OPS, OpDef, flops
+from ..ir.ops import OPS, TRANSFER_OPS, flops
 from ..ir.verify import verify
 from ..memory.plan import MemoryPlan, plan_memory
 
 INFERENCE_ONLY = ("htp",)
 ALWAYS = "cpu"
 
-# The two data-movement ops the partitioner inserts (registered with the op table
-# so the verifier and the memory planner know them).
-OPS.setdefault("transfer", OpDef(lambda i, a: [(i[0].shape, i[0].dtype)], lambda i, o, a: 0))
-OPS.setdefault("state_transfer", OpDef(lambda i, a: [], lambda i, o, a: 0))
+# The data-movement ops this pass inserts ("transfer", "state_transfer") are in ir/ops.py.
 
 
 @dataclass(frozen=True)
@@ -99,9 +96,6 @@ class Partition:
             else:
                 out.append((b, [n]))
         return out
-
-
-TRANSFER_OPS = ("transfer", "state_transfer")
 
 
 def trained_dependents(order: list[Node]) -> set[int]:
