@@ -404,23 +404,35 @@ void gemm_dot(const float* a, i64 lda, const float* w, i64 ldw, float* c, i64 ld
 constexpr i64 kGemvMaxRows = 4;
 constexpr int kGemvNV = 4;
 // C[0:kRows, j0 : j0 + NV*kW] of the GEMV below.
+// With few accumulators (one row, few vectors) K is split round-robin over kU
+// independent sets, so a long K (e.g. dG_t @ W_hh, K = 4H) is not one FMA
+// latency chain; the sets are added in a fixed order (thread-count independent).
 template <int kRows, int NV>
 void gemv_block(const MatView& a, const MatView& b, float* c, i64 ldc, i64 j0, i64 K, const Epi& e) {
-  V acc[kRows][NV];
-  for (int r = 0; r < kRows; ++r)
-    for (int v = 0; v < NV; ++v) acc[r][v] = vzero();
-  for (i64 k = 0; k < K; ++k) {
+  constexpr int kU = kRows * NV >= 8 ? 1 : 8 / (kRows * NV);
+  V acc[kU][kRows][NV];
+  for (int u = 0; u < kU; ++u)
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < NV; ++v) acc[u][r][v] = vzero();
+  auto step = [&](i64 k, V(&ac)[kRows][NV]) {
     const float* brow = b.base + k * b.rs + j0;
     V bv[NV];
     for (int v = 0; v < NV; ++v) bv[v] = vload(brow + v * kW);
     for (int r = 0; r < kRows; ++r) {
       const V ar = vbcast(a.base[r * a.rs + k * a.cs]);
-      for (int v = 0; v < NV; ++v) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
+      for (int v = 0; v < NV; ++v) ac[r][v] = vfma(ar, bv[v], ac[r][v]);
     }
-  }
+  };
+  i64 k = 0;
+  for (; k + kU <= K; k += kU)
+    for (int u = 0; u < kU; ++u) step(k + u, acc[u]);
+  for (; k < K; ++k) step(k, acc[0]);
+  for (int u = 1; u < kU; ++u)
+    for (int r = 0; r < kRows; ++r)
+      for (int v = 0; v < NV; ++v) acc[0][r][v] = vadd(acc[0][r][v], acc[u][r][v]);
   for (int r = 0; r < kRows; ++r) {
     alignas(64) float t[NV * kW];
-    for (int v = 0; v < NV; ++v) vstore(t + v * kW, acc[r][v]);
+    for (int v = 0; v < NV; ++v) vstore(t + v * kW, acc[0][r][v]);
     for (int q = 0; q < NV * kW; ++q) store_one(c[r * ldc + j0 + q], t[q], j0 + q, e);
   }
 }

@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "pock_kernels.h"
+#include "fast_math.h"
 #include "rnn_math.h"
 
 namespace pk {
@@ -27,8 +28,63 @@ namespace pk {
 using detail::gemm_strided;
 using rnn::add_to;
 using rnn::col_sum;
-using rnn::sigmoid;
-using rnn::tanh_f;
+using fastmath::fast_sigmoid;
+using fastmath::fast_tanh;
+
+namespace {
+
+// One cell's activations in place (g = [i f g o] pre-activations -> gate values),
+// c = f*c_prev + i*g, out = o*tanh(c).  Separate restrict rows and a
+// compile-time c_prev switch so the loop vectorizes (fast_math is branch-free).
+template <bool kPrev>
+void cell_fwd_impl(float* __restrict gi, float* __restrict gf, float* __restrict gc, float* __restrict go,
+                   const float* __restrict cp, float* __restrict c, float* __restrict out, i64 H) {
+  for (i64 j = 0; j < H; ++j) {
+    const float ig = fast_sigmoid(gi[j]);
+    const float fg = fast_sigmoid(gf[j]);
+    const float gg = fast_tanh(gc[j]);
+    const float og = fast_sigmoid(go[j]);
+    gi[j] = ig;
+    gf[j] = fg;
+    gc[j] = gg;
+    go[j] = og;
+    const float cv = kPrev ? fg * cp[j] + ig * gg : 0.f + ig * gg;
+    c[j] = cv;
+    out[j] = og * fast_tanh(cv);
+  }
+}
+
+void cell_fwd(float* g, const float* cp, float* c, float* out, i64 H) {
+  if (cp) cell_fwd_impl<true>(g, g + H, g + 2 * H, g + 3 * H, cp, c, out, H);
+  else cell_fwd_impl<false>(g, g + H, g + 2 * H, g + 3 * H, cp, c, out, H);
+}
+
+// Pre-activation gradients of one cell from the stored gate values g, the cell
+// c (and c_prev), dL/dr (dr) and the running dL/dc (dc, updated to dL/dc_prev).
+template <bool kPrev>
+void cell_bwd_impl(const float* __restrict gi, const float* __restrict gf, const float* __restrict gc,
+                   const float* __restrict go, const float* __restrict c, const float* __restrict cp,
+                   const float* __restrict dr, float* __restrict di, float* __restrict df, float* __restrict dgc,
+                   float* __restrict dout, float* __restrict dc, i64 H) {
+  for (i64 j = 0; j < H; ++j) {
+    const float ig = gi[j], fg = gf[j], gg = gc[j], og = go[j];
+    const float tc = fast_tanh(c[j]);
+    const float dcv = dc[j] + dr[j] * og * (1.f - tc * tc);
+    const float cpv = kPrev ? cp[j] : 0.f;
+    di[j] = dcv * gg * ig * (1.f - ig);
+    df[j] = dcv * cpv * fg * (1.f - fg);
+    dgc[j] = dcv * ig * (1.f - gg * gg);
+    dout[j] = dr[j] * tc * og * (1.f - og);
+    dc[j] = dcv * fg;
+  }
+}
+
+void cell_bwd(const float* g, const float* c, const float* cp, const float* dr, float* dg, float* dc, i64 H) {
+  if (cp) cell_bwd_impl<true>(g, g + H, g + 2 * H, g + 3 * H, c, cp, dr, dg, dg + H, dg + 2 * H, dg + 3 * H, dc, H);
+  else cell_bwd_impl<false>(g, g + H, g + 2 * H, g + 3 * H, c, cp, dr, dg, dg + H, dg + 2 * H, dg + 3 * H, dc, H);
+}
+
+}  // namespace
 
 void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_ih, const float* w_hh,
               const float* b_ih, const float* b_hh, const float* w_hr, float* y, float* hn, float* cn,
@@ -63,22 +119,9 @@ void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_i
 
     for (i64 b = 0; b < B; ++b) {
       float* g = gt + b * G;
-      float* c = ct + b * H;
       const float* cp = t > 0 ? cells + ((t - 1) * B + b) * H : (c0 ? c0 + b * H : nullptr);
       float* out = proj ? hraw + (t * B + b) * H : y + (b * T + t) * P;
-      for (i64 j = 0; j < H; ++j) {
-        const float ig = sigmoid(g[j]);
-        const float fg = sigmoid(g[H + j]);
-        const float gg = tanh_f(g[2 * H + j]);
-        const float og = sigmoid(g[3 * H + j]);
-        g[j] = ig;
-        g[H + j] = fg;
-        g[2 * H + j] = gg;
-        g[3 * H + j] = og;
-        const float cv = (cp ? fg * cp[j] : 0.f) + ig * gg;
-        c[j] = cv;
-        out[j] = og * tanh_f(cv);
-      }
+      cell_fwd(g, cp, ct + b * H, out, H);
     }
     // h_t = r_t W_hr^T
     if (proj) gemm_strided(hraw + t * B * H, H, 1, w_hr, 1, H, y + t * P, T * P, B, P, H, false);
@@ -134,23 +177,8 @@ void lstm_bwd(const float* dy, const float* dhn, const float* dcn, const float* 
     const float* gt = gates + t * B * G;
     float* dgt = dG + t * B * G;
     for (i64 b = 0; b < B; ++b) {
-      const float* g = gt + b * G;
-      const float* c = cells + (t * B + b) * H;
       const float* cp = t > 0 ? cells + ((t - 1) * B + b) * H : (c0 ? c0 + b * H : nullptr);
-      const float* dr_b = drt + b * H;
-      float* dg = dgt + b * G;
-      float* dcb = dc + b * H;
-      for (i64 j = 0; j < H; ++j) {
-        const float ig = g[j], fg = g[H + j], gg = g[2 * H + j], og = g[3 * H + j];
-        const float tc = tanh_f(c[j]);
-        const float dcv = dcb[j] + dr_b[j] * og * (1.f - tc * tc);
-        const float cpv = cp ? cp[j] : 0.f;
-        dg[j] = dcv * gg * ig * (1.f - ig);
-        dg[H + j] = dcv * cpv * fg * (1.f - fg);
-        dg[2 * H + j] = dcv * ig * (1.f - gg * gg);
-        dg[3 * H + j] = dr_b[j] * tc * og * (1.f - og);
-        dcb[j] = dcv * fg;
-      }
+      cell_bwd(gt + b * G, cells + (t * B + b) * H, cp, drt + b * H, dgt + b * G, dc + b * H, H);
     }
 
     // recurrent part of dh_{t-1} = dG_t W_hh  (at t == 0: dh0)
