@@ -86,9 +86,21 @@ void create(Device& d, const Program& p) {
   VkPhysicalDeviceProperties props;
   vkGetPhysicalDeviceProperties(d.gpu, &props);
   d.name = props.deviceName;
-  if (static_cast<uint64_t>(p.memory_bytes) > props.limits.maxStorageBufferRange)
-    throw Failed{"the step needs " + std::to_string(p.memory_bytes) + " bytes of Vulkan memory in one buffer; " +
-                 d.name + " binds at most " + std::to_string(props.limits.maxStorageBufferRange)};
+  const VkPhysicalDeviceLimits& lim = props.limits;
+  if (static_cast<uint32_t>(p.n_windows) > lim.maxPerStageDescriptorStorageBuffers)
+    throw Failed{"the step's shaders bind " + std::to_string(p.n_windows) + " storage buffers; " + d.name +
+                 " allows " + std::to_string(lim.maxPerStageDescriptorStorageBuffers) +
+                 " (rebuild with a larger POCK_VK_MAX_BUFFER_BYTES if it binds more bytes per buffer)"};
+  for (int32_t k = 0; k < p.n_windows; ++k) {
+    const Window& w = p.windows[k];
+    if (static_cast<uint64_t>(w.size) > lim.maxStorageBufferRange)
+      throw Failed{"the step needs " + std::to_string(w.size) + " bytes of Vulkan memory in one buffer binding; " +
+                   d.name + " binds at most " + std::to_string(lim.maxStorageBufferRange) +
+                   " (rebuild with POCK_VK_MAX_BUFFER_BYTES=" + std::to_string(lim.maxStorageBufferRange) + ")"};
+    if (w.offset % static_cast<int64_t>(lim.minStorageBufferOffsetAlignment ? lim.minStorageBufferOffsetAlignment : 1))
+      throw Failed{"a Vulkan buffer binding starts at byte " + std::to_string(w.offset) + ", not a multiple of " +
+                   d.name + "'s minStorageBufferOffsetAlignment " + std::to_string(lim.minStorageBufferOffsetAlignment)};
+  }
 
   float prio = 1.0f;
   VkDeviceQueueCreateInfo qci{VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO};
@@ -126,11 +138,15 @@ void create(Device& d, const Program& p) {
   d.mapped = static_cast<uint8_t*>(mapped);
   std::memset(d.mapped, 0, static_cast<size_t>(bci.size));
 
-  // One descriptor set (the buffer) and one pipeline layout (128 bytes of push constants) for every shader.
-  VkDescriptorSetLayoutBinding bind{0, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
+  // One descriptor set (a binding per window of the buffer) and one pipeline layout
+  // (128 bytes of push constants) for every shader.
+  const uint32_t nw = static_cast<uint32_t>(p.n_windows > 0 ? p.n_windows : 1);
+  std::vector<VkDescriptorSetLayoutBinding> binds(nw);
+  for (uint32_t k = 0; k < nw; ++k)
+    binds[k] = {k, VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1, VK_SHADER_STAGE_COMPUTE_BIT, nullptr};
   VkDescriptorSetLayoutCreateInfo sli{VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO};
-  sli.bindingCount = 1;
-  sli.pBindings = &bind;
+  sli.bindingCount = nw;
+  sli.pBindings = binds.data();
   check(vkCreateDescriptorSetLayout(d.device, &sli, nullptr, &d.set_layout), "vkCreateDescriptorSetLayout");
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, 128};
   VkPipelineLayoutCreateInfo pli{VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO};
@@ -139,7 +155,7 @@ void create(Device& d, const Program& p) {
   pli.pushConstantRangeCount = 1;
   pli.pPushConstantRanges = &range;
   check(vkCreatePipelineLayout(d.device, &pli, nullptr, &d.layout), "vkCreatePipelineLayout");
-  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, 1};
+  VkDescriptorPoolSize ps{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, nw};
   VkDescriptorPoolCreateInfo dpi{VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO};
   dpi.maxSets = 1;
   dpi.poolSizeCount = 1;
@@ -150,12 +166,16 @@ void create(Device& d, const Program& p) {
   dai.descriptorSetCount = 1;
   dai.pSetLayouts = &d.set_layout;
   check(vkAllocateDescriptorSets(d.device, &dai, &d.set), "vkAllocateDescriptorSets");
-  VkDescriptorBufferInfo dbi{d.buffer, 0, VK_WHOLE_SIZE};
+  std::vector<VkDescriptorBufferInfo> dbi(nw, VkDescriptorBufferInfo{d.buffer, 0, VK_WHOLE_SIZE});
+  for (int32_t k = 0; k < p.n_windows; ++k)
+    dbi[static_cast<size_t>(k)] = {d.buffer, static_cast<VkDeviceSize>(p.windows[k].offset),
+                                   static_cast<VkDeviceSize>(p.windows[k].size)};
   VkWriteDescriptorSet w{VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET};
   w.dstSet = d.set;
-  w.descriptorCount = 1;
+  w.dstBinding = 0;
+  w.descriptorCount = nw;  // consecutive bindings 0..nw-1, one descriptor each
   w.descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
-  w.pBufferInfo = &dbi;
+  w.pBufferInfo = dbi.data();
   vkUpdateDescriptorSets(d.device, 1, &w, 0, nullptr);
 
   for (int32_t i = 0; i < p.n_shaders; ++i) {

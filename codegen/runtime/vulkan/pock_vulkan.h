@@ -5,7 +5,9 @@
 // laid out by the compiler as [scalars | device arena | state mirror].  Every
 // run of consecutive Vulkan nodes (a segment) is one command buffer, recorded
 // once when the device opens and re-submitted every step; a shader finds its
-// operands through push constants (word offsets into the one buffer).  The
+// operands through push constants (word offsets).  The shaders see the buffer
+// through one binding per window (a byte range within maxStorageBufferRange;
+// several when the step needs more than one binding covers, see common.glsl).  The
 // host moves data in and out with memcpy at the step's transfer nodes.
 #pragma once
 #include <cstdint>
@@ -29,6 +31,10 @@ struct Segment {           // dispatches [first, first + count) in one command b
   int32_t first, count;
 };
 
+struct Window {            // one storage-buffer binding: bytes [offset, offset + size) of the buffer
+  int64_t offset, size;
+};
+
 struct Program {
   const Shader* shaders;
   int32_t n_shaders;
@@ -37,6 +43,8 @@ struct Program {
   const Segment* segments;
   int32_t n_segments;
   int64_t memory_bytes;    // the one device buffer
+  const Window* windows;   // binding k of every shader is windows[k]
+  int32_t n_windows;
 };
 
 struct Device;

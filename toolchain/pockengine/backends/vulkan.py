@@ -413,6 +413,33 @@ def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
 
+WINDOW_SHIFT = 28  # common.glsl: an operand is (window << 28) | word when there are several windows
+WINDOW_ALIGN = 256  # the largest minStorageBufferOffsetAlignment the Vulkan spec allows
+
+
+def plan_windows(extents, total: int, limit: int):
+    """Windows [(offset, size)] over D's `total` bytes, each at most `limit` bytes and starting
+    WINDOW_ALIGN-aligned (a multiple of any device's minStorageBufferOffsetAlignment), so that every extent
+    (start, end, name) lies inside one; and {(start, end): window}.  One window [0, total) when
+    it fits.  Windows may overlap; window 0 starts at 0 (the scalars)."""
+    from ..build.vulkan import MAX_WINDOWS
+    if total <= limit:
+        return [(0, total)], {(a, b): 0 for a, b, _ in extents}
+    starts, window_of = [0], {}
+    for a, b, name in sorted(set(extents)):
+        if b - starts[-1] > limit:
+            starts.append(a // WINDOW_ALIGN * WINDOW_ALIGN)
+        if b - starts[-1] > limit:
+            raise PockError(f"tensor '{name}' ({b - a} bytes) does not fit one Vulkan buffer binding of "
+                            f"{limit} bytes (POCK_VK_MAX_BUFFER_BYTES; at most 2**30)")
+        window_of[(a, b)] = len(starts) - 1
+    if len(starts) > MAX_WINDOWS:
+        raise PockError(f"the step needs {len(starts)} Vulkan buffer bindings of at most {limit} bytes for its "
+                        f"{total} bytes; the shaders bind at most {MAX_WINDOWS} (raise POCK_VK_MAX_BUFFER_BYTES "
+                        f"where the device binds more)")
+    return [(s, min(s + limit, total) - s) for s in starts], window_of
+
+
 def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
     """The program's training step partitioned over `backends`: by the cost model when one
     is given, else every node Vulkan has a shader for goes to Vulkan."""
@@ -436,11 +463,33 @@ def render(prog, part):
     state_base = arena_base + _align(dev.arena_bytes if dev else 0)
     device_bytes = state_base + max(prog.state_bytes, 64)
 
-    def word(v: Value) -> int:
+    def word(v: Value) -> int:  # D's word of v, as the host sees it
         r = root_of(v)
         if r.in_state:
             return (state_base + so[r.name]) // 4
         return (arena_base + dev.offset(v)) // 4
+
+    def extent(v: Value) -> tuple[int, int, str]:  # bytes of D that v's storage (its root) spans
+        r = root_of(v)
+        return (4 * word(r), 4 * word(r) + r.nbytes, r.name)
+
+    # The shaders' view of D: windows of at most window_bytes() each (every tensor inside one).
+    from ..build.vulkan import compile_shader, window_bytes
+    used: dict[int, Value] = {}
+
+    def record(v: Value) -> int:
+        used[id(v)] = v
+        return 0
+
+    probe = VkEmit(record)
+    for n in pg.nodes:
+        if part.backend[id(n)] == "vulkan" and n.op not in ("transfer", "state_transfer"):
+            probe.node(n)
+    windows, window_of = plan_windows([extent(v) for v in used.values()], device_bytes, window_bytes())
+
+    def shader_word(v: Value) -> int:  # (window << 28) | word in that window; just D's word with one window
+        w = window_of[extent(v)[:2]]
+        return (w << WINDOW_SHIFT) | (word(v) - windows[w][0] // 4)
 
     def host_ptr(v: Value) -> str:
         r = root_of(v)
@@ -450,7 +499,7 @@ def render(prog, part):
         def adamw_slot(self, n):
             return ADAMW_SLOT0 + 8 * adamw_nodes.index(n)
 
-    vk, cpu = Emitter(word), Emit(host.offset, so)
+    vk, cpu = Emitter(shader_word), Emit(host.offset, so)
     shaders: list[str] = []
     dispatches, segments, blocks = [], [], []
     pending = 0  # dispatches recorded since the last submission
@@ -507,8 +556,7 @@ def render(prog, part):
     # End-of-step state copies back were placed after the last Vulkan node by the partitioner;
     # a flush before them happened above (they are host-side nodes).
 
-    from ..build.vulkan import compile_shader
-    shader_rows = [{"name": s, "words": compile_shader(s)} for s in shaders]
+    shader_rows = [{"name": s, "words": compile_shader(s, len(windows))} for s in shaders]
     state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
               "offset": so[v.name], "nbytes": v.nbytes}
              for v in sorted(prog.state.values(), key=lambda v: so[v.name])]
@@ -530,6 +578,7 @@ def render(prog, part):
         "loss_offset": host.offset(pg.loss), "default_lr": repr(float(prog.optimizer.lr)),
         "partition_summary": ", ".join(f"{b} {len(part.nodes_on(b))} nodes" for b in part.backends),
         "device_arena_base": arena_base, "device_state_base": state_base, "device_bytes": device_bytes,
+        "windows": windows,
         "shaders": shader_rows, "dispatches": dispatches, "segments": segments, "adamw": adamw,
     }
     template = _env().get_template("model_vulkan.cpp.j2")

@@ -46,11 +46,11 @@ float act(float v) {
 void main() {
   uint c = gl_WorkGroupID.x, t = gl_LocalInvocationID.x, mode = pc.p[0];
   uint cnt = pc.p[11] * pc.p[13];
-  float wc = pc.p[2] == NONE ? 1.0 : F[pc.p[2] + c];
+  float wc = pc.p[2] == NONE ? 1.0 : ldf(pc.p[2] + c);
   uint x = pc.p[1], y = pc.p[6], dy = pc.p[17];
   if (mode == 0u) {
     vec2 s = vec2(0.0);
-    for (uint i = t; i < cnt; i += 64u) kadd(s, F[x + at(i, c)]);
+    for (uint i = t; i < cnt; i += 64u) kadd(s, ldf(x + at(i, c)));
     red_a[t] = s;
     red_b[t] = vec2(0.0);
     reduce2(t);
@@ -58,7 +58,7 @@ void main() {
     barrier();
     vec2 q = vec2(0.0);
     for (uint i = t; i < cnt; i += 64u) {
-      float d = F[x + at(i, c)] - mean;
+      float d = ldf(x + at(i, c)) - mean;
       kadd(q, d * d);
     }
     red_a[t] = q;
@@ -68,55 +68,55 @@ void main() {
       float var = cnt > 0u ? sq / float(cnt) : 0.0;
       float invstd = 1.0 / sqrt(var + pf(15));
       float m = pf(14);
-      if (pc.p[7] != NONE) F[pc.p[7] + c] = mean;
-      if (pc.p[8] != NONE) F[pc.p[8] + c] = invstd;
-      if (pc.p[4] != NONE && pc.p[9] != NONE) F[pc.p[9] + c] = (1.0 - m) * F[pc.p[4] + c] + m * mean;
+      if (pc.p[7] != NONE) stf(pc.p[7] + c, mean);
+      if (pc.p[8] != NONE) stf(pc.p[8] + c, invstd);
+      if (pc.p[4] != NONE && pc.p[9] != NONE) stf(pc.p[9] + c, (1.0 - m) * ldf(pc.p[4] + c) + m * mean);
       if (pc.p[5] != NONE && pc.p[10] != NONE) {
         float unbiased = cnt > 1u ? sq / float(cnt - 1u) : var;
-        F[pc.p[10] + c] = (1.0 - m) * F[pc.p[5] + c] + m * unbiased;
+        stf(pc.p[10] + c, (1.0 - m) * ldf(pc.p[5] + c) + m * unbiased);
       }
       float scale = invstd * wc;
       bc[0] = scale;
-      bc[1] = (pc.p[3] == NONE ? 0.0 : F[pc.p[3] + c]) - mean * scale;
+      bc[1] = (pc.p[3] == NONE ? 0.0 : ldf(pc.p[3] + c)) - mean * scale;
     }
     barrier();
-    for (uint i = t; i < cnt; i += 64u) F[y + at(i, c)] = act(F[x + at(i, c)] * bc[0] + bc[1]);
+    for (uint i = t; i < cnt; i += 64u) stf(y + at(i, c), act(ldf(x + at(i, c)) * bc[0] + bc[1]));
     return;
   }
   if (mode == 2u) {
-    float invstd = 1.0 / sqrt(F[pc.p[5] + c] + pf(15));
+    float invstd = 1.0 / sqrt(ldf(pc.p[5] + c) + pf(15));
     float scale = invstd * wc;
-    float shift = (pc.p[3] == NONE ? 0.0 : F[pc.p[3] + c]) - F[pc.p[4] + c] * scale;
-    for (uint i = t; i < cnt; i += 64u) F[y + at(i, c)] = act(F[x + at(i, c)] * scale + shift);
+    float shift = (pc.p[3] == NONE ? 0.0 : ldf(pc.p[3] + c)) - ldf(pc.p[4] + c) * scale;
+    for (uint i = t; i < cnt; i += 64u) stf(y + at(i, c), act(ldf(x + at(i, c)) * scale + shift));
     return;
   }
   // backward: sums of dy and dy * (x - mean) over the channel
-  float mu = mode == 1u ? F[pc.p[7] + c] : F[pc.p[4] + c];
-  float invstd = mode == 1u ? F[pc.p[8] + c] : 1.0 / sqrt(F[pc.p[5] + c] + pf(15));
+  float mu = mode == 1u ? ldf(pc.p[7] + c) : ldf(pc.p[4] + c);
+  float invstd = mode == 1u ? ldf(pc.p[8] + c) : 1.0 / sqrt(ldf(pc.p[5] + c) + pf(15));
   vec2 a = vec2(0.0), b = vec2(0.0);
   for (uint i = t; i < cnt; i += 64u) {
     uint k = at(i, c);
-    kadd(a, F[dy + k]);
-    kadd(b, F[dy + k] * (F[x + k] - mu));
+    kadd(a, ldf(dy + k));
+    kadd(b, ldf(dy + k) * (ldf(x + k) - mu));
   }
   red_a[t] = a;
   red_b[t] = b;
   reduce2(t);
   float sum_dy = kval(red_a[0]), sum_dy_xmu = kval(red_b[0]);
   if (t == 0u) {
-    if (pc.p[18] != NONE) F[pc.p[18] + c] = sum_dy_xmu * invstd;
-    if (pc.p[19] != NONE) F[pc.p[19] + c] = sum_dy;
+    if (pc.p[18] != NONE) stf(pc.p[18] + c, sum_dy_xmu * invstd);
+    if (pc.p[19] != NONE) stf(pc.p[19] + c, sum_dy);
   }
   if (y == NONE || cnt == 0u) return;
   float gain = wc * invstd;
   if (mode == 3u) {
-    for (uint i = t; i < cnt; i += 64u) F[y + at(i, c)] = F[dy + at(i, c)] * gain;
+    for (uint i = t; i < cnt; i += 64u) stf(y + at(i, c), ldf(dy + at(i, c)) * gain);
     return;
   }
   float mean_dy = sum_dy / float(cnt);
   float k = sum_dy_xmu / float(cnt) * invstd * invstd;
   for (uint i = t; i < cnt; i += 64u) {
     uint j = at(i, c);
-    F[y + j] = (F[dy + j] - mean_dy - (F[x + j] - mu) * k) * gain;
+    stf(y + j, (ldf(dy + j) - mean_dy - (ldf(x + j) - mu) * k) * gain);
   }
 }

@@ -16,12 +16,12 @@ void main() {
     ia += c * pc.p[11 + d];
     ib += c * pc.p[17 + d];
   }
-  float a = F[ia], b = F[ib], y;
+  float a = ldf(ia), b = ldf(ib), y;
   switch (pc.p[0]) {
     case 0u: y = a + b; break;
     case 1u: y = a - b; break;
     case 2u: y = a * b; break;
     default: y = a / b; break;
   }
-  F[pc.p[3] + i] = y;
+  stf(pc.p[3] + i, y);
 }

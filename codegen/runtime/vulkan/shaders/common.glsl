@@ -1,14 +1,80 @@
 // common.glsl — what every PockEngine compute shader shares.
 //
-// One storage buffer holds all device memory of a step: [scalars | arena | state].
-// It is bound three times (float, uint and int views of the same bytes); every
-// operand is an offset in 4-byte words, passed as a push constant.  int64 tensors
-// (indices, targets) are read through their low word.
-#extension GL_GOOGLE_include_directive : require
-
+// All device memory of a step is one buffer laid out [scalars | arena | state],
+// seen through POCK_WINDOWS bindings (windows: byte ranges of it, each within
+// maxStorageBufferRange; no tensor straddles two).  Every operand is a word offset
+// passed as a push constant: with one window, a plain word offset into the
+// buffer; with several, (window << 28) | word within that window.  Shaders read
+// and write through ldf/ldu/ldi and stf/stu/sti (float, uint and int views of the same
+// bytes).  int64 tensors (indices, targets) are read through their low word.
+#ifndef POCK_WINDOWS
+#define POCK_WINDOWS 1
+#endif
+#if POCK_WINDOWS == 1
 layout(std430, set = 0, binding = 0) buffer MemF { float F[]; };
 layout(std430, set = 0, binding = 0) buffer MemU { uint U[]; };
 layout(std430, set = 0, binding = 0) buffer MemI { int I[]; };
+#define ldf(x) F[(x)]
+#define ldu(x) U[(x)]
+#define ldi(x) I[(x)]
+#define stf(x, v) F[(x)] = (v)
+#define stu(x, v) U[(x)] = (v)
+#define sti(x, v) I[(x)] = (v)
+#else
+#define POCK_WINDOW(k) \
+  layout(std430, set = 0, binding = k) buffer MemF##k { float F##k[]; }; \
+  layout(std430, set = 0, binding = k) buffer MemU##k { uint U##k[]; }; \
+  layout(std430, set = 0, binding = k) buffer MemI##k { int I##k[]; };
+POCK_WINDOW(0)
+POCK_WINDOW(1)
+#if POCK_WINDOWS > 2
+POCK_WINDOW(2)
+#endif
+#if POCK_WINDOWS > 3
+POCK_WINDOW(3)
+#endif
+#if POCK_WINDOWS > 4
+POCK_WINDOW(4)
+#endif
+#if POCK_WINDOWS > 5
+POCK_WINDOW(5)
+#endif
+#if POCK_WINDOWS > 6
+POCK_WINDOW(6)
+#endif
+#if POCK_WINDOWS > 7
+POCK_WINDOW(7)
+#endif
+#if POCK_WINDOWS > 8
+#error "at most 8 windows"
+#endif
+// One accessor per view: the window's case of a switch (k < POCK_WINDOWS only).
+#define POCK_CASE_LD(A, k) case k: return A##k[w];
+#define POCK_CASE_ST(A, k) case k: A##k[w] = v; return;
+#define POCK_SWITCH(CASE, A) switch (x >> 28) { \
+    CASE(A, 0) CASE(A, 1) POCK_MORE(CASE, A) }
+#if POCK_WINDOWS == 2
+#define POCK_MORE(CASE, A)
+#elif POCK_WINDOWS == 3
+#define POCK_MORE(CASE, A) CASE(A, 2)
+#elif POCK_WINDOWS == 4
+#define POCK_MORE(CASE, A) CASE(A, 2) CASE(A, 3)
+#elif POCK_WINDOWS == 5
+#define POCK_MORE(CASE, A) CASE(A, 2) CASE(A, 3) CASE(A, 4)
+#elif POCK_WINDOWS == 6
+#define POCK_MORE(CASE, A) CASE(A, 2) CASE(A, 3) CASE(A, 4) CASE(A, 5)
+#elif POCK_WINDOWS == 7
+#define POCK_MORE(CASE, A) CASE(A, 2) CASE(A, 3) CASE(A, 4) CASE(A, 5) CASE(A, 6)
+#else
+#define POCK_MORE(CASE, A) CASE(A, 2) CASE(A, 3) CASE(A, 4) CASE(A, 5) CASE(A, 6) CASE(A, 7)
+#endif
+float ldf(uint x) { uint w = x & 0x0FFFFFFFu; POCK_SWITCH(POCK_CASE_LD, F) return 0.0; }
+uint ldu(uint x) { uint w = x & 0x0FFFFFFFu; POCK_SWITCH(POCK_CASE_LD, U) return 0u; }
+int ldi(uint x) { uint w = x & 0x0FFFFFFFu; POCK_SWITCH(POCK_CASE_LD, I) return 0; }
+void stf(uint x, float v) { uint w = x & 0x0FFFFFFFu; POCK_SWITCH(POCK_CASE_ST, F) }
+void stu(uint x, uint v) { uint w = x & 0x0FFFFFFFu; POCK_SWITCH(POCK_CASE_ST, U) }
+void sti(uint x, int v) { uint w = x & 0x0FFFFFFFu; POCK_SWITCH(POCK_CASE_ST, I) }
+#endif
 layout(push_constant) uniform Push { uint p[32]; } pc;
 
 const uint NONE = 0xFFFFFFFFu;  // an absent optional operand
@@ -18,7 +84,7 @@ const uint NONE = 0xFFFFFFFFu;  // an absent optional operand
 #define flat_id() ((gl_WorkGroupID.y * gl_NumWorkGroups.x + gl_WorkGroupID.x) * gl_WorkGroupSize.x + gl_LocalInvocationID.x)
 float pf(int i) { return uintBitsToFloat(pc.p[i]); }
 int pi(int i) { return int(pc.p[i]); }
-int i64lo(uint word) { return I[word]; }  // the value of an int64 that fits 32 bits
+int i64lo(uint word) { return ldi(word); }  // the value of an int64 that fits 32 bits
 
 // e^x as kernels/fast_math.h's fast_exp (Cody-Waite reduction and the Cephes
 // polynomial, within 1 ulp), so activations and losses round like the CPU's.

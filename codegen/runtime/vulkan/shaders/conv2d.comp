@@ -31,11 +31,11 @@ void main() {
         for (int kw = 0; kw < KW; ++kw) {
           int iw = ow * sw - pw + kw * dw;
           if (iw < 0 || iw >= W) continue;
-          acc = fma(F[xp + uint(ih * W + iw)], F[wp + uint(kh * KW + kw)], acc);
+          acc = fma(ldf(xp + uint(ih * W + iw)), ldf(wp + uint(kh * KW + kw)), acc);
         }
       }
     }
-    if (pc.p[3] != NONE) acc += F[pc.p[3] + uint(o)];
+    if (pc.p[3] != NONE) acc += ldf(pc.p[3] + uint(o));
     if (pc.p[21] == 1u) acc = max(acc, 0.0);
     if (pc.p[21] == 2u) acc = clamp(acc, 0.0, 6.0);
   } else if (pc.p[0] == 1u) {
@@ -51,7 +51,7 @@ void main() {
         for (int kw = 0; kw < KW; ++kw) {
           int u = w + pw - kw * dw;
           if (u < 0 || u % sw != 0 || u / sw >= OW) continue;
-          acc = fma(F[dyp + uint(t / sh * OW + u / sw)], F[wp + uint(kh * KW + kw)], acc);
+          acc = fma(ldf(dyp + uint(t / sh * OW + u / sw)), ldf(wp + uint(kh * KW + kw)), acc);
         }
       }
     }
@@ -69,10 +69,10 @@ void main() {
         for (int ow = 0; ow < OW; ++ow) {
           int iw = ow * sw - pw + kw * dw;
           if (iw < 0 || iw >= W) continue;
-          acc = fma(F[dyp + uint(oh * OW + ow)], F[xp + uint(ih * W + iw)], acc);
+          acc = fma(ldf(dyp + uint(oh * OW + ow)), ldf(xp + uint(ih * W + iw)), acc);
         }
       }
     }
   }
-  F[pc.p[4] + id] = acc;
+  stf(pc.p[4] + id, acc);
 }

@@ -12,14 +12,14 @@ void main() {
   uint words = pc.p[24];
   if (pc.p[0] == 1u) {
     if (i >= pc.p[4] * words) return;
-    U[pc.p[2] + i] = (words == 2u && (i & 1u) == 1u) ? ((pc.p[25] & 0x80000000u) != 0u ? NONE : 0u) : pc.p[25];
+    stu(pc.p[2] + i, (words == 2u && (i & 1u) == 1u) ? ((pc.p[25] & 0x80000000u) != 0u ? NONE : 0u) : pc.p[25]);
     return;
   }
   if (pc.p[0] == 2u) {
     if (i >= pc.p[4]) return;
-    uint carry, lo = uaddCarry(U[pc.p[1] + 2u * i], pc.p[25], carry);
-    U[pc.p[2] + 2u * i] = lo;
-    U[pc.p[2] + 2u * i + 1u] = U[pc.p[1] + 2u * i + 1u] + carry + ((pc.p[25] & 0x80000000u) != 0u ? NONE : 0u);
+    uint carry, lo = uaddCarry(ldu(pc.p[1] + 2u * i), pc.p[25], carry);
+    stu(pc.p[2] + 2u * i, lo);
+    stu(pc.p[2] + 2u * i + 1u, ldu(pc.p[1] + 2u * i + 1u) + carry + ((pc.p[25] & 0x80000000u) != 0u ? NONE : 0u));
     return;
   }
   uint n = 1;
@@ -32,5 +32,5 @@ void main() {
     si += c * pc.p[10 + d];
     so += c * pc.p[16 + d];
   }
-  for (uint w = 0; w < words; ++w) U[pc.p[2] + so * words + w] = U[pc.p[1] + si * words + w];
+  for (uint w = 0; w < words; ++w) stu(pc.p[2] + so * words + w, ldu(pc.p[1] + si * words + w));
 }

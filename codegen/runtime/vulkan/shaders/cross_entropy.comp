@@ -16,9 +16,9 @@ bool valid(int t, int C) { return t != pi(6) && t >= 0 && t < C; }
 
 float row_lse(uint row, int C) {
   float m = -1.0 / 0.0;
-  for (int c = 0; c < C; ++c) m = max(m, F[row + c]);
+  for (int c = 0; c < C; ++c) m = max(m, ldf(row + c));
   vec2 s = vec2(0.0);  // compensated: the CPU kernel sums these in double
-  for (int c = 0; c < C; ++c) kadd(s, pexp(F[row + c] - m));
+  for (int c = 0; c < C; ++c) kadd(s, pexp(ldf(row + c) - m));
   return m + log(kval(s));
 }
 
@@ -34,10 +34,10 @@ void main() {
       if (!valid(t, C)) continue;
       uint row = pc.p[1] + i * C;
       float lse = row_lse(row, C);
-      nll += lse - F[row + t];
+      nll += lse - ldf(row + t);
       if (ls != 0.0) {
         vec2 sr = vec2(0.0);
-        for (int c = 0; c < C; ++c) kadd(sr, F[row + c]);
+        for (int c = 0; c < C; ++c) kadd(sr, ldf(row + c));
         smo += C * lse - kval(sr);
       }
       ++cnt;
@@ -50,7 +50,7 @@ void main() {
       float a = 0.0, b = 0.0;
       uint k = 0;
       for (int j = 0; j < 64; ++j) { a += s_nll[j]; b += s_smo[j]; k += s_cnt[j]; }
-      F[pc.p[3]] = k == 0u ? 0.0 : ((1.0 - ls) * a + ls / C * b) / float(k);
+      stf(pc.p[3], k == 0u ? 0.0 : ((1.0 - ls) * a + ls / C * b) / float(k));
     }
     return;
   }
@@ -61,12 +61,12 @@ void main() {
   uint d = pc.p[3] + i * C, row = pc.p[1] + i * C;
   int t = i64lo(pc.p[2] + 2 * i);
   if (cnt == 0u || !valid(t, C)) {
-    for (int c = 0; c < C; ++c) F[d + c] = 0.0;
+    for (int c = 0; c < C; ++c) stf(d + c, 0.0);
     return;
   }
-  float g = F[pc.p[8]] / float(cnt);
+  float g = ldf(pc.p[8]) / float(cnt);
   float off = g * ls / float(C), on = g * (1.0 - ls);
   float lse = row_lse(row, C);
-  for (int c = 0; c < C; ++c) F[d + c] = g * pexp(F[row + c] - lse) - off;
-  F[d + t] -= on;
+  for (int c = 0; c < C; ++c) stf(d + c, g * pexp(ldf(row + c) - lse) - off);
+  stf(d + t, ldf(d + t) - (on));
 }

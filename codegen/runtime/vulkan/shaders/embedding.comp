@@ -12,7 +12,7 @@ void main() {
   if (pc.p[0] == 0u) {
     if (e >= n * D) return;
     uint i = e / D, d = e % D;
-    F[pc.p[3] + e] = F[pc.p[1] + uint(i64lo(pc.p[2] + 2 * i)) * D + d];
+    stf(pc.p[3] + e, ldf(pc.p[1] + uint(i64lo(pc.p[2] + 2 * i)) * D + d));
     return;
   }
   if (e >= V * k) return;
@@ -21,6 +21,6 @@ void main() {
   float acc = 0.0;
   if (v != pi(8))
     for (uint i = 0; i < n; ++i)
-      if (i64lo(pc.p[2] + 2 * i) == v) acc += F[pc.p[9] + i * D + j];
-  F[pc.p[10] + e] = acc;
+      if (i64lo(pc.p[2] + 2 * i) == v) acc += ldf(pc.p[9] + i * D + j);
+  stf(pc.p[10] + e, acc);
 }

@@ -16,11 +16,11 @@ void main() {
   uint a = pc.p[0] + z * pc.p[13] + i * pc.p[1];
   uint b = pc.p[3] + z * pc.p[14] + j * pc.p[5];
   float acc = 0.0;
-  for (uint k = 0; k < pc.p[10]; ++k) acc = fma(F[a + k * pc.p[2]], F[b + k * pc.p[4]], acc);
+  for (uint k = 0; k < pc.p[10]; ++k) acc = fma(ldf(a + k * pc.p[2]), ldf(b + k * pc.p[4]), acc);
   uint c = pc.p[6] + z * pc.p[15] + i * pc.p[7] + j;
-  if (pc.p[16] != 0u) acc += F[c];
-  if (pc.p[11] != NONE) acc += F[pc.p[11] + j];
+  if (pc.p[16] != 0u) acc += ldf(c);
+  if (pc.p[11] != NONE) acc += ldf(pc.p[11] + j);
   if (pc.p[12] == 1u) acc = max(acc, 0.0);
   if (pc.p[12] == 2u) acc = clamp(acc, 0.0, 6.0);
-  F[c] = acc;
+  stf(c, acc);
 }

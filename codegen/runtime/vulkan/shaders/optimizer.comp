@@ -13,27 +13,27 @@ void main() {
   if (e >= pc.p[5] * inner) return;
   uint o = e / inner, j = e % inner;
   uint ip = pc.p[1] + o * pc.p[7] + j, ig = pc.p[2] + e;
-  float p = F[ip], g = F[ig];
+  float p = ldf(ip), g = ldf(ig);
   if (pc.p[0] == 0u) {  // torch.optim.SGD
-    float lr = F[0], mom = pf(8), wd = pf(10);
+    float lr = ldf(0), mom = pf(8), wd = pf(10);
     float d = wd != 0.0 ? g + wd * p : g;
     if (mom != 0.0) {
       uint ib = pc.p[3] + e;
-      float b = I[1] == 0 ? d : F[ib] * mom + pf(9) * d;
-      F[ib] = b;
+      float b = ldi(1) == 0 ? d : ldf(ib) * mom + pf(9) * d;
+      stf(ib, b);
       d = pc.p[11] != 0u ? d + mom * b : b;
     }
-    F[ip] = p - lr * d;
+    stf(ip, p - lr * d);
     return;
   }
   uint s = pc.p[8];  // torch.optim.AdamW
-  float neg_step = F[s], bc2_sqrt = F[s + 1], decay = F[s + 2], w = F[s + 3], w_c = F[s + 4];
-  float f2 = F[s + 5], fb2 = F[s + 6], eps = F[s + 7];
+  float neg_step = ldf(s), bc2_sqrt = ldf(s + 1), decay = ldf(s + 2), w = ldf(s + 3), w_c = ldf(s + 4);
+  float f2 = ldf(s + 5), fb2 = ldf(s + 6), eps = ldf(s + 7);
   uint im = pc.p[3] + e, iv = pc.p[4] + e;
-  float m = F[im];
+  float m = ldf(im);
   m = w < 0.5 ? m + w * (g - m) : g - (g - m) * w_c;
-  float v = F[iv] * fb2 + f2 * g * g;
-  F[im] = m;
-  F[iv] = v;
-  F[ip] = p * decay + neg_step * (m / (sqrt(v) / bc2_sqrt + eps));
+  float v = ldf(iv) * fb2 + f2 * g * g;
+  stf(im, m);
+  stf(iv, v);
+  stf(ip, p * decay + neg_step * (m / (sqrt(v) / bc2_sqrt + eps)));
 }

@@ -75,7 +75,7 @@ void main() {
   uint i = flat_id();
   if (i >= pc.p[4]) return;
   uint op = pc.p[0];
-  float y = op < 32u ? forward(op, F[pc.p[1] + i], pf(5), pf(6))
-                     : backward(op, F[pc.p[1] + i], F[pc.p[2] + i], pf(5), pf(6));
-  F[pc.p[3] + i] = y;
+  float y = op < 32u ? forward(op, ldf(pc.p[1] + i), pf(5), pf(6))
+                     : backward(op, ldf(pc.p[1] + i), ldf(pc.p[2] + i), pf(5), pf(6));
+  stf(pc.p[3] + i, y);
 }

@@ -47,11 +47,11 @@ void main() {
       float best = uintBitsToFloat(0xFF800000u);
       for (int h = h0; h < h1; h += dh)
         for (int w = w0; w < w1; w += dw) {
-          float v = F[xp + uint(h * W + w)];
+          float v = ldf(xp + uint(h * W + w));
           if (v > best || isnan(v)) { best = v; best_i = h * W + w; }
         }
       out_ = best;
-      I[pc.p[4] + id] = best_i;
+      sti(pc.p[4] + id, best_i);
     } else if (mode == 2u) {
       float div;
       vec4 win = avg_window(oh, ow, div);
@@ -59,17 +59,17 @@ void main() {
       if (h0 < h1 && w0 < w1) {
         float s = 0.0;
         for (int h = h0; h < h1; ++h)
-          for (int w = w0; w < w1; ++w) s += F[xp + uint(h * W + w)];
+          for (int w = w0; w < w1; ++w) s += ldf(xp + uint(h * W + w));
         out_ = s / div;
       }
     } else {
       int h0 = astart(oh, H, OH), h1 = aend(oh, H, OH), w0 = astart(ow, W, OW), w1 = aend(ow, W, OW);
       float s = 0.0;
       for (int h = h0; h < h1; ++h)
-        for (int w = w0; w < w1; ++w) s += F[xp + uint(h * W + w)];
+        for (int w = w0; w < w1; ++w) s += ldf(xp + uint(h * W + w));
       out_ = s / float(h1 - h0) / float(w1 - w0);
     }
-    F[pc.p[3] + id] = out_;
+    stf(pc.p[3] + id, out_);
     return;
   }
   int h = r / W, w = r % W;
@@ -88,15 +88,15 @@ void main() {
     for (int ow = ow0; ow <= ow1; ++ow) {
       uint o = uint(oh * OW + ow);
       if (mode == 1u) {
-        if (I[pc.p[2] + plane * uint(OH * OW) + o] == r) acc += F[dyp + o];
+        if (ldi(pc.p[2] + plane * uint(OH * OW) + o) == r) acc += ldf(dyp + o);
       } else if (mode == 3u) {
         float div;
         vec4 win = avg_window(oh, ow, div);
-        if (float(h) >= win.x && float(h) < win.y && float(w) >= win.z && float(w) < win.w) acc += F[dyp + o] / div;
+        if (float(h) >= win.x && float(h) < win.y && float(w) >= win.z && float(w) < win.w) acc += ldf(dyp + o) / div;
       } else {
         if (astart(oh, H, OH) <= h && h < aend(oh, H, OH) && astart(ow, W, OW) <= w && w < aend(ow, W, OW))
-          acc += F[dyp + o] / float((aend(oh, H, OH) - astart(oh, H, OH)) * (aend(ow, W, OW) - astart(ow, W, OW)));
+          acc += ldf(dyp + o) / float((aend(oh, H, OH) - astart(oh, H, OH)) * (aend(ow, W, OW) - astart(ow, W, OW)));
       }
     }
-  F[pc.p[3] + id] = acc;
+  stf(pc.p[3] + id, acc);
 }

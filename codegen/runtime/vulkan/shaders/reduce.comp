@@ -29,7 +29,7 @@ void main() {
       off += (rr % pc.p[3 + d]) * st[d];
       rr /= pc.p[3 + d];
     }
-    kadd(acc, F[pc.p[0] + off]);
+    kadd(acc, ldf(pc.p[0] + off));
   }
-  F[pc.p[1] + o] = kval(acc) * pf(10);
+  stf(pc.p[1] + o, kval(acc) * pf(10));
 }
