@@ -265,8 +265,21 @@ def _lstm_bwd(i, a):
             ((t * b * 4 * h + b * h + (t * b * p + b * h if p != h else b * p),), "f32")]  # lstm_bwd_scratch_floats
 
 
+def _lstm_bwd_flops(i, o, a):
+    """What the kernel computes: backpropagation through time (always: dh through W_hh and,
+    with a projection, W_hr; the gate math), plus dx and each weight gradient's [:, :k] only
+    when wanted (o[0] absent: no dx; k_* = 0: no weight gradient)."""
+    b, t, n_in = i[3].shape
+    h, p, g = a["hidden"], a["proj"], 4 * a["hidden"]
+    bt = b * t
+    total = 2 * bt * g * p + (2 * bt * p * h if p != h else 0) + 12 * bt * h
+    total += 2 * bt * g * n_in if o[0] is not None else 0
+    total += 2 * bt * g * (a["k_ih"] + a["k_hh"]) + 2 * bt * p * a["k_hr"]
+    return total
+
+
 _op("lstm", _lstm, _lstm_flops)
-_op("lstm_bwd", _lstm_bwd, lambda i, o, a: 2 * _lstm_flops(i[3:4], o, a))
+_op("lstm_bwd", _lstm_bwd, _lstm_bwd_flops)
 
 
 def _gru(i, a):

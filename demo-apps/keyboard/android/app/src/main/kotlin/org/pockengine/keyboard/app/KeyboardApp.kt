@@ -1,11 +1,9 @@
 package org.pockengine.keyboard.app
 
-import ai.pockengine.PockTensor
 import ai.pockengine.PockTrainer
 import android.app.Application
 import org.pockengine.keyboard.CompiledShape
 import org.pockengine.keyboard.FileBlobStore
-import org.pockengine.keyboard.NextWordModel
 import org.pockengine.keyboard.Personalizer
 import org.pockengine.keyboard.StepTrainer
 import org.pockengine.keyboard.SuggestionRanker
@@ -38,17 +36,10 @@ class KeyboardApp : Application() {
         }
     }
 
+    /** predict/step of [trainer] at the compiled shape (PockKeyboardModel.kt, shared with the JVM test). */
+    private val model by lazy { PockKeyboardModel(CompiledShape(BATCH, SEQ, tokenizer.size)) { trainer() } }
     val ranker by lazy { SuggestionRanker(tokenizer, model, maxContext = SEQ) }
-
-    private val shape by lazy { CompiledShape(BATCH, SEQ, tokenizer.size) }
-    private val model = NextWordModel { context ->
-        val ids = shape.input(context).map { it.toLong() }.toLongArray()
-        shape.nextLogits(trainer().predict(PockTensor.of(ids, BATCH, SEQ)).toFloatArray(), context)
-    }
-    val stepTrainer = StepTrainer { x, y ->
-        trainer().step(PockTensor.of(x.map { it.toLong() }.toLongArray(), BATCH, SEQ),
-            PockTensor.of(y.map { it.toLong() }.toLongArray(), BATCH, SEQ))
-    }
+    val stepTrainer: StepTrainer get() = model
 
     /** "Forget what I typed": buffer, stats and the personalized weights. */
     @Synchronized
