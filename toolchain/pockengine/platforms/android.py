@@ -233,16 +233,12 @@ def build_host_jni_library(model_cpp: Path, out_dir: Path) -> Path:
 
 
 def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None) -> Path:
-    """out/bundle: model.json + the initial weights, saved by a host build of the
-    program; with a frozen prefix, also its QNN context binary for `soc` and ONNX
-    fallback under prefix/, recorded in manifest["prefix"]."""
+    """out/bundle: model.json + the initial weights (written without building for this
+    host); with a frozen prefix, also its QNN context binary for `soc` and ONNX fallback
+    under prefix/, recorded in manifest["prefix"]."""
     from ..bundle import write_bundle
-    weights = out / f"{prog.name}.pockckpt"
-    trainer = prog.build_cpu(out / "host-build")
-    try:
-        trainer.save(str(weights))
-    finally:
-        trainer.close()
+    from ..checkpoint import write_initial_checkpoint
+    weights = write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt")
     entry = None
     if prefix is not None:
         from ..backends.htp import export_htp_prefix

@@ -34,9 +34,8 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
-
 from ..build.host import _digest, _produce, cache_dir, runtime_dir, runtime_sources
+from ..checkpoint import write_initial_checkpoint
 from ..errors import PockError
 from .macho import CPU_ARM64, CPU_X86_64, write_fat
 
@@ -92,23 +91,6 @@ def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, f
 
 
 # -- the model bundle -----------------------------------------------------------------
-
-_KINDS = {"param": "param", "buffer": "buffer", "opt_state": "optimizer_state", "const": "constant"}
-_NP = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
-
-
-def write_initial_checkpoint(prog, path: Path) -> Path:
-    """The initial state in pock_save's format, without building for this host: what
-    prog.build_cpu() + trainer.save(path) writes (state data, zeros elsewhere, step 0)."""
-    from ..checkpoint import Checkpoint, write_checkpoint
-    prog.source()  # fixes prog.hash
-    tensors = {}
-    for name, v in prog.state.items():
-        data = np.zeros(v.shape, _NP[v.dtype]) if v.data is None else np.asarray(v.data, _NP[v.dtype])
-        tensors[name] = (_KINDS[v.kind], data.reshape(v.shape))
-    write_checkpoint(path, Checkpoint(prog.hash, 0, float(prog.optimizer.lr), tensors))
-    return path
-
 
 def export_prefix(prefix, prefix_dir: Path, name: str, fp16: bool) -> dict:
     """The prefix as bundle/prefix/<name>_prefix.mlpackage (and .mlmodelc where Xcode can
