@@ -7,8 +7,6 @@ suggestions before and after, restores the saved checkpoint and wipes the buffer
 that the tests below assert on. Built and run once per session (shared with xdist workers)."""
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -17,14 +15,13 @@ import numpy as np
 import pytest
 
 import pockengine as pe
-from pockengine.errors import PockError
 from pockengine.platforms import android
 
 ROOT = Path(__file__).resolve().parents[2]
 KEYBOARD = ROOT / "demo-apps" / "keyboard"
 sys.path.insert(0, str(ROOT / "tests" / "sdk_android"))
 sys.path.insert(0, str(ROOT / "demo-apps"))
-from shared_build import load_keyboard_spec, run_once  # noqa: E402
+from shared_build import build_jvm_model, jvm_toolchain_missing, load_keyboard_spec, run_kotlin_main, run_once  # noqa: E402
 from keyboard.model import corpora  # noqa: E402
 
 SOURCES = sorted((KEYBOARD / "shared" / "src" / "commonMain").rglob("*.kt")) \
@@ -34,15 +31,7 @@ SOURCES = sorted((KEYBOARD / "shared" / "src" / "commonMain").rglob("*.kt")) \
 MAIN = "org.pockengine.keyboard.tests.KeyboardAppJvmTestKt"
 
 
-def _toolchain_missing() -> str | None:
-    try:
-        android.java_home(), android.kotlinc(), android.kotlin_stdlib()
-    except PockError as e:
-        return str(e)
-    return None
-
-
-pytestmark = pytest.mark.skipif(bool(_toolchain_missing()), reason=f"{_toolchain_missing()}")
+pytestmark = pytest.mark.skipif(bool(jvm_toolchain_missing()), reason=f"{jvm_toolchain_missing()}")
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +44,7 @@ def _build_and_run(out: Path) -> dict:
     t0 = time.time()
     spec = load_keyboard_spec()
     prog = pe.compile(**spec.make_base())   # the app's model with the app's sparse scheme (lm.SPARSE_UPDATE)
-    bundle = android.write_initial_bundle(prog, out)
-    (out / "keyboard_base.cpp").write_text(prog.source())
-    library = android.build_host_jni_library(out / "keyboard_base.cpp", out / "lib")
+    bundle, library = build_jvm_model(prog, out)
     sdk = android.kotlin_core_jar()
     jar = android.compile_kotlin(SOURCES, "keyboard-app-jvm-test", classpath=[sdk, android.kotlin_stdlib()])
     typed, held = corpora.split_user(corpora.user_sentences())
@@ -66,13 +53,9 @@ def _build_and_run(out: Path) -> dict:
     work = out / "work"
     work.mkdir()
     build_s = time.time() - t0
-    cp = os.pathsep.join(map(str, [sdk, jar, android.kotlin_stdlib()]))
-    r = subprocess.run([str(android.java_home() / "bin" / "java"), "-Xcheck:jni", "-cp", cp, MAIN, str(bundle), str(library),
-                        str(KEYBOARD / "model" / "vocab.txt"), str(out / "typed.txt"), str(out / "held.txt"), str(work)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"KeyboardAppJvmTest failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
-    facts = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
-    facts.update(_stderr=r.stderr, _build_s=f"{build_s:.1f}", _run_s=f"{time.time() - t0 - build_s:.1f}",
+    facts = run_kotlin_main([sdk, jar], MAIN, [bundle, library, KEYBOARD / "model" / "vocab.txt", out / "typed.txt",
+                                               out / "held.txt", work], "KeyboardAppJvmTest")
+    facts.update(_build_s=f"{build_s:.1f}", _run_s=f"{time.time() - t0 - build_s:.1f}",
                  _typed=str(len(typed)))
     return facts
 

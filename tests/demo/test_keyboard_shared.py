@@ -1,11 +1,9 @@
 """JVM checks of the keyboard's shared Kotlin (demo-apps/keyboard/shared, kotlinc'd once and
-cached by content hash under .cache/demo-kotlin): the in-process selftest of
+cached by content hash, as the Android SDK's Kotlin is): the in-process selftest of
 kotlin/DemoTests.kt, tokenizer parity with model/tokenizer.py on the shared vectors, the
 training policy against sim's Policy, and the training buffer across process restarts."""
 from __future__ import annotations
 
-import fcntl
-import hashlib
 import os
 import shutil
 import subprocess
@@ -18,52 +16,27 @@ ROOT = Path(__file__).resolve().parents[2]
 SHARED = ROOT / "demo-apps" / "keyboard" / "shared"
 SOURCES = sorted((SHARED / "src" / "commonMain").rglob("*.kt")) + sorted((SHARED / "src" / "jvmMain").rglob("*.kt")) \
     + [Path(__file__).with_name("kotlin") / "DemoTests.kt"]
-KOTLINC = ROOT / ".tools" / "node_modules" / "kotlin-compiler" / "bin" / "kotlinc"
-STDLIB = KOTLINC.parents[1] / "lib" / "kotlin-stdlib.jar"
 MAIN = "org.pockengine.keyboard.tests.DemoTestsKt"
 sys.path.insert(0, str(ROOT / "demo-apps"))
+sys.path.insert(0, str(ROOT / "tests" / "sdk_android"))
+from pockengine.platforms import android  # noqa: E402
+from shared_build import jvm_toolchain_missing  # noqa: E402
 from keyboard.model.tokenizer import Tokenizer, tokens  # noqa: E402
 from keyboard.shared.testdata import make_vectors  # noqa: E402
 
 
-def java_home() -> Path | None:
-    for home in (os.environ.get("JAVA_HOME"), "/usr/lib/jvm/java-17-openjdk-amd64", "/usr/lib/jvm/default-java"):
-        if home and (Path(home) / "bin" / "java").exists():
-            return Path(home)
-    return None
-
-
-pytestmark = pytest.mark.skipif(not KOTLINC.exists() or java_home() is None,
-                                reason=f"needs kotlinc ({KOTLINC.relative_to(ROOT)}) and a JDK 17: run `make setup`")
+pytestmark = pytest.mark.skipif(bool(jvm_toolchain_missing()), reason=f"{jvm_toolchain_missing()}")
 
 
 @pytest.fixture(scope="session")
 def demo_jar() -> Path:
-    """The shared Kotlin and DemoTests.kt in one jar; compiled once per content hash
-    (a file lock keeps two pytest workers from compiling it at the same time)."""
-    h = hashlib.sha256()
-    for src in SOURCES:
-        h.update(src.relative_to(ROOT).as_posix().encode() + b"\0" + src.read_bytes())
-    cache = ROOT / ".cache" / "demo-kotlin"
-    cache.mkdir(parents=True, exist_ok=True)
-    jar = cache / f"keyboard-shared-{h.hexdigest()[:16]}.jar"
-    with open(cache / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not jar.exists():
-            tmp = jar.with_suffix(".tmp.jar")
-            env = dict(os.environ, JAVA_HOME=str(java_home()))
-            r = subprocess.run([str(KOTLINC), *map(str, SOURCES), "-d", str(tmp), "-nowarn"],
-                               capture_output=True, text=True, env=env, timeout=600)
-            assert r.returncode == 0, f"kotlinc failed:\n{r.stdout}\n{r.stderr}"
-            tmp.replace(jar)
-            for old in cache.glob("keyboard-shared-*.jar"):   # earlier sources' jars
-                if old != jar:
-                    old.unlink()
-    return jar
+    """The shared Kotlin and DemoTests.kt in one jar (compiled once per content hash)."""
+    return android.compile_kotlin(SOURCES, "keyboard-shared-test")
 
 
 def kotlin(jar: Path, *args: str) -> str:
-    r = subprocess.run([str(java_home() / "bin" / "java"), "-cp", f"{jar}{os.pathsep}{STDLIB}", MAIN, *args],
+    r = subprocess.run([str(android.java_home() / "bin" / "java"), "-cp", f"{jar}{os.pathsep}{android.kotlin_stdlib()}",
+                        MAIN, *args],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, f"DemoTests {args[0]} failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
     return r.stdout

@@ -5,29 +5,19 @@ for every misuse; KeyboardJvmTest.kt drives it and prints what it saw."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import numpy as np
 import pytest
 
 import pockengine as pe
-from pockengine.errors import PockError
 from pockengine.platforms import android
-from shared_build import load_keyboard_spec, run_once
+from shared_build import build_jvm_model, jvm_toolchain_missing, load_keyboard_spec, run_kotlin_main, run_once
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 STEPS = 50
 
 
-def _toolchain_missing() -> str | None:
-    try:
-        android.java_home(), android.kotlinc(), android.kotlin_stdlib()
-    except PockError as e:
-        return str(e)
-    return None
-
-
-pytestmark = pytest.mark.skipif(bool(_toolchain_missing()), reason=f"{_toolchain_missing()}")
+pytestmark = pytest.mark.skipif(bool(jvm_toolchain_missing()), reason=f"{jvm_toolchain_missing()}")
 
 
 @pytest.fixture(scope="module")
@@ -40,9 +30,7 @@ def jvm_run(tmp_path_factory):
 def _build_and_run(out):
     spec = load_keyboard_spec()
     prog = pe.compile(**spec.make())
-    bundle = android.write_initial_bundle(prog, out)
-    (out / "keyboard.cpp").write_text(prog.source())
-    library = android.build_host_jni_library(out / "keyboard.cpp", out / "lib")
+    bundle, library = build_jvm_model(prog, out)
     core = android.kotlin_core_jar()
     test_jar = android.compile_kotlin([os.path.join(HERE, "KeyboardJvmTest.kt")], "keyboard-jvm-test",
                                       classpath=[core, android.kotlin_stdlib()])
@@ -51,13 +39,7 @@ def _build_and_run(out):
     batch.write_bytes(x.numpy().astype("<i8").tobytes() + y.numpy().astype("<i8").tobytes())
     work = out / "work"
     work.mkdir()
-    java = android.java_home() / "bin" / "java"
-    cp = os.pathsep.join(map(str, [core, test_jar, android.kotlin_stdlib()]))
-    r = subprocess.run([str(java), "-Xcheck:jni", "-cp", cp, "KeyboardJvmTestKt", bundle, library, batch, work],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"KeyboardJvmTest failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
-    facts = dict(line.split(" ", 1) for line in r.stdout.splitlines() if " " in line)
-    facts["_stderr"] = r.stderr
+    facts = run_kotlin_main([core, test_jar], "KeyboardJvmTestKt", [bundle, library, batch, work], "KeyboardJvmTest")
 
     reference = prog.build_cpu(out / "reference")
     reference.load(bundle / "weights.pockckpt")
