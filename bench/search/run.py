@@ -37,11 +37,13 @@ import torch.nn.functional as F
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "toolchain"))
+sys.path.insert(0, str(ROOT / "bench"))
 os.environ.setdefault("POCK_CACHE_DIR", str(ROOT / ".cache" / "pockengine"))
 
 import pockengine as pe  # noqa: E402
 from pockengine.search import Budget, SchemeCompiler, cost_of, search  # noqa: E402
 from pockengine.search_report import write_report  # noqa: E402
+from models import InvertedResidual  # noqa: E402  (bench/models.py: the MobileNetV2 block, args inp, out, stride, expand)
 
 MIB = 2 ** 20
 CORPUS = ROOT / "demo-apps" / "keyboard" / "data" / "corpus.txt"
@@ -128,32 +130,13 @@ def keyboard_task(quick: bool):
 
 
 # -- image ---------------------------------------------------------------------------------------
-class InvertedResidual(nn.Module):
-    def __init__(self, cin, cout, expand, stride):
-        super().__init__()
-        mid = cin * expand
-        self.expand = nn.Conv2d(cin, mid, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(mid)
-        self.dw = nn.Conv2d(mid, mid, 3, stride=stride, padding=1, groups=mid, bias=False)
-        self.bn2 = nn.BatchNorm2d(mid)
-        self.project = nn.Conv2d(mid, cout, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(cout)
-        self.residual = stride == 1 and cin == cout
-
-    def forward(self, x):
-        h = F.relu6(self.bn1(self.expand(x)))
-        h = F.relu6(self.bn2(self.dw(h)))
-        h = self.bn3(self.project(h))
-        return x + h if self.residual else h
-
-
 class TinyMobileNetV2(nn.Module):
     def __init__(self, classes=5):
         super().__init__()
         self.stem = nn.Conv2d(1, 16, 3, padding=1, bias=False)
         self.bn0 = nn.BatchNorm2d(16)
-        self.blocks = nn.Sequential(InvertedResidual(16, 16, 3, 1), InvertedResidual(16, 24, 3, 2),
-                                    InvertedResidual(24, 24, 3, 1), InvertedResidual(24, 32, 3, 2))
+        self.blocks = nn.Sequential(InvertedResidual(16, 16, 1, 3), InvertedResidual(16, 24, 2, 3),
+                                    InvertedResidual(24, 24, 1, 3), InvertedResidual(24, 32, 2, 3))
         self.fc = nn.Linear(32, classes)
 
     def forward(self, x):
