@@ -43,7 +43,6 @@ from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
 from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
-from .ir.graph import Graph, Node, Value
 from .ir.verify import verify
 from .optim.optimizers import SGD, Optimizer
 from .passes.dce import eliminate_dead_code
@@ -153,34 +152,6 @@ def scheme_update(groups: list[Group], scheme) -> dict[str, float]:
 
 
 # -- cost model: compile each scheme from one export -------------------------------------------
-def clone_graph(g: Graph) -> Graph:
-    """A structural copy of g (new values and nodes; numpy data shared, it is never written)."""
-    new = Graph(g.name)
-    vmap: dict[int, Value] = {}
-
-    def cv(v):
-        if v is None:
-            return None
-        c = vmap.get(id(v))
-        if c is None:
-            c = vmap[id(v)] = Value(v.name, v.shape, v.dtype, v.kind, None, v.data)
-        return c
-
-    new.inputs = [cv(v) for v in g.inputs]
-    new.targets = [cv(v) for v in g.targets]
-    new.state = {k: cv(v) for k, v in g.state.items()}
-    for n in g.nodes:
-        node = Node(n.op, [cv(v) for v in n.inputs], [cv(v) for v in n.outputs], dict(n.attrs), n.source, n.phase)
-        for o in node.outputs:
-            if o is not None:
-                o.producer = node
-        new.nodes.append(node)
-    new.outputs = [cv(v) for v in g.outputs]
-    new.loss = cv(g.loss)
-    new._names = set(g._names)
-    return new
-
-
 class SchemeCompiler:
     """pe.compile for many update schemes of one model: the model is exported once and each
     scheme runs the rest of the pipeline on a copy, giving the same Program (and stats)."""
@@ -217,7 +188,7 @@ class SchemeCompiler:
 
     def program(self, update) -> Program:
         trained = resolve_update(self.shapes, update)
-        graph = clone_graph(self.train_graph)
+        graph, _ = self.train_graph.clone()
         grads = build_backward(graph, trained)
         for pname, grad in grads.items():
             k = trained[pname]
@@ -226,7 +197,7 @@ class SchemeCompiler:
         verify(eliminate_dead_code(graph), "dead-code elimination")
         verify(fuse_activations(graph), "activation fusion")
         self.compiles += 1
-        return Program(self.name, graph, clone_graph(self.forward_graph), self.optimizer, trained, self.aliases)
+        return Program(self.name, graph, self.forward_graph.clone()[0], self.optimizer, trained, self.aliases)
 
     def stats(self, update) -> dict:
         """prog.stats() of the scheme's compiled program (cached by what it trains)."""

@@ -85,6 +85,32 @@ class Graph:
         self.state: dict[str, Value] = {}  # params, buffers, consts, opt_state by name
         self._names: set[str] = set()
 
+    def clone(self) -> tuple["Graph", dict[int, Value]]:
+        """A structural copy with fresh Values and Nodes (numpy data shared: passes never
+        write it); returns (copy, id(old value) -> new value)."""
+        vmap: dict[int, Value] = {}
+
+        def cp(v):
+            if v is None:
+                return None
+            if id(v) not in vmap:
+                vmap[id(v)] = Value(v.name, v.shape, v.dtype, v.kind, None, v.data)
+            return vmap[id(v)]
+
+        h = Graph(self.name)
+        h._names = set(self._names)
+        h.state = {name: cp(v) for name, v in self.state.items()}
+        h.inputs, h.targets = [cp(v) for v in self.inputs], [cp(v) for v in self.targets]
+        for n in self.nodes:
+            m = Node(n.op, [cp(v) for v in n.inputs], [cp(o) for o in n.outputs], dict(n.attrs), n.source, n.phase)
+            for o in m.outputs:
+                if o is not None:
+                    o.producer = m
+            h.nodes.append(m)
+        h.loss = cp(self.loss)
+        h.outputs = [cp(v) for v in self.outputs]
+        return h, vmap
+
     # -- values ------------------------------------------------------------
     def _unique(self, base: str) -> str:
         base = base.replace(".", "_").replace(":", "_") or "v"

@@ -272,34 +272,8 @@ def _mismatch(train: Graph, fnodes: list[Node], missing: list[int]) -> PockError
 
 
 # ---- the split -----------------------------------------------------------------------------
-def _clone(g: Graph) -> tuple[Graph, dict[int, Value]]:
-    """A copy of g with fresh Values and Nodes (numpy data shared); returns (copy, id(old) -> new)."""
-    vmap: dict[int, Value] = {}
-
-    def cp(v):
-        if v is None:
-            return None
-        if id(v) not in vmap:
-            vmap[id(v)] = Value(v.name, v.shape, v.dtype, v.kind, None, v.data)
-        return vmap[id(v)]
-
-    h = Graph(g.name)
-    h._names = set(g._names)
-    h.state = {name: cp(v) for name, v in g.state.items()}
-    h.inputs, h.targets = [cp(v) for v in g.inputs], [cp(v) for v in g.targets]
-    for n in g.nodes:
-        m = Node(n.op, [cp(v) for v in n.inputs], [cp(o) for o in n.outputs], dict(n.attrs), n.source, n.phase)
-        for o in m.outputs:
-            if o is not None:
-                o.producer = m
-        h.nodes.append(m)
-    h.loss = cp(g.loss)
-    h.outputs = [cp(v) for v in g.outputs]
-    return h, vmap
-
-
 def _suffix_graph(g: Graph, nodes: list[Node], cut: list[Value], names: list[str], kept: list[int]) -> Graph:
-    h, vmap = _clone(g)
+    h, vmap = g.clone()
     drop = {id(n) for n in nodes}
     h.nodes = [m for m, n in zip(h.nodes, g.nodes) if id(n) not in drop]
     new_inputs = []
