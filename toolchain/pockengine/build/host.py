@@ -119,14 +119,29 @@ def _produce(target: Path, cmd_for: _Command, what: str) -> Path:
     return target
 
 
-def _object(src: Path, cxx: tuple[str, ...], flags: tuple[str, ...], headers_key: str) -> tuple[Path, _Command]:
-    """The cached object for src and the command that makes it."""
-    h = hashlib.sha256()
-    for part in (_compiler_id(cxx), " ".join(cxx), "\0".join(flags), headers_key, src.name):
-        h.update(part.encode() + b"\0")
-    h.update(src.read_bytes())
-    obj = cache_dir() / "obj" / f"{src.stem}-{h.hexdigest()[:24]}.o"
-    return obj, lambda tmp: [*cxx, *flags, "-c", str(src), "-o", str(tmp)]
+def compile_objects(jobs: Sequence[tuple[Path, tuple[str, ...], str]], cxx: Sequence[str], *, subdir: str = "obj",
+                    what: str = "C++ compilation", compiler_id: str | None = None) -> list[Path]:
+    """Compile each (source, flags, headers key) with `cxx` into the object cache
+    cache_dir()/subdir, keyed by the compiler (`compiler_id`, default its --version),
+    the command, the flags, the headers key (a digest of the headers the source sees)
+    and the source's name and bytes.  Missing objects are built in parallel, each
+    atomically under a file lock (pytest-xdist workers share the cache)."""
+    cxx = tuple(cxx)
+    cid = _compiler_id(cxx) if compiler_id is None else compiler_id
+    objs = []
+    for src, flags, headers_key in jobs:
+        h = hashlib.sha256()
+        for part in (cid, " ".join(cxx), "\0".join(flags), headers_key, src.name):
+            h.update(part.encode() + b"\0")
+        h.update(src.read_bytes())
+        obj = cache_dir() / subdir / f"{src.stem}-{h.hexdigest()[:24]}.o"
+        objs.append((obj, lambda tmp, src=src, flags=flags: [*cxx, *flags, "-c", str(src), "-o", str(tmp)]))
+    todo = [(obj, cmd) for obj, cmd in objs if not obj.exists()]
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
+            for f in [pool.submit(_produce, obj, cmd, what) for obj, cmd in todo]:
+                f.result()
+    return [obj for obj, _ in objs]
 
 
 def build_shared_library(
@@ -157,17 +172,10 @@ def build_shared_library(
     flags = (*BASE_FLAGS, "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
     runtime_headers = _digest(sorted(rt.rglob("*.h")))
 
-    jobs = [_object(s, cxx, flags, runtime_headers) for s in runtime_sources(kernels)]
+    jobs = [(s, flags, runtime_headers) for s in runtime_sources(kernels)]
     for s in sources:  # a model TU also sees the headers beside it
-        local = (*flags, "-I", str(s.parent))
-        jobs.append(_object(s, cxx, local, runtime_headers + _digest(sorted(s.parent.glob("*.h")))))
-    todo = [(obj, cmd) for obj, cmd in jobs if not obj.exists()]
-    if todo:
-        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-            for f in [pool.submit(_produce, obj, cmd, "C++ compilation") for obj, cmd in todo]:
-                f.result()
-
-    objs = [str(obj) for obj, _ in jobs]
+        jobs.append((s, (*flags, "-I", str(s.parent)), runtime_headers + _digest(sorted(s.parent.glob("*.h")))))
+    objs = [str(obj) for obj in compile_objects(jobs, cxx)]
     key = hashlib.sha256("\0".join([*cxx, *objs, *flags]).encode()).hexdigest()[:24]
     stem = sources[0].stem
     lib = _produce(cache_dir() / "lib" / f"{stem}-{key}.so",

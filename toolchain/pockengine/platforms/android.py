@@ -34,12 +34,11 @@ import shlex
 import shutil
 import subprocess
 import zipfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Sequence
 
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
-    runtime_dir, runtime_sources
+    compile_objects, runtime_dir, runtime_sources
 from ..errors import PockError
 from .socs import Soc, get_soc
 
@@ -180,26 +179,11 @@ def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: t
     rt = runtime_dir()
     flags = (*BASE_FLAGS, *target_flags, "-I", str(rt / "include"), "-I", str(rt))
     headers = _digest(sorted(rt.rglob("*.h")))
-    compiler_id = _compiler_id(tool)
-    jobs = [(src, flags) for src in runtime_sources()]
-    jobs.append((Path(model_cpp).resolve(), (*flags, "-I", str(Path(model_cpp).resolve().parent))))
-    jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool))))
-
-    def job(src: Path, src_flags: tuple[str, ...]):
-        h = hashlib.sha256()
-        for part in (compiler_id, " ".join(tool), "\0".join(src_flags), headers, src.name):
-            h.update(part.encode() + b"\0")
-        h.update(src.read_bytes())
-        obj = cache_dir() / "android" / "obj" / f"{src.stem}-{h.hexdigest()[:24]}.o"
-        return obj, lambda tmp: [*tool, *src_flags, "-c", str(src), "-o", str(tmp)]
-
-    objs = [job(src, f) for src, f in jobs]
-    todo = [(o, cmd) for o, cmd in objs if not o.exists()]
-    if todo:
-        with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-            for f in [pool.submit(_produce, o, cmd, "C++ compilation (android)") for o, cmd in todo]:
-                f.result()
-    paths = [str(o) for o, _ in objs]
+    model_cpp = Path(model_cpp).resolve()
+    jobs = [(src, flags, headers) for src in runtime_sources()]
+    jobs.append((model_cpp, (*flags, "-I", str(model_cpp.parent)), headers))
+    jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool)), headers))
+    paths = [str(o) for o in compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")]
     link = (*target_flags, *LINK_FLAGS, f"-Wl,--version-script={EXPORT_MAP}", f"-Wl,-soname,{soname}")
     if "android" not in " ".join(tool):
         link += ("-static-libgcc", "-lm")  # a GNU toolchain: only libc/libm/libpthread stay dynamic

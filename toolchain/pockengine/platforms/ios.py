@@ -24,17 +24,14 @@ rest of the step, whose inputs are the prefix's outputs.
 """
 from __future__ import annotations
 
-import hashlib
-import os
 import plistlib
 import platform
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ..build.host import _digest, _produce, cache_dir, runtime_dir, runtime_sources
+from ..build.host import _digest, compile_objects, runtime_dir, runtime_sources
 from ..checkpoint import write_initial_checkpoint
 from ..errors import PockError
 from .macho import CPU_ARM64, CPU_X86_64, write_fat
@@ -124,16 +121,16 @@ def zig_lib_dir() -> Path:
     return Path(ziglang.__file__).parent / "lib"
 
 
-def _compile_command(src: Path, zig_target: str, arch: str, includes: tuple[str, ...]):
-    """(compiler id, command maker) for one source and one target."""
+def _compiler(zig_target: str, arch: str) -> tuple[list[str], str]:
+    """(compiler command, its id for the object cache) for one target."""
     if _xcode():
         sdk = "iphonesimulator" if zig_target.endswith("-simulator") else "iphoneos"
         env = "ios-simulator" if sdk == "iphonesimulator" else "ios"
         cmd = ["xcrun", "--sdk", sdk, "clang++", "-target", f"{arch}-apple-{env}{MIN_IOS}"]
-        return " ".join(cmd), lambda tmp: [*cmd, *FLAGS, *includes, "-c", str(src), "-o", str(tmp)]
+        return cmd, " ".join(cmd)
     darwin_libc = zig_lib_dir() / "libc" / "include" / "any-darwin-any"
     cmd = [sys.executable, "-m", "ziglang", "c++", "-target", zig_target, "-isystem", str(darwin_libc)]
-    return f"zig {_zig_version()} {zig_target}", lambda tmp: [*cmd, *FLAGS, *includes, "-c", str(src), "-o", str(tmp)]
+    return cmd, f"zig {_zig_version()} {zig_target}"
 
 
 def _zig_version() -> str:
@@ -143,22 +140,14 @@ def _zig_version() -> str:
     return r.stdout.strip()
 
 
-def compile_objects(sources: list[Path], zig_target: str, arch: str) -> list[Path]:
+def compile_ios_objects(sources: list[Path], zig_target: str, arch: str) -> list[Path]:
     """Compile sources for one target (cached by content hash), in parallel."""
     rt = runtime_dir()
-    includes = ("-I", str(rt / "include"), "-I", str(rt))
+    flags = (*FLAGS, "-I", str(rt / "include"), "-I", str(rt))
     headers = _digest(sorted(rt.rglob("*.h")))
-    jobs = []
-    for src in sources:
-        tool, cmd_for = _compile_command(src, zig_target, arch, includes)
-        h = hashlib.sha256()
-        for part in (tool, "\0".join(FLAGS), headers, src.name):
-            h.update(part.encode() + b"\0")
-        h.update(src.read_bytes())
-        obj = cache_dir() / "ios" / zig_target / f"{src.stem}-{h.hexdigest()[:24]}.o"
-        jobs.append((obj, cmd_for))
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda job: _produce(job[0], job[1], f"iOS compilation ({zig_target})"), jobs))
+    cmd, compiler_id = _compiler(zig_target, arch)
+    return compile_objects([(src, flags, headers) for src in sources], cmd, subdir=f"ios/{zig_target}",
+                           what=f"iOS compilation ({zig_target})", compiler_id=compiler_id)
 
 
 def static_library(objs: list[Path], out: Path) -> Path:
@@ -180,7 +169,7 @@ def build_slice(model_cpp: Path, identifier: str, work: Path, lib_name: str) -> 
     sources = [*runtime_sources(), Path(model_cpp).resolve()]
     thin = []
     for zig_target, arch, cpu in SLICES[identifier]:
-        objs = compile_objects(sources, zig_target, arch)
+        objs = compile_ios_objects(sources, zig_target, arch)
         thin.append((cpu, static_library(objs, work / zig_target / lib_name)))
     lib = work / identifier / lib_name
     if len(thin) == 1:
