@@ -9,26 +9,24 @@ The runtime (codegen/runtime/*.cpp and kernels/*.cpp) goes into one static
 archive, so a program links only the members it needs: a kernel test pulls the
 kernels without the C API, a training driver pulls the C API and its model TU.
 Objects and the archive are cached by content hash (compiler, flags, source,
-every runtime header) under $POCK_CACHE_DIR/aarch64 (default
-<repo>/.cache/pockengine/aarch64), built atomically under a file lock so
-several pytest-xdist workers can share them.  Executables are static, so qemu
+every runtime header) under <pockengine's cache>/aarch64 ($POCK_CACHE_DIR,
+default ~/.cache/pockengine) by pockengine.build.host's object cache, built
+atomically under a file lock so several pytest-xdist workers can share them.  Executables are static, so qemu
 needs no aarch64 sysroot.
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
-import functools
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "toolchain"))
+from pockengine.build.host import _digest, _produce, _run, cache_dir, compile_objects as _compile  # noqa: E402
 RUNTIME = Path(os.environ.get("POCK_RUNTIME_DIR", ROOT / "codegen" / "runtime"))  # as build/host.py
 CXX = os.environ.get("AARCH64_CXX", "aarch64-linux-gnu-g++")
 CC = os.environ.get("AARCH64_CC", "aarch64-linux-gnu-gcc")
@@ -44,76 +42,17 @@ def missing_tools() -> list[str]:
     return [t for t in (CXX, CC, AR, QEMU) if shutil.which(t) is None]
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("POCK_CACHE_DIR", ROOT / ".cache" / "pockengine")
-    return Path(base) / "aarch64"
-
-
-@functools.lru_cache(maxsize=None)
-def _tool_id(tool: str) -> str:
-    return subprocess.run([tool, "--version"], capture_output=True, text=True, check=True).stdout
-
-
-def _digest(paths) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def _run(cmd: list[str]) -> None:
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)}\nexit {r.returncode}:\n{(r.stderr or r.stdout)[-4000:]}")
-
-
-@contextlib.contextmanager
-def _locked(target: Path):
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / (target.name + ".lock"), "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _produce(target: Path, cmd_for) -> Path:
-    """Run cmd_for(tmp) (a list of commands) and rename tmp to target, unless target exists."""
-    if target.exists():
-        return target
-    with _locked(target):
-        if not target.exists():
-            tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
-            try:
-                for cmd in cmd_for(tmp):
-                    _run(cmd)
-                os.replace(tmp, target)
-            finally:
-                tmp.unlink(missing_ok=True)
-    return target
-
-
-def _compile_job(src: Path, headers: str):
-    """(cached object path, command maker) for one C or C++ source.  The key holds
-    the headers it can see (the runtime's and those beside it), not its folder."""
-    is_c = src.suffix == ".c"
-    tool = CC if is_c else CXX
-    flags = [*TARGET, "-std=c11" if is_c else "-std=c++17", *INCLUDES]
-    h = hashlib.sha256()
-    for part in (_tool_id(tool), tool, "\0".join(flags), headers, _digest(sorted(src.parent.glob("*.h"))), src.name):
-        h.update(part.encode() + b"\0")
-    h.update(src.read_bytes())
-    obj = cache_dir() / "obj" / f"{src.stem}-{h.hexdigest()[:24]}.o"
-    return obj, lambda tmp: [[tool, *flags, "-c", str(src), "-o", str(tmp)]]
-
-
 def compile_objects(sources) -> list[Path]:
-    """Compile sources (cached), in parallel; returns their objects in order."""
+    """Compile C and C++ sources (cached), in parallel; returns their objects in order.
+    A source's key holds the headers it can see (the runtime's and those beside it)."""
     headers = _digest(sorted(RUNTIME.rglob("*.h")))
-    jobs = [_compile_job(Path(s).resolve(), headers) for s in sources]
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        return list(pool.map(lambda job: _produce(*job), jobs))
+    sources = [Path(s).resolve() for s in sources]
+    objs = {}
+    for lang, tool, std in (("c", CC, "-std=c11"), ("c++", CXX, "-std=c++17")):
+        mine = [src for src in sources if (src.suffix == ".c") == (lang == "c")]
+        jobs = [(src, (*TARGET, std, *INCLUDES), headers + _digest(sorted(src.parent.glob("*.h")))) for src in mine]
+        objs.update(zip(mine, _compile(jobs, (tool,), subdir="aarch64/obj", what=f"aarch64 {lang} compilation")))
+    return [objs[src] for src in sources]
 
 
 def runtime_archive() -> Path:
@@ -121,8 +60,8 @@ def runtime_archive() -> Path:
     srcs = sorted(RUNTIME.glob("*.cpp")) + sorted((RUNTIME / "kernels").glob("*.cpp"))
     objs = compile_objects(srcs)
     key = hashlib.sha256("\0".join(o.name for o in objs).encode()).hexdigest()[:24]
-    return _produce(cache_dir() / "lib" / f"libpock_rt-{key}.a",
-                    lambda tmp: [[AR, "rcs", str(tmp), *map(str, objs)]])
+    return _produce(cache_dir() / "aarch64" / "lib" / f"libpock_rt-{key}.a",
+                    lambda tmp: [AR, "rcs", str(tmp), *map(str, objs)], "archiving")
 
 
 def build_executable(sources, out: Path, extra_link=()) -> Path:
@@ -133,7 +72,7 @@ def build_executable(sources, out: Path, extra_link=()) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     try:
-        _run([CXX, *TARGET, "-static", *map(str, objs), str(archive), *extra_link, "-o", str(tmp)])
+        _run([CXX, *TARGET, "-static", *map(str, objs), str(archive), *extra_link, "-o", str(tmp)], "linking (aarch64)")
         os.replace(tmp, out)
     finally:
         tmp.unlink(missing_ok=True)
