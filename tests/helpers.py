@@ -101,16 +101,22 @@ def _weighted_sum(out, *weights):
     return sum((o * w).sum() for o, w in zip(outs, weights))
 
 
-def check_op(fn, *tensors, modules=(), rtol=1e-4, atol=1e-5, seed=0):
-    """Check fn's forward value and the gradient of every float input and
-    every module parameter through the compiled C++ path against torch.autograd."""
+def op_case(fn, tensors, modules=(), seed=0):
+    """(module, dummy input, fn's outputs, random loss weights): fn as a module whose
+    float inputs are parameters, trained on loss = sum(out * weight) (_weighted_sum)."""
     torch.manual_seed(seed)
     module = _OpModule(fn, tensors, modules)
     dummy = torch.zeros(1)
     with torch.no_grad():
         out = module(dummy)
     outs = out if isinstance(out, (tuple, list)) else (out,)
-    weights = tuple(torch.randn_like(o) for o in outs)
+    return module, dummy, outs, tuple(torch.randn_like(o) for o in outs)
+
+
+def check_op(fn, *tensors, modules=(), rtol=1e-4, atol=1e-5, seed=0):
+    """Check fn's forward value and the gradient of every float input and
+    every module parameter through the compiled C++ path against torch.autograd."""
+    module, dummy, outs, weights = op_case(fn, tensors, modules, seed)
     ref = copy.deepcopy(module)
     ref_loss = _weighted_sum(ref(dummy), *weights)
     ref_loss.backward()

@@ -11,10 +11,9 @@ import subprocess
 
 import numpy as np
 import pytest
-import torch
 
 import pockengine as pe
-from helpers import _OpModule, _weighted_sum
+from helpers import _weighted_sum, op_case
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,13 +52,7 @@ def check_vulkan_op(fn, *tensors, ops=(), modules=(), optimizer=None, steps=1, r
     run on Vulkan, and the loss and every state tensor (after `steps` steps of
     SGD lr=1, so the parameter deltas are the gradients) match the CPU kernels;
     the CPU path is itself checked against torch by tests/codegen and helpers.check_op."""
-    torch.manual_seed(seed)
-    module = _OpModule(fn, tensors, modules)
-    dummy = torch.zeros(1)
-    with torch.no_grad():
-        out = module(dummy)
-    outs = out if isinstance(out, (tuple, list)) else (out,)
-    weights = tuple(torch.randn_like(o) for o in outs)
+    module, dummy, outs, weights = op_case(fn, tensors, modules, seed)
     prog = pe.compile(copy.deepcopy(module), (dummy,), weights, loss=_weighted_sum,
                       optimizer=optimizer or pe.SGD(lr=1.0), update=update)
     cpu = prog.build(backends=["cpu"])
