@@ -152,42 +152,33 @@ struct ConvCtx {
   const float* w;
 };
 
-// Forward B = im2col: row (c, kh, kw), column (oh, ow) -> x[c, ih, iw] or 0.
-void read_im2col(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
-  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+// im2col taps [k0, k0+nk) (tap = (c, kh, kw)) x output positions [q0, q0+nq)
+// (q = (oh, ow)) -> x[c, ih, iw] or 0, into out[k * tap_ld + q * pos_ld].
+void im2col_block(const ConvCtx& ctx, i64 k0, i64 nk, i64 q0, i64 nq, float* out, i64 tap_ld, i64 pos_ld) {
   const Conv2dParams& p = *ctx.p;
   const i64 KHW = p.KH * p.KW;
-  for (i64 r = 0; r < rows; ++r) {
-    const i64 row = r0 + r, c = row / KHW, kh = row % KHW / p.KW, kw = row % p.KW;
+  for (i64 k = 0; k < nk; ++k) {
+    const i64 tap = k0 + k, c = tap / KHW, kh = tap % KHW / p.KW, kw = tap % p.KW;
     const i64 off_h = kh * p.dil_h - p.pad_h, off_w = kw * p.dil_w - p.pad_w;
     const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
     const float* xp = ctx.x + c * p.H * p.W;
-    i64 oh = c0 / p.OW, ow = c0 % p.OW;
-    for (i64 t = 0; t < cols; ow = 0, ++oh) {
-      const i64 run = p.OW - ow < cols - t ? p.OW - ow : cols - t;
-      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + r * ld + t, 1);
-      t += run;
+    i64 oh = q0 / p.OW, ow = q0 % p.OW;
+    for (i64 q = 0; q < nq; ow = 0, ++oh) {
+      const i64 run = p.OW - ow < nq - q ? p.OW - ow : nq - q;
+      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + k * tap_ld + q * pos_ld, pos_ld);
+      q += run;
     }
   }
 }
 
+// Forward B = im2col: row (c, kh, kw), column (oh, ow).
+void read_im2col(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  im2col_block(*static_cast<const ConvCtx*>(vctx), r0, rows, c0, cols, out, ld, 1);
+}
+
 // Weight-gradient B = im2col^T: row (oh, ow), column (c, kh, kw).
 void read_im2col_t(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
-  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
-  const Conv2dParams& p = *ctx.p;
-  const i64 KHW = p.KH * p.KW;
-  for (i64 t = 0; t < cols; ++t) {
-    const i64 col = c0 + t, c = col / KHW, kh = col % KHW / p.KW, kw = col % p.KW;
-    const i64 off_h = kh * p.dil_h - p.pad_h, off_w = kw * p.dil_w - p.pad_w;
-    const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
-    const float* xp = ctx.x + c * p.H * p.W;
-    i64 oh = r0 / p.OW, ow = r0 % p.OW;
-    for (i64 r = 0; r < rows; ow = 0, ++oh) {
-      const i64 run = p.OW - ow < rows - r ? p.OW - ow : rows - r;
-      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + r * ld + t, ld);
-      r += run;
-    }
-  }
+  im2col_block(*static_cast<const ConvCtx*>(vctx), c0, cols, r0, rows, out, 1, ld);
 }
 
 // Input-gradient A^T: row (o, kh, kw), column c -> w[o, c, kh, kw].
