@@ -55,15 +55,15 @@ void plane3_fwd(const float* __restrict x, const float* w9, float* __restrict y,
     };
     for (i64 ow = 0; ow < ir.lo; ++ow) scalar_at(ow);
     for (i64 ow = ir.hi; ow < g.OW; ++ow) scalar_at(ow);
-    if (ir.hi - ir.lo < kVW) {
+    if (ir.hi - ir.lo < kW) {
       for (i64 ow = ir.lo; ow < ir.hi; ++ow) scalar_at(ow);
       continue;
     }
     V wv[3][3];
     for (int r = 0; r < nr; ++r)
-      for (int kw = 0; kw < 3; ++kw) wv[r][kw] = vset(wr[r][kw]);
+      for (int kw = 0; kw < 3; ++kw) wv[r][kw] = vbcast(wr[r][kw]);
     auto block = [&](i64 ow) {
-      V s = vset(0.0f);
+      V s = vbcast(0.0f);
       for (int r = 0; r < nr; ++r) {
         const float* q = rows[r] + ow * S - g.pw;
         if (S == 1) {
@@ -73,7 +73,7 @@ void plane3_fwd(const float* __restrict x, const float* w9, float* __restrict y,
         } else {
           V e, o, e2, o2;
           vdeint(q, e, o);
-          vdeint(q + 1, o2, e2);  // e2 = q[2], q[4], ... (reads up to q[2*kVW])
+          vdeint(q + 1, o2, e2);  // e2 = q[2], q[4], ... (reads up to q[2*kW])
           s = vfma(wv[r][0], e, s);
           s = vfma(wv[r][1], o, s);
           s = vfma(wv[r][2], e2, s);
@@ -81,15 +81,15 @@ void plane3_fwd(const float* __restrict x, const float* w9, float* __restrict y,
       }
       return s;
     };
-    const V vb = vset(bias);
+    const V vb = vbcast(bias);
     i64 ow = ir.lo;
-    for (; ow + kVW <= ir.hi; ow += kVW) {
+    for (; ow + kW <= ir.hi; ow += kW) {
       const V s = block(ow);
       vstore(yr + ow, actv(vadd(acc ? vload(yr + ow) : vb, s), act));
     }
     if (ow < ir.hi) {  // overlapping last vector, new lanes only
-      alignas(64) float t[kVW];
-      const i64 base = ir.hi - kVW;
+      alignas(64) float t[kW];
+      const i64 base = ir.hi - kW;
       vstore(t, block(base));
       for (i64 q = ow; q < ir.hi; ++q) yr[q] = act1((acc ? yr[q] : bias) + t[q - base], act);
     }
@@ -107,7 +107,7 @@ void plane3_bwd_input_s2(const float* __restrict dy, const float* w9, float* __r
   i64 jhi = g.W - 2 + g.pw >= 0 ? (g.W - 2 + g.pw) / 2 + 1 : 0;
   if (jhi > g.OW) jhi = g.OW;
   if (jhi < jlo) jhi = jlo;
-  const bool vec = jhi - jlo >= kVW;
+  const bool vec = jhi - jlo >= kW;
   const i64 iw_lo = vec ? 2 * jlo - g.pw : g.W, iw_hi = vec ? 2 * jhi - g.pw : g.W;
   for (i64 ih = 0; ih < g.H; ++ih) {
     const float* rows[2];
@@ -139,10 +139,10 @@ void plane3_bwd_input_s2(const float* __restrict dy, const float* w9, float* __r
     for (i64 iw = iw_hi; iw < g.W; ++iw) scalar_at(iw);
     V wv[2][3];
     for (int r = 0; r < nr; ++r)
-      for (int kw = 0; kw < 3; ++kw) wv[r][kw] = vset(wr[r][kw]);
+      for (int kw = 0; kw < 3; ++kw) wv[r][kw] = vbcast(wr[r][kw]);
     auto block = [&](i64 j, V& e, V& o) {
-      e = vset(0.0f);
-      o = vset(0.0f);
+      e = vbcast(0.0f);
+      o = vbcast(0.0f);
       for (int r = 0; r < nr; ++r) {
         const V d0 = vload(rows[r] + j), d1 = vload(rows[r] + j - 1);
         e = vfma(wv[r][0], d0, e);
@@ -151,7 +151,7 @@ void plane3_bwd_input_s2(const float* __restrict dy, const float* w9, float* __r
       }
     };
     i64 j = jlo;
-    for (; j + kVW <= jhi; j += kVW) {
+    for (; j + kW <= jhi; j += kW) {
       V e, o;
       block(j, e, o);
       float* p = xr + 2 * j - g.pw;
@@ -164,9 +164,9 @@ void plane3_bwd_input_s2(const float* __restrict dy, const float* w9, float* __r
       vst_int(p, e, o);
     }
     if (j < jhi) {
-      alignas(64) float te[kVW], to[kVW];
+      alignas(64) float te[kW], to[kW];
       V e, o;
-      const i64 base = jhi - kVW;
+      const i64 base = jhi - kW;
       block(base, e, o);
       vstore(te, e);
       vstore(to, o);
@@ -184,7 +184,7 @@ inline void flush9(V (&av)[3][3], double* s9) {
   for (int kh = 0; kh < 3; ++kh)
     for (int kw = 0; kw < 3; ++kw) {
       s9[kh * 3 + kw] += hsum(av[kh][kw]);
-      av[kh][kw] = vset(0.0f);
+      av[kh][kw] = vbcast(0.0f);
     }
 }
 
@@ -192,10 +192,10 @@ inline void flush9(V (&av)[3][3], double* s9) {
 template <int S>
 void plane3_bwd_weight(const float* __restrict dy, const float* __restrict x, const Plane& g, double* s9) {
   const Range ir = interior_cols(S, g.pw, g.W, g.OW);
-  const bool vec = ir.hi - ir.lo >= kVW;
+  const bool vec = ir.hi - ir.lo >= kW;
   V av[3][3];
   for (int kh = 0; kh < 3; ++kh)
-    for (int kw = 0; kw < 3; ++kw) av[kh][kw] = vset(0.0f);
+    for (int kw = 0; kw < 3; ++kw) av[kh][kw] = vbcast(0.0f);
   for (i64 oh = 0; oh < g.OH; ++oh) {
     if (oh % 4 == 0 && oh > 0) flush9(av, s9);  // bounded float partial sums
     const float* dr = dy + oh * g.OW;
@@ -239,11 +239,11 @@ void plane3_bwd_weight(const float* __restrict dy, const float* __restrict x, co
       }
     };
     i64 ow = ir.lo;
-    for (; ow + kVW <= ir.hi; ow += kVW) block(ow, vload(dr + ow));
+    for (; ow + kW <= ir.hi; ow += kW) block(ow, vload(dr + ow));
     if (ow < ir.hi) {  // overlapping last vector with the old lanes of dy zeroed
-      alignas(64) float t[kVW];
-      const i64 base = ir.hi - kVW;
-      for (i64 q = 0; q < kVW; ++q) t[q] = base + q >= ow ? dr[base + q] : 0.0f;
+      alignas(64) float t[kW];
+      const i64 base = ir.hi - kW;
+      for (i64 q = 0; q < kW; ++q) t[q] = base + q >= ow ? dr[base + q] : 0.0f;
       block(base, vload(t));
     }
   }
@@ -267,26 +267,26 @@ inline Flat flat_of(i64 S, const Plane& g) {
   Flat f;
   f.P = S * (g.OW - 1) + 3;
   if (f.P < g.W + g.pw) f.P = g.W + g.pw;
-  f.nq = (g.OH * f.P + kVW - 1) / kVW * kVW;
+  f.nq = (g.OH * f.P + kW - 1) / kW * kW;
   const i64 rows = g.H + g.ph > S * (g.OH - 1) + 3 ? g.H + g.ph : S * (g.OH - 1) + 3;
-  const i64 reach = S * f.nq + 2 * f.P + 2 * kVW + 4;
-  f.in_size = rows * f.P + 2 * kVW > reach ? rows * f.P + 2 * kVW : reach;
+  const i64 reach = S * f.nq + 2 * f.P + 2 * kW + 4;
+  f.in_size = rows * f.P + 2 * kW > reach ? rows * f.P + 2 * kW : reach;
   return f;
 }
 inline bool flat_fits(i64 S, const Plane& g) {
   const Flat f = flat_of(S, g);
-  return g.OW > 0 && g.OH > 0 && f.in_size <= kFlatMax && f.nq + kVW <= kFlatMax;
+  return g.OW > 0 && g.OH > 0 && f.in_size <= kFlatMax && f.nq + kW <= kFlatMax;
 }
 
 inline void zero_buf(float* b, i64 n) {
-  const V z = vset(0.0f);
+  const V z = vbcast(0.0f);
   i64 i = 0;
-  for (; i + kVW <= n; i += kVW) vstore(b + i, z);
+  for (; i + kW <= n; i += kW) vstore(b + i, z);
   for (; i < n; ++i) b[i] = 0.0f;
 }
 inline void copy_row(const float* __restrict s, float* __restrict d, i64 n) {
   i64 i = 0;
-  for (; i + kVW <= n; i += kVW) vstore(d + i, vload(s + i));
+  for (; i + kW <= n; i += kW) vstore(d + i, vload(s + i));
   for (; i < n; ++i) d[i] = s[i];
 }
 // buf = zero-padded plane x (H x W), pitch P, offsets (ph, pw).
@@ -296,10 +296,10 @@ void load_padded(const float* x, const Plane& g, const Flat& f, float* buf) {
   for (i64 ih = 0; ih < g.H; ++ih) copy_row(x + ih * g.W, buf + (ih + g.ph) * f.P + g.pw, cols);
 }
 
-// The 3x3 correlation of buf at flat positions [q, q + kVW).
+// The 3x3 correlation of buf at flat positions [q, q + kW).
 template <int S>
 inline V flat_taps(const float* buf, i64 P, i64 q, const V* wv) {
-  V s = vset(0.0f);
+  V s = vbcast(0.0f);
   for (int kh = 0; kh < 3; ++kh) {
     const float* r = buf + S * q + kh * P;
     if (S == 1) {
@@ -325,14 +325,14 @@ void flat3_fwd(const float* x, const float* w9, float* y, const Plane& g, float 
   alignas(64) float out[kFlatMax];
   load_padded(x, g, f, buf);
   V wv[9];
-  for (int t = 0; t < 9; ++t) wv[t] = vset(w9[t]);
-  for (i64 q = 0; q < f.nq; q += kVW) vstore(out + q, flat_taps<S>(buf, f.P, q, wv));
-  const V vb = vset(bias);
+  for (int t = 0; t < 9; ++t) wv[t] = vbcast(w9[t]);
+  for (i64 q = 0; q < f.nq; q += kW) vstore(out + q, flat_taps<S>(buf, f.P, q, wv));
+  const V vb = vbcast(bias);
   for (i64 oh = 0; oh < g.OH; ++oh) {
     const float* s = out + oh * f.P;
     float* d = y + oh * g.OW;
     i64 ow = 0;
-    for (; ow + kVW <= g.OW; ow += kVW) vstore(d + ow, actv(vadd(acc ? vload(d + ow) : vb, vload(s + ow)), act));
+    for (; ow + kW <= g.OW; ow += kW) vstore(d + ow, actv(vadd(acc ? vload(d + ow) : vb, vload(s + ow)), act));
     for (; ow < g.OW; ++ow) d[ow] = act1((acc ? d[ow] : bias) + s[ow], act);
   }
 }
@@ -347,12 +347,12 @@ void flat3_bwd_weight(const float* dy, const float* x, const Plane& g, double* s
   zero_buf(d, f.nq);
   for (i64 oh = 0; oh < g.OH; ++oh) copy_row(dy + oh * g.OW, d + oh * f.P, g.OW);
   V av[9];
-  for (int t = 0; t < 9; ++t) av[t] = vset(0.0f);
-  for (i64 q = 0; q < f.nq; q += kVW) {
-    if (q % (16 * kVW) == 0 && q > 0)  // bounded float partial sums
+  for (int t = 0; t < 9; ++t) av[t] = vbcast(0.0f);
+  for (i64 q = 0; q < f.nq; q += kW) {
+    if (q % (16 * kW) == 0 && q > 0)  // bounded float partial sums
       for (int t = 0; t < 9; ++t) {
         s9[t] += hsum(av[t]);
-        av[t] = vset(0.0f);
+        av[t] = vbcast(0.0f);
       }
     const V dv = vload(d + q);
     for (int kh = 0; kh < 3; ++kh) {
@@ -381,12 +381,12 @@ void flat3_bwd_input_s2(const float* dy, const float* w9, float* dx, const Plane
   const Flat f = flat_of(2, g);
   alignas(64) float dbuf[kFlatMax];  // dy at 1 + q (a zero in front for dy[q-1])
   alignas(64) float xb[kFlatMax];
-  zero_buf(dbuf, f.nq + kVW + 1);
+  zero_buf(dbuf, f.nq + kW + 1);
   for (i64 oh = 0; oh < g.OH; ++oh) copy_row(dy + oh * g.OW, dbuf + 1 + oh * f.P, g.OW);
   zero_buf(xb, f.in_size);
   for (int kh = 0; kh < 3; ++kh) {
-    const V w0 = vset(w9[3 * kh]), w1 = vset(w9[3 * kh + 1]), w2 = vset(w9[3 * kh + 2]);
-    for (i64 q = 0; q < f.nq; q += kVW) {
+    const V w0 = vbcast(w9[3 * kh]), w1 = vbcast(w9[3 * kh + 1]), w2 = vbcast(w9[3 * kh + 2]);
+    for (i64 q = 0; q < f.nq; q += kW) {
       const V d0 = vload(dbuf + 1 + q), dm = vload(dbuf + q);
       float* p = xb + 2 * q + kh * f.P;
       V pe, po;
@@ -399,7 +399,7 @@ void flat3_bwd_input_s2(const float* dy, const float* w9, float* dx, const Plane
     float* d = dx + ih * g.W;
     i64 iw = 0;
     if (acc) {
-      for (; iw + kVW <= g.W; iw += kVW) vstore(d + iw, vadd(vload(d + iw), vload(s + iw)));
+      for (; iw + kW <= g.W; iw += kW) vstore(d + iw, vadd(vload(d + iw), vload(s + iw)));
       for (; iw < g.W; ++iw) d[iw] += s[iw];
     } else {
       copy_row(s, d, g.W);
@@ -409,12 +409,12 @@ void flat3_bwd_input_s2(const float* dy, const float* w9, float* dx, const Plane
 
 // Measured on AVX-512: the flat form wins for every stride-1 plane that fits;
 // at stride 2 it computes ~2x the outputs, so rows of two or more vectors
-// (OW >= 2*kVW) are better served by the row form.
+// (OW >= 2*kW) are better served by the row form.
 #ifndef PK_FLAT_MAX_OW1
 #define PK_FLAT_MAX_OW1 (1 << 30)
 #endif
 #ifndef PK_FLAT_MAX_OW2
-#define PK_FLAT_MAX_OW2 (2 * kVW - 1)
+#define PK_FLAT_MAX_OW2 (2 * kW - 1)
 #endif
 // The flat form where the plane fits its stack buffers and is narrow enough
 // that the row form's scalar edges / partial vectors would dominate.

@@ -1,18 +1,12 @@
 // conv_common.h — internal to conv2d.cpp, conv2d_plane3x3.cpp and
 // conv2d_dw_small.cpp (not part
-// of the public runtime API): the valid-range helper, the native-width float
-// vector V (AVX-512 / AVX2+FMA / NEON intrinsics behind #if guards, a plain
-// 4-float struct otherwise), the fused relu / relu6 epilogue, and the 3x3
+// of the public runtime API): the valid-range helper, simd.h's native-width
+// float vector V with deinterleaving loads/stores, the fused relu / relu6 epilogue, and the 3x3
 // plane kernels (defined in conv2d_plane3x3.cpp) that conv2d.cpp dispatches to.
 #pragma once
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-#include <arm_neon.h>
-#endif
-
 #include "pock_kernels.h"
+#include "simd.h"
 
 namespace pk {
 namespace conv {
@@ -30,24 +24,11 @@ inline Range valid_range(i64 offset, i64 stride, i64 size, i64 out) {
   return Range{lo, hi};
 }
 
-// ---- a minimal float vector (the native width; intrinsics only behind guards)
-//
-// V holds kVW floats.  vdeint(p, e, o) loads p[0, 2*kVW) and splits it into the
-// even and the odd elements; vst_int(p, e, o) stores p[2i] = e[i], p[2i+1] = o[i].
+// ---- the native-width float vector V of simd.h, plus two conv-only moves:
+// vdeint(p, e, o) loads p[0, 2*kW) and splits it into the even and the odd
+// elements; vst_int(p, e, o) stores p[2i] = e[i], p[2i+1] = o[i].
+using namespace simd;
 #if defined(__AVX512F__)
-constexpr int kVW = 16;
-struct V {
-  __m512 v;
-};
-inline V vload(const float* p) { return V{_mm512_loadu_ps(p)}; }
-inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
-inline V vset(float x) { return V{_mm512_set1_ps(x)}; }
-inline V vfma(V a, V b, V c) { return V{_mm512_fmadd_ps(a.v, b.v, c.v)}; }
-inline V vmul(V a, V b) { return V{_mm512_mul_ps(a.v, b.v)}; }
-inline V vadd(V a, V b) { return V{_mm512_add_ps(a.v, b.v)}; }
-// (a > b) ? a : b with b returned for NaN; called as vmax(0, x) NaN propagates.
-inline V vmax(V a, V b) { return V{_mm512_max_ps(a.v, b.v)}; }
-inline V vmin(V a, V b) { return V{_mm512_min_ps(a.v, b.v)}; }
 inline void vdeint(const float* p, V& e, V& o) {
   const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
   const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -62,18 +43,6 @@ inline void vst_int(float* p, V e, V o) {
   _mm512_storeu_ps(p + 16, _mm512_permutex2var_ps(e.v, ih, o.v));
 }
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kVW = 8;
-struct V {
-  __m256 v;
-};
-inline V vload(const float* p) { return V{_mm256_loadu_ps(p)}; }
-inline void vstore(float* p, V a) { _mm256_storeu_ps(p, a.v); }
-inline V vset(float x) { return V{_mm256_set1_ps(x)}; }
-inline V vfma(V a, V b, V c) { return V{_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline V vmul(V a, V b) { return V{_mm256_mul_ps(a.v, b.v)}; }
-inline V vadd(V a, V b) { return V{_mm256_add_ps(a.v, b.v)}; }
-inline V vmax(V a, V b) { return V{_mm256_max_ps(a.v, b.v)}; }
-inline V vmin(V a, V b) { return V{_mm256_min_ps(a.v, b.v)}; }
 inline void vdeint(const float* p, V& e, V& o) {
   const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
   const __m256 se = _mm256_shuffle_ps(a, b, 0x88), so = _mm256_shuffle_ps(a, b, 0xDD);  // a0 a2 b0 b2 | a4 a6 b4 b6
@@ -85,19 +54,7 @@ inline void vst_int(float* p, V e, V o) {
   _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
   _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
-#elif defined(__aarch64__) && defined(__ARM_NEON)
-constexpr int kVW = 4;
-struct V {
-  float32x4_t v;
-};
-inline V vload(const float* p) { return V{vld1q_f32(p)}; }
-inline void vstore(float* p, V a) { vst1q_f32(p, a.v); }
-inline V vset(float x) { return V{vdupq_n_f32(x)}; }
-inline V vfma(V a, V b, V c) { return V{vfmaq_f32(c.v, a.v, b.v)}; }
-inline V vmul(V a, V b) { return V{vmulq_f32(a.v, b.v)}; }
-inline V vadd(V a, V b) { return V{vaddq_f32(a.v, b.v)}; }
-inline V vmax(V a, V b) { return V{vbslq_f32(vcgtq_f32(a.v, b.v), a.v, b.v)}; }  // x86 semantics
-inline V vmin(V a, V b) { return V{vbslq_f32(vcltq_f32(a.v, b.v), a.v, b.v)}; }
+#elif defined(__aarch64__)
 inline void vdeint(const float* p, V& e, V& o) {
   const float32x4x2_t t = vld2q_f32(p);
   e.v = t.val[0];
@@ -110,35 +67,6 @@ inline void vst_int(float* p, V e, V o) {
   vst2q_f32(p, t);
 }
 #else
-constexpr int kVW = 4;
-struct V {
-  float v[4];
-};
-inline V vload(const float* p) { return V{{p[0], p[1], p[2], p[3]}}; }
-inline void vstore(float* p, V a) {
-  for (int i = 0; i < 4; ++i) p[i] = a.v[i];
-}
-inline V vset(float x) { return V{{x, x, x, x}}; }
-inline V vfma(V a, V b, V c) {
-  for (int i = 0; i < 4; ++i) c.v[i] += a.v[i] * b.v[i];
-  return c;
-}
-inline V vmul(V a, V b) {
-  for (int i = 0; i < 4; ++i) a.v[i] *= b.v[i];
-  return a;
-}
-inline V vadd(V a, V b) {
-  for (int i = 0; i < 4; ++i) a.v[i] += b.v[i];
-  return a;
-}
-inline V vmax(V a, V b) {
-  for (int i = 0; i < 4; ++i) a.v[i] = a.v[i] > b.v[i] ? a.v[i] : b.v[i];
-  return a;
-}
-inline V vmin(V a, V b) {
-  for (int i = 0; i < 4; ++i) a.v[i] = a.v[i] < b.v[i] ? a.v[i] : b.v[i];
-  return a;
-}
 inline void vdeint(const float* p, V& e, V& o) {
   for (int i = 0; i < 4; ++i) {
     e.v[i] = p[2 * i];
@@ -154,10 +82,10 @@ inline void vst_int(float* p, V e, V o) {
 #endif
 
 inline float hsum(V a) {
-  alignas(64) float t[kVW];
+  alignas(64) float t[kW];
   vstore(t, a);
   float s = 0.0f;
-  for (int i = 0; i < kVW; ++i) s += t[i];
+  for (int i = 0; i < kW; ++i) s += t[i];
   return s;
 }
 
@@ -170,14 +98,14 @@ inline float act1(float v, Act act) {
 }
 inline V actv(V v, Act act) {
   if (act == Act::None) return v;
-  v = vmax(vset(0.0f), v);
-  if (act == Act::Relu6) v = vmin(vset(6.0f), v);
+  v = vmax(vbcast(0.0f), v);
+  if (act == Act::Relu6) v = vmin(vbcast(6.0f), v);
   return v;
 }
 inline void act_inplace(float* y, i64 n, Act act) {
   if (act == Act::None) return;
   i64 i = 0;
-  for (; i + kVW <= n; i += kVW) vstore(y + i, actv(vload(y + i), act));
+  for (; i + kW <= n; i += kW) vstore(y + i, actv(vload(y + i), act));
   for (; i < n; ++i) y[i] = act1(y[i], act);
 }
 

@@ -13,7 +13,7 @@
 //     transposed op(B) (x @ w^T, e.g. an LSTM's recurrent step) uses dot
 //     products along the contiguous K of both operands instead of packing B.
 //   * The micro-kernel keeps an MR x NR tile of C in vector registers.  It is
-//     written once over a tiny vector type chosen at compile time: AVX-512
+//     written once over the vector type of simd.h, chosen at compile time: AVX-512
 //     (__AVX512F__), AVX2+FMA (__AVX2__ && __FMA__), NEON (__aarch64__), or a
 //     portable C++ struct of 4 floats that compiles everywhere.
 //   * The store applies beta, then (last depth block) an optional bias per
@@ -22,99 +22,21 @@
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
-
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-#include <immintrin.h>
-#elif defined(__aarch64__)
-#include <arm_neon.h>
-#endif
+#include "simd.h"
 
 namespace pk {
 
 namespace {
 
-// ------------------------------------------------------------ vector type
+// ------------------------------------------------------------ vector type (simd.h) and tile shape
+using namespace simd;
 #if defined(__AVX512F__)
-struct V {
-  __m512 v;
-};
-constexpr int kW = 16;
-inline V vzero() { return {_mm512_setzero_ps()}; }
-inline V vload(const float* p) { return {_mm512_loadu_ps(p)}; }
-inline V vbcast(float x) { return {_mm512_set1_ps(x)}; }
-inline void vstore(float* p, V a) { _mm512_storeu_ps(p, a.v); }
-inline V vfma(V a, V b, V c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }  // a*b + c
-inline V vadd(V a, V b) { return {_mm512_add_ps(a.v, b.v)}; }
-inline V vmul(V a, V b) { return {_mm512_mul_ps(a.v, b.v)}; }
-inline V vmax(V a, V b) { return {_mm512_max_ps(a.v, b.v)}; }  // b when either is NaN
-inline V vmin(V a, V b) { return {_mm512_min_ps(a.v, b.v)}; }
-inline float vsum(V a) { return _mm512_reduce_add_ps(a.v); }
 constexpr int kMR = 12, kNV = 2;  // 24 accumulators of 32 zmm
 #elif defined(__AVX2__) && defined(__FMA__)
-struct V {
-  __m256 v;
-};
-constexpr int kW = 8;
-inline V vzero() { return {_mm256_setzero_ps()}; }
-inline V vload(const float* p) { return {_mm256_loadu_ps(p)}; }
-inline V vbcast(float x) { return {_mm256_set1_ps(x)}; }
-inline void vstore(float* p, V a) { _mm256_storeu_ps(p, a.v); }
-inline V vfma(V a, V b, V c) { return {_mm256_fmadd_ps(a.v, b.v, c.v)}; }
-inline V vadd(V a, V b) { return {_mm256_add_ps(a.v, b.v)}; }
-inline V vmul(V a, V b) { return {_mm256_mul_ps(a.v, b.v)}; }
-inline V vmax(V a, V b) { return {_mm256_max_ps(a.v, b.v)}; }
-inline V vmin(V a, V b) { return {_mm256_min_ps(a.v, b.v)}; }
-inline float vsum(V a) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a.v), _mm256_extractf128_ps(a.v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
 constexpr int kMR = 6, kNV = 2;  // 12 accumulators of 16 ymm
 #elif defined(__aarch64__)
-struct V {
-  float32x4_t v;
-};
-constexpr int kW = 4;
-inline V vzero() { return {vdupq_n_f32(0.0f)}; }
-inline V vload(const float* p) { return {vld1q_f32(p)}; }
-inline V vbcast(float x) { return {vdupq_n_f32(x)}; }
-inline void vstore(float* p, V a) { vst1q_f32(p, a.v); }
-inline V vfma(V a, V b, V c) { return {vfmaq_f32(c.v, a.v, b.v)}; }
-inline V vadd(V a, V b) { return {vaddq_f32(a.v, b.v)}; }
-inline V vmul(V a, V b) { return {vmulq_f32(a.v, b.v)}; }
-inline V vmax(V a, V b) { return {vmaxq_f32(a.v, b.v)}; }  // NaN propagates
-inline V vmin(V a, V b) { return {vminq_f32(a.v, b.v)}; }
-inline float vsum(V a) { return vaddvq_f32(a.v); }
 constexpr int kMR = 8, kNV = 3;  // 24 accumulators of 32 q registers
 #else
-// Portable: GNU vector extensions (GCC and Clang, any target) lower to the
-// target's SIMD registers where it has them and to scalar code elsewhere.
-typedef float v4f __attribute__((vector_size(16)));
-struct V {
-  v4f v;
-};
-constexpr int kW = 4;
-inline V vzero() { return {v4f{0.0f, 0.0f, 0.0f, 0.0f}}; }
-inline V vload(const float* p) {
-  V a;
-  std::memcpy(&a.v, p, sizeof a.v);
-  return a;
-}
-inline V vbcast(float x) { return {v4f{x, x, x, x}}; }
-inline void vstore(float* p, V a) { std::memcpy(p, &a.v, sizeof a.v); }
-inline V vfma(V a, V b, V c) { return {a.v * b.v + c.v}; }
-inline V vadd(V a, V b) { return {a.v + b.v}; }
-inline V vmul(V a, V b) { return {a.v * b.v}; }
-inline V vmax(V a, V b) {  // b when either is NaN (like maxps)
-  for (int l = 0; l < 4; ++l) a.v[l] = a.v[l] > b.v[l] ? a.v[l] : b.v[l];
-  return a;
-}
-inline V vmin(V a, V b) {
-  for (int l = 0; l < 4; ++l) a.v[l] = a.v[l] < b.v[l] ? a.v[l] : b.v[l];
-  return a;
-}
-inline float vsum(V a) { return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]); }
 constexpr int kMR = 4, kNV = 2;  // 8 accumulators
 #endif
 
