@@ -167,9 +167,10 @@ def compile_prefix(prefix: FrozenPrefix, soc=DEFAULT_SOC, precision: str = "fp16
 
 
 def export_htp_prefix(prefix: FrozenPrefix, bundle_dir, soc=DEFAULT_SOC, precision: str = "fp16",
-                      calibration=None) -> dict:
-    """Copy the compiled prefix into bundle_dir/prefix/ and return the bundle's manifest["prefix"]."""
-    built = compile_prefix(prefix, soc, precision, calibration)
+                      calibration=None, built: dict | None = None) -> dict:
+    """Copy the compiled prefix (`built`, compile_prefix's result, compiled here when not
+    given) into bundle_dir/prefix/ and return the bundle's manifest["prefix"]."""
+    built = built or compile_prefix(prefix, soc, precision, calibration)
     out = Path(bundle_dir) / "prefix"
     out.mkdir(parents=True, exist_ok=True)
     for key in ("onnx", "context", "binary"):
@@ -208,7 +209,7 @@ def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, p
     built = compile_prefix(prefix, soc, precision, calibration)
     runner = HtpRunner(prefix, built)
     if out_dir is not None:
-        manifest = export_htp_prefix(prefix, out_dir, soc, precision, calibration)
+        manifest = export_htp_prefix(prefix, out_dir, soc, precision, built=built)
     else:
         manifest = prefix.manifest(files={"onnx": str(built["onnx"]), "context": str(built["context"]),
                                           "context_binary": str(built["binary"])}, soc=_htp_soc(soc),
