@@ -1,5 +1,7 @@
-"""End-to-end: compiled training steps match a PyTorch reference (rtol 1e-4)
-for four model families, under full and sparse updates, SGD-momentum and AdamW."""
+"""End-to-end: compiled training steps match PyTorch for four model families,
+under full and sparse updates, SGD-momentum and AdamW. Judged against a PyTorch
+fp64 run as PyTorch fp32 is (tests/numerics.py); SGD, whose maths is well
+conditioned on these small models, is also held to rtol 1e-4 elementwise."""
 import copy
 
 import numpy as np
@@ -7,8 +9,9 @@ import pytest
 import torch
 
 import pockengine as pe
-from helpers import assert_state_close, compiled_train, reference_train
+from helpers import assert_state_close, compiled_train
 from models import MODELS, SPARSE, batches
+from numerics import assert_losses_close, assert_outputs_close, assert_state_close_fp64, fp64_reference
 from pockengine.program import resolve_update
 
 OPTIMIZERS = {
@@ -27,17 +30,18 @@ def test_steps_match_pytorch(name, scheme, opt):
     data = batches(name)
     update = "full" if scheme == "full" else SPARSE[name]
     steps = 5
-    ref_losses, ref_model = reference_train(model, data, "cross_entropy", update, OPTIMIZERS[opt](), steps)
+    ref = fp64_reference(model, data, "cross_entropy", update, OPTIMIZERS[opt](), steps)
     losses, trainer, prog = compiled_train(model, data, "cross_entropy", update, OPTIMIZERS[opt](), steps)
-    np.testing.assert_allclose(losses, ref_losses, rtol=1e-4, atol=1e-6)
     trained = resolve_update({n: tuple(p.shape) for n, p in model.named_parameters()}, update)
-    assert_state_close(trainer, ref_model, original, trained)
+    assert_losses_close(losses, ref)
+    assert_state_close_fp64(trainer.state_dict(), ref, original, trained)
+    if opt == "sgd":
+        np.testing.assert_allclose(losses, ref.losses32, rtol=1e-4, atol=1e-6)
+        assert_state_close(trainer, ref.model32, original, trained)
     # inference with the trained weights matches the reference model in eval mode
-    ref_model.eval()
-    with torch.no_grad():
-        want = ref_model(*data[0][0])
-    np.testing.assert_allclose(trainer.forward(data[0][0]), want.numpy(), rtol=1e-4, atol=1e-5)
-
+    ref.model32.eval()
+    ref.model64.eval()
+    assert_outputs_close(trainer.forward(data[0][0]), ref.model32, ref.model64, data[0][0], "forward")
 
 def test_sparse_scheme_saves_memory_and_reordering_saves_more():
     torch.manual_seed(0)
