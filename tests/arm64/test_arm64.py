@@ -6,13 +6,16 @@ qemu-aarch64, against torch and against this machine's build.
 * test_train_end_to_end: a compiled model's TU + the runtime + train_driver.c
   (plain C over pock.h) starts from a checkpoint the host trainer wrote, trains
   5 steps and saves; its losses and its checkpoint, loaded by a host Trainer,
-  must match the host's own 5 steps (so checkpoints are portable too).
+  are judged against a PyTorch fp64 run as PyTorch fp32 is (tests/numerics.py),
+  like the host's own 5 steps, and with SGD also match the host's elementwise
+  (so checkpoints are portable too).
 
 Needs aarch64-linux-gnu-g++ and qemu-aarch64 (`make test` installs them);
 the cross-compiled runtime is cached (scripts/cross_build.py).
 """
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 import struct
@@ -27,6 +30,8 @@ import torch.nn.functional as F
 
 import pockengine as pe
 from models import MODELS, SPARSE, batches
+from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
+from pockengine.program import resolve_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -455,7 +460,9 @@ def test_train_end_to_end(model, tmp_path):
     torch.manual_seed(0)
     data = batches(model)
     inputs, targets = data[0]
-    prog = pe.compile(MODELS[model](), inputs, targets, **E2E[model])
+    module = MODELS[model]()
+    original = copy.deepcopy(module).state_dict()
+    prog = pe.compile(module, inputs, targets, **E2E[model])
     (tmp_path / "model.cpp").write_text(prog.source())
     exe = cross.build_executable([tmp_path / "model.cpp", HERE / "train_driver.c"], tmp_path / "train")
 
@@ -472,14 +479,23 @@ def test_train_end_to_end(model, tmp_path):
     r = cross.run(exe, tmp_path / "start.ckpt", tmp_path / "data.bin", STEPS, tmp_path / "arm.ckpt", 2)
     assert r.returncode == 0, f"train_driver failed under qemu (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
     arm_losses = [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("loss ")]
-    np.testing.assert_allclose(arm_losses, host_losses, rtol=RTOL, err_msg="losses: aarch64 vs host")
+    # both judged against PyTorch fp64 as PyTorch fp32 is (tests/numerics.py); SGD also elementwise
+    ref = fp64_reference(module, data, "cross_entropy", E2E[model]["update"], E2E[model]["optimizer"], STEPS)
+    trained = resolve_update({n: tuple(p.shape) for n, p in module.named_parameters()}, E2E[model]["update"])
+    assert_losses_close(arm_losses, ref)
+    assert_losses_close(host_losses, ref)
+    strict = isinstance(E2E[model]["optimizer"], pe.SGD)
+    if strict:
+        np.testing.assert_allclose(arm_losses, host_losses, rtol=RTOL, err_msg="losses: aarch64 vs host")
 
     arm = prog.build()
     arm.load(tmp_path / "arm.ckpt")  # the aarch64-written checkpoint, read on this machine
     assert arm.step_count == host.step_count == STEPS
     want, got = host.state_dict(), arm.state_dict()
     assert got.keys() == want.keys()
+    assert_state_close_fp64(got, ref, original, trained)
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=1e-6, err_msg=f"{name}: aarch64 vs host")
+        if strict:
+            np.testing.assert_allclose(got[name], want[name], rtol=RTOL, atol=1e-6, err_msg=f"{name}: aarch64 vs host")
         frozen = np.array_equal(want[name], before[name])
         assert not frozen or np.array_equal(got[name], before[name]), f"frozen {name} changed on aarch64"

@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pockengine.build.host import march_flags
+
 ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "codegen" / "runtime"
 SHIMS = Path(__file__).resolve().parent / "shims"
 CXX = os.environ.get("CXX", "g++")
-FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-march=native"]
+FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", *march_flags()]
 
 
 def _sources(shim):

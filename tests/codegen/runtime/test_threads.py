@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from conftest import CXX, RUNTIME, SHIMS, ptr
+from pockengine.build.host import march_flags
 
 vp, i64, cint, cf = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", "-march=native", "-pthread"]
+FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", *march_flags(), "-pthread"]
 
 
 def build_threads_lib() -> ctypes.CDLL:

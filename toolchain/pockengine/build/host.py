@@ -34,7 +34,19 @@ except ImportError:  # not POSIX: atomic renames alone keep the cache consistent
 from ..errors import PockError
 
 ROOT = Path(__file__).resolve().parents[3]
-BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-march=native", "-fvisibility=hidden", "-pthread")
+BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-pthread")
+# The instruction set host builds target: POCK_MARCH (default native) is g++'s -march, so the
+# same tests run the kernels a user's machine would take: native, x86-64-v3 (AVX2+FMA) or
+# x86-64 (baseline SSE2, the portable vector path). See README "Testing".
+MARCH_ENV = "POCK_MARCH"
+
+
+def march_flags() -> tuple[str, ...]:
+    """-march for host builds: $POCK_MARCH, default native."""
+    march = os.environ.get(MARCH_ENV, "native").strip() or "native"
+    if not all(c.isalnum() or c in "-_.+" for c in march):
+        raise PockError(f"{MARCH_ENV}={march!r} is not a -march value (e.g. native, x86-64-v3, x86-64)")
+    return (f"-march={march}",)
 _STDERR_TAIL = 4000
 
 
@@ -169,7 +181,7 @@ def build_shared_library(
             raise PockError(f"build_shared_library: source {str(s)!r} does not exist")
     rt = runtime_dir()
     cxx = compiler()
-    flags = (*BASE_FLAGS, "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
+    flags = (*BASE_FLAGS, *march_flags(), "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
     runtime_headers = _digest(sorted(rt.rglob("*.h")))
 
     jobs = [(s, flags, runtime_headers) for s in runtime_sources(kernels)]
