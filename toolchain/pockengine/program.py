@@ -14,6 +14,8 @@ import torch.nn as nn
 
 from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
+from .build.host import cache_dir
+from .codegen import Source, emit_cpu
 from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
@@ -82,7 +84,7 @@ class Program:
         merged = Graph(name)
         merged.state = self.state
         self.state_offsets, self.state_bytes = state_layout(merged)
-        self._source = None
+        self._sources: dict[tuple[str, ...], Source] = {}
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -106,16 +108,22 @@ class Program:
             "num_nodes": len(self.order),
         }
 
-    def source(self) -> str:
-        """The generated C++ translation unit."""
-        if self._source is None:
-            from .codegen import render
-            self._source, self.hash = render(self)
-        return self._source
+    def emit(self, backends=None) -> Source:
+        """The emitted step for `backends` (default ["cpu"]), made once per backend set."""
+        return emit(self, backends)
 
-    def summary(self) -> str:
+    def source(self) -> str:
+        """The generated C++ translation unit of the all-CPU step."""
+        return self.emit().text
+
+    @property
+    def hash(self) -> str:
+        """The structural hash of the all-CPU step (see emit() for other backend sets)."""
+        return self.emit().hash
+
+    def summary(self, source: Source | None = None) -> str:
         from .report import summary
-        return summary(self)
+        return summary(self, source or self.emit())
 
     # -- building --------------------------------------------------------------------
     def build(self, target: str = "host", backends=None, out_dir=None):
@@ -130,25 +138,11 @@ class Program:
         if "htp" in backends:
             from .backends.htp import build_with_htp_prefix
             return build_with_htp_prefix(self, [b for b in backends if b != "htp"], out_dir)
-        if "vulkan" in backends:
-            from .backends.vulkan import build_vulkan
-            return build_vulkan(self, out_dir)
-        return self.build_cpu(out_dir)
+        return build(self, self.emit(backends), out_dir)
 
     def build_cpu(self, out_dir=None):
         """The all-CPU step for this host (what build() does with backends=["cpu"])."""
-        from .build.host import build_shared_library
-        from .trainer import Trainer
-
-        src_dir = Path(out_dir) if out_dir else _cache_dir() / "models"
-        src_dir.mkdir(parents=True, exist_ok=True)
-        source = self.source()
-        path = src_dir / f"{self.name}-{self.hash}.cpp"
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(source)
-            tmp.replace(path)
-        lib = build_shared_library([path], src_dir)
+        return build(self, self.emit(["cpu"]), out_dir)
         trainer = Trainer(str(lib), aliases=self.aliases)  # state_dict lists tied weights under every name
         for name, v in self.state.items():
             if v.data is not None:
@@ -174,9 +168,46 @@ def check_backends(backends) -> list[str]:
     return backends
 
 
-def _cache_dir() -> Path:
-    import os
-    return Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine"))
+def emit(prog: Program, backends=None, cost=None) -> Source:
+    """Stage `emit`: the step's C++ source for a set of backends (cached on the program, one
+    per set; a `cost` model for the partition is not cached).  "htp" is not a step backend:
+    split the prefix first (passes/prefix.split_prefix) and emit the suffix."""
+    backends = tuple(check_backends(backends))
+    if "htp" in backends:
+        raise PockError("emit the step after splitting off the HTP prefix (passes/prefix.split_prefix)")
+    key = ("cpu",) if backends == ("cpu",) else backends
+    if cost is None and key in prog._sources:
+        return prog._sources[key]
+    if "vulkan" in backends:
+        from .backends.vulkan import emit_vulkan
+        source = emit_vulkan(prog, backends, cost)
+    else:
+        source = emit_cpu(prog)
+    if cost is None:
+        prog._sources[key] = source
+    return source
+
+
+def build(prog: Program, source: Source, out_dir=None):
+    """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
+    prog's weights; the library is exactly `source`."""
+    if "vulkan" in source.backends:
+        from .backends.vulkan import build_vulkan
+        return build_vulkan(prog, out_dir, source=source)
+    from .build.host import build_shared_library, write_source
+    from .trainer import Trainer
+
+    src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
+    path = write_source(src_dir / f"{prog.name}-{source.hash}.cpp", source.text)
+    lib = build_shared_library([path], src_dir)
+    trainer = Trainer(str(lib), aliases=prog.aliases)  # state_dict lists tied weights under every name
+    for name, v in prog.state.items():
+        if v.data is not None:
+            trainer.set_tensor(name, v.data)
+    return trainer
+
+
+_cache_dir = cache_dir  # the old name
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",

@@ -18,7 +18,6 @@ updated back at the end (state_transfer nodes).  Inference runs on the CPU.
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import struct
 from collections import namedtuple
@@ -449,7 +448,7 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
 
 def render(prog, part):
     """(C++ source, hash) of the step with its Vulkan partition (templates/model_vulkan.cpp.j2)."""
-    from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, int_ranges, kernel_name
+    from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, finish, int_ranges, kernel_name
     from .cpu import fl
 
     pg = part.graph
@@ -581,32 +580,30 @@ def render(prog, part):
         "windows": windows,
         "shaders": shader_rows, "dispatches": dispatches, "segments": segments, "adamw": adamw,
     }
-    template = _env().get_template("model_vulkan.cpp.j2")
-    ctx["hash"] = "0" * 16
-    digest = hashlib.sha256(template.render(**ctx).encode()).hexdigest()[:16]
-    ctx["hash"] = digest
-    return template.render(**ctx), digest
+    return finish(_env().get_template("model_vulkan.cpp.j2"), ctx)
+
+
+def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None):
+    """The step with its Vulkan partition, as a codegen.Source."""
+    from ..codegen import Source
+    part = partition_step(prog, backends, cost)
+    text, digest = render(prog, part)
+    return Source(text, digest, tuple(backends), part)
 
 
 # ---- building and loading ----------------------------------------------------------------------------------
-def build_vulkan(prog, out_dir=None, cost=None):
-    """Generate, compile and load the step with its trainable part on Vulkan."""
-    from ..build.host import build_shared_library
+def build_vulkan(prog, out_dir=None, cost=None, source=None):
+    """Compile and load the step with its trainable part on Vulkan (from `source`, an
+    emit_vulkan result, or emitted here)."""
+    from ..build.host import build_shared_library, cache_dir, write_source
     from ..build.vulkan import LINK_FLAGS, runtime_sources, vulkan_dir
-    from ..program import _cache_dir
 
-    part = partition_step(prog, cost=cost)
-    source, digest = render(prog, part)
-    src_dir = Path(out_dir) if out_dir else _cache_dir() / "models"
-    src_dir.mkdir(parents=True, exist_ok=True)
-    path = src_dir / f"{prog.name}-vk-{digest}.cpp"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(source)
-        tmp.replace(path)
+    source = source if source is not None else emit_vulkan(prog, cost=cost)
+    src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
+    path = write_source(src_dir / f"{prog.name}-vk-{source.hash}.cpp", source.text)
     lib = build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
     trainer = _trainer_class()(str(lib), aliases=prog.aliases)
-    trainer.partition = part
+    trainer.partition = source.partition
     for name, v in prog.state.items():
         if v.data is not None:
             trainer.set_tensor(name, v.data)

@@ -47,6 +47,17 @@ def cache_dir() -> Path:
     return Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine"))
 
 
+def write_source(path: Path, text: str) -> Path:
+    """Write a generated source to path (atomically; untouched when it already holds text)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
+
+
 def compiler() -> tuple[str, ...]:
     """The C++ compiler command: $CXX (which may hold a launcher, e.g. "ccache g++") or g++."""
     return tuple(shlex.split(os.environ.get("CXX", "g++")))
