@@ -86,6 +86,11 @@ class Program:
         self.state_offsets, self.state_bytes = state_layout(merged)
         self._sources: dict[tuple[str, ...], Source] = {}
 
+    def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
+        """This program's model, optimizer and update scheme over new step and inference graphs
+        (the suffix after a prefix split), scheduled and planned again."""
+        return type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases)
+
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
         kinds = {}

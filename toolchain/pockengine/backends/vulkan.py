@@ -19,8 +19,6 @@ updated back at the end (state_transfer nodes).  Inference runs on the CPU.
 from __future__ import annotations
 
 import math
-import struct
-from collections import namedtuple
 from pathlib import Path
 
 from ..errors import PockError
@@ -28,45 +26,10 @@ from ..ir.graph import Node, Value
 from ..ir.ops import flops
 from ..memory.plan import ALIGN, root_of
 from ..passes.partition import ALWAYS, format_partition, partition, plan_spaces
+from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
 from .cpu import Emit, _fit, bcast_strides, strides
-
-Dispatch = namedtuple("Dispatch", "shader groups push")
-NONE = 0xFFFFFFFF
-WG = 64
-EMITTERS: dict = {}
-WORDS = {"f32": 1, "i32": 1, "i64": 2}
-
-
-def emitter(*ops):
-    def deco(fn):
-        for op in ops:
-            EMITTERS[op] = fn
-        return fn
-    return deco
-
-
-def fbits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
-
-
-def ibits(x: int) -> int:
-    return int(x) & 0xFFFFFFFF
-
-
-def grid(n: int) -> tuple[int, int, int]:
-    """Workgroups of 64 for n invocations (over y too when x would pass 65535)."""
-    groups = max(1, math.ceil(n / WG))
-    return (groups, 1, 1) if groups <= 65535 else (65535, math.ceil(groups / 65535), 1)
-
-
-def _n(v: Value) -> int:
-    return math.prod(v.shape)
-
-
-def _f32(*vs) -> None:
-    for v in vs:
-        if v is not None and v.dtype != "f32":
-            raise NotImplementedError(f"Vulkan kernels take f32 here, not {v.dtype}")
+from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
+                              fbits, fill_dispatch, grid, ibits, reduce_dispatch)
 
 
 class VkEmit:
@@ -192,22 +155,6 @@ def _binary(e, n):
 
 
 # ---- reductions ---------------------------------------------------------------------------------
-def reduce_dispatch(x, y, shape, flags, scale):
-    dims = [(s, r) for s, r in zip(shape, flags) if s != 1] or [(1, False)]
-    merged = [list(dims[0])]
-    for s, r in dims[1:]:
-        if merged[-1][1] == r:
-            merged[-1][0] *= s
-        else:
-            merged.append([s, r])
-    if len(merged) > 6:
-        raise NotImplementedError("reduction over more than 6 dims")
-    mask = sum(1 << d for d, (_, r) in enumerate(merged) if r)
-    nout = math.prod(s for s, r in merged if not r)
-    shp = [s for s, _ in merged] + [1] * (6 - len(merged))
-    return Dispatch("reduce", grid(nout), [x, y, len(merged), *shp, mask, fbits(scale)])
-
-
 @emitter("sum", "mean")
 def _sum(e, n):
     x = n.inputs[0]
@@ -229,21 +176,6 @@ def _sum_to(e, n):
 
 
 # ---- layout: strided copies and fills (copy.comp) -----------------------------------------------------
-def copy_dispatch(dtype, x, y, shape, in_strides, in_offset, out_strides, out_offset):
-    if dtype not in WORDS:
-        raise NotImplementedError(f"no Vulkan copy for {dtype}")
-    nd, shp, (si, so) = _fit(shape, in_strides, out_strides)
-    return Dispatch("copy", grid(math.prod(shape)), [0, x, y, nd, *shp, *si, *so, in_offset, out_offset,
-                                                     WORDS[dtype], 0])
-
-
-def fill_dispatch(dtype, y, count, value):
-    if dtype not in WORDS:
-        raise NotImplementedError(f"no Vulkan fill for {dtype}")
-    bits = fbits(value) if dtype == "f32" else ibits(int(value))
-    return Dispatch("copy", grid(count * WORDS[dtype]), [1, 0, y, 1, count] + [1] * 5 + [0] * 14 + [WORDS[dtype], bits])
-
-
 @emitter("reshape")
 def _reshape(e, n):
     return []  # a view: the output shares the input's words
@@ -646,9 +578,6 @@ def _trainer_class():
 
     _CLASS.append(VulkanTrainer)
     return VulkanTrainer
-
-
-from . import vulkan_conv  # noqa: E402,F401  (registers the conv2d, batch norm and pooling emitters)
 
 
 def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports numpy and ctypes)
