@@ -65,3 +65,18 @@ def test_package_imports_form_a_dag():
     assert "pockengine.program" in edges and "pockengine.backends.vulkan" in edges["pockengine.program"]
     cycle = find_cycle(edges)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_library_imports_nothing_from_demo_apps():
+    """The demo's model and runner live in demo-apps/ and import the library, never the
+    reverse; pockengine.demo only finds demo-apps/ at run time to start its runner."""
+    apps = {p.name for p in (PACKAGE.parents[1] / "demo-apps").iterdir() if p.is_dir()}
+    assert "keyboard" in apps
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text, str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            assert not any(n.split(".")[0] in apps for n in names), f"{path.name} imports {names} from demo-apps"
+        if path.name != "demo.py":
+            assert "demo-apps" not in text, f"{path} reaches into the checkout's demo-apps/"

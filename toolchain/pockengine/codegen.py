@@ -12,8 +12,10 @@ from .backends.cpu import Emit
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
 
-ROOT = Path(__file__).resolve().parents[2]
-CODEGEN_DIR = ROOT / "codegen"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
+# codegen/ (runtime sources, shaders, templates) ships inside the package: pockengine/_codegen is
+# a link to the checkout's codegen/ and a copy of it in an installed wheel
+CODEGEN_DIR = (Path(__file__).resolve().parent / "_codegen").resolve()
 RUNTIME_DIR = CODEGEN_DIR / "runtime"
 DTYPE_CODE = {"f32": 0, "i64": 1, "i32": 2, "u8": 3}
 KIND_CODE = {"param": 0, "buffer": 1, "opt_state": 2, "const": 3}
