@@ -1,13 +1,25 @@
 """`pe.compile`: a PyTorch model → a compiled training program.
 
-Stages (each IR-producing one is verified): export → update scheme →
-autodiff → optimizer nodes → dead-code elimination → schedule (reordered)
-→ memory plan; the inference graph goes through export → DCE → plan.
+The pipeline is a row of plain functions, each taking and returning plain data:
+
+    export(model, ...)            -> (training graph, inference graph)
+    lower(graph, forward, ...)    autodiff, optimizer nodes, dead-code elimination, fusion (verified)
+    schedule_program(graph, fwd)  -> Schedule: node orders (the step reordered, and not; inference)
+    plan_program(graph, fwd, s)   -> Plans: the three arena plans
+    Program(..., schedule, plans) the compiled program (state layout, stats)
+    emit(prog, backends)          -> codegen.Source: partition over the backends, render the step
+    build(prog, source)           -> a Trainer: compile that source for this host and load it
+
+`pe.compile` runs export → lower → schedule → plan; `prog.build(backends=...)` runs
+emit → build (the partition needs the backends, which are chosen there).  The prefix
+split (passes/prefix.py, through Program.with_graphs) and the scheme search's cost model
+(search.py, through Program(...)) schedule and plan with the same functions.
 """
 from __future__ import annotations
 
 import fnmatch
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch.nn as nn
@@ -63,21 +75,83 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
     return trained
 
 
-class Program:
-    """A compiled training step (and inference pass) of one model."""
+# -- stages -----------------------------------------------------------------------------
+def export(model: nn.Module, inputs, targets, loss, name: str) -> tuple[Graph, Graph]:
+    """Stage `export`: (training graph with the loss, inference graph) of the model.  The
+    inference graph is exported in eval mode; every module's mode is restored after."""
+    modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
+    graph = export_graph(model, inputs, targets, loss, name)
+    try:
+        model.eval()
+        forward_graph = export_graph(model, inputs, name=name)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    return graph, forward_graph
 
-    def __init__(self, name, graph, forward_graph, optimizer, trained, aliases):
+
+def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
+    """Stage `lower` (in place, each step verified): the backward pass for the trained
+    parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
+    grads = build_backward(graph, trained)
+    for pname, grad in grads.items():
+        k = trained[pname]
+        optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
+    verify(graph, "autodiff")
+    verify(eliminate_dead_code(graph), "dead-code elimination")
+    verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
+    verify(fuse_activations(graph), "activation fusion")
+    verify(fuse_activations(forward_graph), "activation fusion (inference)")
+
+
+@dataclass
+class Schedule:
+    """Node orders: the training step (memory-reordered, and in graph order for the
+    comparison in stats()) and the inference pass."""
+    order: list
+    order_no_reorder: list
+    forward_order: list
+
+
+def schedule_program(graph: Graph, forward_graph: Graph) -> Schedule:
+    """Stage `schedule`."""
+    return Schedule(schedule(graph, reorder=True), schedule(graph, reorder=False), schedule(forward_graph))
+
+
+@dataclass
+class Plans:
+    """The arena plans of the step (as scheduled, and unreordered) and of the inference pass."""
+    plan: MemoryPlan
+    plan_no_reorder: MemoryPlan
+    forward_plan: MemoryPlan
+
+
+def plan_program(graph: Graph, forward_graph: Graph, sched: Schedule) -> Plans:
+    """Stage `plan`: the three memory plans."""
+    return Plans(plan_memory(sched.order, graph, [graph.loss]),
+                 plan_memory(sched.order_no_reorder, graph, [graph.loss]),
+                 plan_memory(sched.forward_order, forward_graph, forward_graph.outputs))
+
+
+class Program:
+    """A compiled training step (and inference pass) of one model: its graphs, schedule,
+    memory plans and state layout.  Without `sched`/`plans` it schedules and plans the
+    graphs itself with schedule_program and plan_program (the scheme search does that)."""
+
+    def __init__(self, name, graph, forward_graph, optimizer, trained, aliases,
+                 sched: Schedule | None = None, plans: Plans | None = None):
         self.name = name
         self.graph: Graph = graph
         self.forward_graph: Graph = forward_graph
         self.optimizer: Optimizer = optimizer
         self.trained = trained
         self.aliases = aliases
-        self.order = schedule(graph, reorder=True)
-        self.plan: MemoryPlan = plan_memory(self.order, graph, [graph.loss])
-        self.plan_no_reorder: MemoryPlan = plan_memory(schedule(graph, reorder=False), graph, [graph.loss])
-        self.forward_order = schedule(forward_graph)
-        self.forward_plan: MemoryPlan = plan_memory(self.forward_order, forward_graph, forward_graph.outputs)
+        sched = sched if sched is not None else schedule_program(graph, forward_graph)
+        plans = plans if plans is not None else plan_program(graph, forward_graph, sched)
+        self.order, self.forward_order = sched.order, sched.forward_order
+        self.plan: MemoryPlan = plans.plan
+        self.plan_no_reorder: MemoryPlan = plans.plan_no_reorder
+        self.forward_plan: MemoryPlan = plans.forward_plan
         self.state: dict[str, Value] = dict(graph.state)
         for name, v in forward_graph.state.items():
             self.state.setdefault(name, v)
@@ -89,7 +163,9 @@ class Program:
     def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
         """This program's model, optimizer and update scheme over new step and inference graphs
         (the suffix after a prefix split), scheduled and planned again."""
-        return type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases)
+        sched = schedule_program(graph, forward_graph)
+        plans = plan_program(graph, forward_graph, sched)
+        return type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans)
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -229,25 +305,11 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
-    modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
-    graph = export_graph(model, inputs, targets, loss, name)
-    try:
-        model.eval()
-        forward_graph = export_graph(model, inputs, name=name)
-    finally:
-        for m, training in modes.items():
-            m.training = training
-
-    grads = build_backward(graph, trained)
-    for pname, grad in grads.items():
-        k = trained[pname]
-        optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
-    verify(graph, "autodiff")
-    verify(eliminate_dead_code(graph), "dead-code elimination")
-    verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
-    verify(fuse_activations(graph), "activation fusion")
-    verify(fuse_activations(forward_graph), "activation fusion (inference)")
-    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model))
+    graph, forward_graph = export(model, inputs, targets, loss, name)
+    lower(graph, forward_graph, trained, optimizer)
+    sched = schedule_program(graph, forward_graph)
+    plans = plan_program(graph, forward_graph, sched)
+    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans)
 
 
 def _c_name(s: str) -> str:
