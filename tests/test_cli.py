@@ -224,6 +224,33 @@ def test_bundle_describes_the_compiled_step(built):
     assert read_checkpoint(out / "bundle" / "weights.pockckpt").model_hash == m["hash"]
 
 
+def _no_vulkan() -> str | None:
+    import ctypes.util
+    import shutil
+    if shutil.which("glslc") is None or ctypes.util.find_library("vulkan") is None:
+        return "no glslc or libvulkan"
+    return None
+
+
+@pytest.mark.skipif(_no_vulkan() is not None, reason=str(_no_vulkan()))
+def test_vulkan_build_is_one_artifact(spec_dir, tmp_path):
+    """--backends vulkan,cpu: the written source, the summary, the manifest, the checkpoint
+    and the built library all carry the hash of the one source the library was built from."""
+    out = tmp_path / "out"
+    r = pock_build(f"{spec_dir / 'spec.py'}:make", "--backends", "vulkan,cpu", "--out", out, cwd=spec_dir)
+    assert r.returncode == 0, r.stderr[-3000:]
+    from pockengine.bundle import read_bundle
+    cpp = (out / "TinyNet.cpp").read_text()
+    digest = re.search(r"Structural hash (\w+)", cpp).group(1)
+    assert "pvk::" in cpp  # the written source is the Vulkan-partitioned step that was built
+    assert f"structural hash `{digest}`" in (out / "summary.md").read_text()
+    assert read_bundle(out / "bundle")["hash"] == digest
+    assert read_checkpoint(out / "TinyNet.pockckpt").model_hash == digest
+    (lib,) = out.glob("libpock_TinyNet.*")
+    with Trainer(lib, checkpoint=out / "bundle" / "weights.pockckpt") as t:
+        assert t.model_hash == digest
+
+
 @pytest.mark.parametrize("args, message", [
     (["--coreml"], "--coreml is for --platform ios"),
     (["--cxx", "g++"], "--cxx and --abi are for --platform android"),

@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "demo-apps"))
 from keyboard.model import corpora, lm  # noqa: E402
 from keyboard.model.tokenizer import SPECIALS, Tokenizer, tokens  # noqa: E402
+from keyboard.model.lm import KeyboardLM  # noqa: E402
 from keyboard.sim import simulate as sim  # noqa: E402
-from pockengine.demo import KeyboardLM  # noqa: E402
 
 
 def test_tiny_simulation(tmp_path):

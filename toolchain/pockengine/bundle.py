@@ -31,14 +31,15 @@ def _io(values) -> list[dict]:
     return [{"name": v.name, "shape": list(v.shape), "dtype": v.dtype} for v in values]
 
 
-def manifest(prog, prefix: dict | None = None) -> dict:
-    """The manifest of a compiled program (renders its source to fix the hash)."""
-    prog.source()
+def manifest(prog, prefix: dict | None = None, source=None) -> dict:
+    """The manifest of a compiled program whose library is built from `source` (a
+    codegen.Source; default: its all-CPU step)."""
+    source = source if source is not None else prog.emit()
     opt = prog.optimizer
     return {
         "format": BUNDLE_FORMAT,
         "name": prog.name,
-        "hash": prog.hash,
+        "hash": source.hash,
         "library": f"pock_{prog.name}",
         "weights": WEIGHTS,
         "inputs": _io(prog.graph.inputs),
@@ -50,13 +51,13 @@ def manifest(prog, prefix: dict | None = None) -> dict:
     }
 
 
-def write_bundle(prog, weights: Path, out_dir: Path, prefix: dict | None = None) -> Path:
+def write_bundle(prog, weights: Path, out_dir: Path, prefix: dict | None = None, source=None) -> Path:
     """Write out_dir/model.json and copy the checkpoint `weights` beside it."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     data = Path(weights).read_bytes()
     _atomic_write(out_dir / WEIGHTS, data)
-    _atomic_write(out_dir / MANIFEST, (json.dumps(manifest(prog, prefix), indent=2) + "\n").encode())
+    _atomic_write(out_dir / MANIFEST, (json.dumps(manifest(prog, prefix, source), indent=2) + "\n").encode())
     return out_dir
 
 

@@ -120,15 +120,15 @@ _IR_KINDS = {"param": "param", "buffer": "buffer", "opt_state": "optimizer_state
 _IR_DTYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
 
 
-def write_initial_checkpoint(prog, path) -> Path:
+def write_initial_checkpoint(prog, path, source=None) -> Path:
     """A compiled program's initial state in pock_save's format, without building it for
-    this host: what prog.build_cpu() + trainer.save(path) writes (the state's data, zeros
-    where it has none, step 0, the optimizer's learning rate)."""
-    prog.source()  # fixes prog.hash
+    this host: what building `source` (default: the all-CPU step) + trainer.save(path)
+    writes (the state's data, zeros where it has none, step 0, the optimizer's learning rate)."""
+    source = source if source is not None else prog.emit()
     tensors = {}
     for name, v in prog.state.items():
         dtype = _IR_DTYPES[v.dtype]
         data = np.zeros(v.shape, dtype) if v.data is None else np.asarray(v.data, dtype)
         tensors[name] = (_IR_KINDS[v.kind], data.reshape(v.shape))
-    write_checkpoint(path, Checkpoint(prog.hash, 0, float(prog.optimizer.lr), tensors))
+    write_checkpoint(path, Checkpoint(source.hash, 0, float(prog.optimizer.lr), tensors))
     return Path(path)

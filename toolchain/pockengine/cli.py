@@ -72,7 +72,7 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     the bundle; the library is then the step that follows it."""
     from .bundle import write_bundle
     from .codegen import RUNTIME_DIR
-    from .program import check_backends
+    from .program import build, check_backends, emit
     backends = check_backends(backends)
     out.mkdir(parents=True, exist_ok=True)
     prefix, step_prog = None, prog
@@ -82,15 +82,15 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
         backends = [b for b in backends if b != "htp"]
         print(f"partition: htp runs the frozen prefix {prefix!r}" if prefix else
               "partition: no frozen prefix for htp (every forward op leads to a gradient); the step runs without it")
-    if "vulkan" in backends:
-        from .backends.vulkan import partition_step
+    source = emit(step_prog, backends)  # the one source: written, summarized, built and hashed
+    if source.partition is not None:
         from .passes.partition import format_partition
-        print(format_partition(partition_step(step_prog, backends)))
+        print(format_partition(source.partition))
     cpp = out / f"{prog.name}.cpp"
-    cpp.write_text(step_prog.source())
+    cpp.write_text(source.text)
     (out / "CMakeLists.txt").write_text(cmake_lists(prog.name, RUNTIME_DIR))
-    (out / "summary.md").write_text(step_prog.summary())
-    trainer = step_prog.build(out_dir=out / "build", backends=backends)
+    (out / "summary.md").write_text(step_prog.summary(source))
+    trainer = build(step_prog, source, out_dir=out / "build")
     lib = Path(trainer.lib_path)
     target = out / f"libpock_{prog.name}{lib.suffix}"
     target.write_bytes(lib.read_bytes())
@@ -103,7 +103,7 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
         from .backends.htp import DEFAULT_SOC, export_htp_prefix
         prefix_entry = export_htp_prefix(prefix, out / "bundle", soc or DEFAULT_SOC)
         files["prefix"] = out / "bundle" / prefix_entry["files"]["context_binary"]
-    files["bundle"] = write_bundle(step_prog, weights, out / "bundle", prefix=prefix_entry)
+    files["bundle"] = write_bundle(step_prog, weights, out / "bundle", prefix=prefix_entry, source=source)
     return files
 
 

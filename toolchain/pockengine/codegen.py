@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -11,12 +12,33 @@ from .backends.cpu import Emit
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
 
-ROOT = Path(__file__).resolve().parents[2]
-CODEGEN_DIR = ROOT / "codegen"
+ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
+# codegen/ (runtime sources, shaders, templates) ships inside the package: pockengine/_codegen is
+# a link to the checkout's codegen/ and a copy of it in an installed wheel
+CODEGEN_DIR = (Path(__file__).resolve().parent / "_codegen").resolve()
 RUNTIME_DIR = CODEGEN_DIR / "runtime"
 DTYPE_CODE = {"f32": 0, "i64": 1, "i32": 2, "u8": 3}
 KIND_CODE = {"param": 0, "buffer": 1, "opt_state": 2, "const": 3}
 VERSION = "0.1.0"
+
+
+@dataclass(frozen=True)
+class Source:
+    """The emitted step: one C++ translation unit and its structural hash, for one set of
+    backends.  The library is built from `text`; the bundle, summary, checkpoint and CLI
+    take `hash` from here (nothing re-renders to learn it)."""
+    text: str
+    hash: str
+    backends: tuple[str, ...] = ("cpu",)
+    partition: object = field(default=None, compare=False, repr=False)  # passes/partition.Partition or None
+
+
+def finish(template, ctx: dict) -> tuple[str, str]:
+    """Render `template` with ctx; the hash is that of the text rendered with a zero hash."""
+    ctx["hash"] = "0" * 16
+    digest = hashlib.sha256(template.render(**ctx).encode()).hexdigest()[:16]
+    ctx["hash"] = digest
+    return template.render(**ctx), digest
 
 
 def cstr(s: str) -> str:
@@ -129,8 +151,10 @@ def render(prog) -> tuple[str, str]:
         "outputs": _io(fg.outputs, prog.forward_plan, {}),
         "loss_offset": prog.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
     }
-    template = _env().get_template("model.cpp.j2")
-    ctx["hash"] = "0" * 16
-    digest = hashlib.sha256(template.render(**ctx).encode()).hexdigest()[:16]
-    ctx["hash"] = digest
-    return template.render(**ctx), digest
+    return finish(_env().get_template("model.cpp.j2"), ctx)
+
+
+def emit_cpu(prog) -> Source:
+    """The all-CPU step of a Program."""
+    text, digest = render(prog)
+    return Source(text, digest, ("cpu",))

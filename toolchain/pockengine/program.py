@@ -1,19 +1,33 @@
 """`pe.compile`: a PyTorch model → a compiled training program.
 
-Stages (each IR-producing one is verified): export → update scheme →
-autodiff → optimizer nodes → dead-code elimination → schedule (reordered)
-→ memory plan; the inference graph goes through export → DCE → plan.
+The pipeline is a row of plain functions, each taking and returning plain data:
+
+    export(model, ...)            -> (training graph, inference graph)
+    lower(graph, forward, ...)    autodiff, optimizer nodes, dead-code elimination, fusion (verified)
+    schedule_program(graph, fwd)  -> Schedule: node orders (the step reordered, and not; inference)
+    plan_program(graph, fwd, s)   -> Plans: the three arena plans
+    Program(..., schedule, plans) the compiled program (state layout, stats)
+    emit(prog, backends)          -> codegen.Source: partition over the backends, render the step
+    build(prog, source)           -> a Trainer: compile that source for this host and load it
+
+`pe.compile` runs export → lower → schedule → plan; `prog.build(backends=...)` runs
+emit → build (the partition needs the backends, which are chosen there).  The prefix
+split (passes/prefix.py, through Program.with_graphs) and the scheme search's cost model
+(search.py, through Program(...)) schedule and plan with the same functions.
 """
 from __future__ import annotations
 
 import fnmatch
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch.nn as nn
 
 from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
+from .build.host import cache_dir
+from .codegen import Source, emit_cpu
 from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
@@ -61,28 +75,97 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
     return trained
 
 
-class Program:
-    """A compiled training step (and inference pass) of one model."""
+# -- stages -----------------------------------------------------------------------------
+def export(model: nn.Module, inputs, targets, loss, name: str) -> tuple[Graph, Graph]:
+    """Stage `export`: (training graph with the loss, inference graph) of the model.  The
+    inference graph is exported in eval mode; every module's mode is restored after."""
+    modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
+    graph = export_graph(model, inputs, targets, loss, name)
+    try:
+        model.eval()
+        forward_graph = export_graph(model, inputs, name=name)
+    finally:
+        for m, training in modes.items():
+            m.training = training
+    return graph, forward_graph
 
-    def __init__(self, name, graph, forward_graph, optimizer, trained, aliases):
+
+def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
+    """Stage `lower` (in place, each step verified): the backward pass for the trained
+    parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
+    grads = build_backward(graph, trained)
+    for pname, grad in grads.items():
+        k = trained[pname]
+        optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
+    verify(graph, "autodiff")
+    verify(eliminate_dead_code(graph), "dead-code elimination")
+    verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
+    verify(fuse_activations(graph), "activation fusion")
+    verify(fuse_activations(forward_graph), "activation fusion (inference)")
+
+
+@dataclass
+class Schedule:
+    """Node orders: the training step (memory-reordered, and in graph order for the
+    comparison in stats()) and the inference pass."""
+    order: list
+    order_no_reorder: list
+    forward_order: list
+
+
+def schedule_program(graph: Graph, forward_graph: Graph) -> Schedule:
+    """Stage `schedule`."""
+    return Schedule(schedule(graph, reorder=True), schedule(graph, reorder=False), schedule(forward_graph))
+
+
+@dataclass
+class Plans:
+    """The arena plans of the step (as scheduled, and unreordered) and of the inference pass."""
+    plan: MemoryPlan
+    plan_no_reorder: MemoryPlan
+    forward_plan: MemoryPlan
+
+
+def plan_program(graph: Graph, forward_graph: Graph, sched: Schedule) -> Plans:
+    """Stage `plan`: the three memory plans."""
+    return Plans(plan_memory(sched.order, graph, [graph.loss]),
+                 plan_memory(sched.order_no_reorder, graph, [graph.loss]),
+                 plan_memory(sched.forward_order, forward_graph, forward_graph.outputs))
+
+
+class Program:
+    """A compiled training step (and inference pass) of one model: its graphs, schedule,
+    memory plans and state layout.  Without `sched`/`plans` it schedules and plans the
+    graphs itself with schedule_program and plan_program (the scheme search does that)."""
+
+    def __init__(self, name, graph, forward_graph, optimizer, trained, aliases,
+                 sched: Schedule | None = None, plans: Plans | None = None):
         self.name = name
         self.graph: Graph = graph
         self.forward_graph: Graph = forward_graph
         self.optimizer: Optimizer = optimizer
         self.trained = trained
         self.aliases = aliases
-        self.order = schedule(graph, reorder=True)
-        self.plan: MemoryPlan = plan_memory(self.order, graph, [graph.loss])
-        self.plan_no_reorder: MemoryPlan = plan_memory(schedule(graph, reorder=False), graph, [graph.loss])
-        self.forward_order = schedule(forward_graph)
-        self.forward_plan: MemoryPlan = plan_memory(self.forward_order, forward_graph, forward_graph.outputs)
+        sched = sched if sched is not None else schedule_program(graph, forward_graph)
+        plans = plans if plans is not None else plan_program(graph, forward_graph, sched)
+        self.order, self.forward_order = sched.order, sched.forward_order
+        self.plan: MemoryPlan = plans.plan
+        self.plan_no_reorder: MemoryPlan = plans.plan_no_reorder
+        self.forward_plan: MemoryPlan = plans.forward_plan
         self.state: dict[str, Value] = dict(graph.state)
         for name, v in forward_graph.state.items():
             self.state.setdefault(name, v)
         merged = Graph(name)
         merged.state = self.state
         self.state_offsets, self.state_bytes = state_layout(merged)
-        self._source = None
+        self._sources: dict[tuple[str, ...], Source] = {}
+
+    def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
+        """This program's model, optimizer and update scheme over new step and inference graphs
+        (the suffix after a prefix split), scheduled and planned again."""
+        sched = schedule_program(graph, forward_graph)
+        plans = plan_program(graph, forward_graph, sched)
+        return type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans)
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -106,16 +189,22 @@ class Program:
             "num_nodes": len(self.order),
         }
 
-    def source(self) -> str:
-        """The generated C++ translation unit."""
-        if self._source is None:
-            from .codegen import render
-            self._source, self.hash = render(self)
-        return self._source
+    def emit(self, backends=None) -> Source:
+        """The emitted step for `backends` (default ["cpu"]), made once per backend set."""
+        return emit(self, backends)
 
-    def summary(self) -> str:
+    def source(self) -> str:
+        """The generated C++ translation unit of the all-CPU step."""
+        return self.emit().text
+
+    @property
+    def hash(self) -> str:
+        """The structural hash of the all-CPU step (see emit() for other backend sets)."""
+        return self.emit().hash
+
+    def summary(self, source: Source | None = None) -> str:
         from .report import summary
-        return summary(self)
+        return summary(self, source or self.emit())
 
     # -- building --------------------------------------------------------------------
     def build(self, target: str = "host", backends=None, out_dir=None):
@@ -130,25 +219,11 @@ class Program:
         if "htp" in backends:
             from .backends.htp import build_with_htp_prefix
             return build_with_htp_prefix(self, [b for b in backends if b != "htp"], out_dir)
-        if "vulkan" in backends:
-            from .backends.vulkan import build_vulkan
-            return build_vulkan(self, out_dir)
-        return self.build_cpu(out_dir)
+        return build(self, self.emit(backends), out_dir)
 
     def build_cpu(self, out_dir=None):
         """The all-CPU step for this host (what build() does with backends=["cpu"])."""
-        from .build.host import build_shared_library
-        from .trainer import Trainer
-
-        src_dir = Path(out_dir) if out_dir else _cache_dir() / "models"
-        src_dir.mkdir(parents=True, exist_ok=True)
-        source = self.source()
-        path = src_dir / f"{self.name}-{self.hash}.cpp"
-        if not path.exists() or path.read_text() != source:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(source)
-            tmp.replace(path)
-        lib = build_shared_library([path], src_dir)
+        return build(self, self.emit(["cpu"]), out_dir)
         trainer = Trainer(str(lib), aliases=self.aliases)  # state_dict lists tied weights under every name
         for name, v in self.state.items():
             if v.data is not None:
@@ -174,9 +249,46 @@ def check_backends(backends) -> list[str]:
     return backends
 
 
-def _cache_dir() -> Path:
-    import os
-    return Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine"))
+def emit(prog: Program, backends=None, cost=None) -> Source:
+    """Stage `emit`: the step's C++ source for a set of backends (cached on the program, one
+    per set; a `cost` model for the partition is not cached).  "htp" is not a step backend:
+    split the prefix first (passes/prefix.split_prefix) and emit the suffix."""
+    backends = tuple(check_backends(backends))
+    if "htp" in backends:
+        raise PockError("emit the step after splitting off the HTP prefix (passes/prefix.split_prefix)")
+    key = ("cpu",) if backends == ("cpu",) else backends
+    if cost is None and key in prog._sources:
+        return prog._sources[key]
+    if "vulkan" in backends:
+        from .backends.vulkan import emit_vulkan
+        source = emit_vulkan(prog, backends, cost)
+    else:
+        source = emit_cpu(prog)
+    if cost is None:
+        prog._sources[key] = source
+    return source
+
+
+def build(prog: Program, source: Source, out_dir=None):
+    """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
+    prog's weights; the library is exactly `source`."""
+    if "vulkan" in source.backends:
+        from .backends.vulkan import build_vulkan
+        return build_vulkan(prog, out_dir, source=source)
+    from .build.host import build_shared_library, write_source
+    from .trainer import Trainer
+
+    src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
+    path = write_source(src_dir / f"{prog.name}-{source.hash}.cpp", source.text)
+    lib = build_shared_library([path], src_dir)
+    trainer = Trainer(str(lib), aliases=prog.aliases)  # state_dict lists tied weights under every name
+    for name, v in prog.state.items():
+        if v.data is not None:
+            trainer.set_tensor(name, v.data)
+    return trainer
+
+
+_cache_dir = cache_dir  # the old name
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
@@ -193,25 +305,11 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
-    modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
-    graph = export_graph(model, inputs, targets, loss, name)
-    try:
-        model.eval()
-        forward_graph = export_graph(model, inputs, name=name)
-    finally:
-        for m, training in modes.items():
-            m.training = training
-
-    grads = build_backward(graph, trained)
-    for pname, grad in grads.items():
-        k = trained[pname]
-        optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
-    verify(graph, "autodiff")
-    verify(eliminate_dead_code(graph), "dead-code elimination")
-    verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
-    verify(fuse_activations(graph), "activation fusion")
-    verify(fuse_activations(forward_graph), "activation fusion (inference)")
-    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model))
+    graph, forward_graph = export(model, inputs, targets, loss, name)
+    lower(graph, forward_graph, trained, optimizer)
+    sched = schedule_program(graph, forward_graph)
+    plans = plan_program(graph, forward_graph, sched)
+    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans)
 
 
 def _c_name(s: str) -> str:

@@ -9,10 +9,10 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.3f} MiB" if n >= 2**16 else f"{n} B"
 
 
-def summary(prog) -> str:
+def summary(prog, source) -> str:
+    """The summary of prog whose step is `source` (a codegen.Source)."""
     s = prog.stats()
-    prog.source()
-    lines = [f"# PockEngine program `{prog.name}`", "", f"structural hash `{prog.hash}`", "",
+    lines = [f"# PockEngine program `{prog.name}`", "", f"structural hash `{source.hash}`", "",
              "## Cost per training step", "", "| quantity | value |", "|---|---|"]
     for key in ("arena_bytes", "arena_bytes_no_reorder", "state_bytes", "param_bytes", "optimizer_state_bytes",
                 "forward_arena_bytes"):

@@ -1,5 +1,5 @@
-"""The keyboard's base next-word model: pockengine.demo.KeyboardLM (embedding -> LSTM ->
-output projection) at its shipped size, and its pretrained weights.
+"""The keyboard's base next-word model: KeyboardLM (embedding -> LSTM -> output
+projection) at its shipped size, and its pretrained weights.
 
 VOCAB 10,000 words (4 specials: <pad> <unk> <s> <num>), embedding 96, LSTM hidden 128:
 2.37M parameters. base_weights.npz holds them in fp16 (model/pretrain.py writes it).
@@ -12,14 +12,27 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
-from pockengine.demo import KeyboardLM
+import torch.nn as nn
 
 HERE = Path(__file__).resolve().parent
 WEIGHTS = HERE / "base_weights.npz"
 META = HERE / "base_weights.json"
 VOCAB, EMB, HIDDEN = 10_000, 96, 128
 BATCH, SEQ = 8, 16
+
+
+class KeyboardLM(nn.Module):
+    """Word-level next-word model: embedding -> LSTM -> output projection."""
+
+    def __init__(self, vocab: int, emb: int = 64, hidden: int = 128):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, emb)
+        self.lstm = nn.LSTM(emb, hidden, batch_first=True)
+        self.out = nn.Linear(hidden, vocab)
+
+    def forward(self, ids):
+        h, _ = self.lstm(self.emb(ids))
+        return self.out(h)
 
 
 def new_model(seed: int = 0) -> KeyboardLM:

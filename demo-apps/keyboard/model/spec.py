@@ -19,10 +19,17 @@ the sparse scheme for a memory budget instead (pe.search_update):
 
     pock-build demo-apps/keyboard/model/spec.py:make_base_search --search --budget-mb 24 --platform android
 """
+import sys
+from pathlib import Path
+
 import torch
 
 import pockengine as pe
-from pockengine.demo import KeyboardLM
+
+_APPS = str(Path(__file__).resolve().parents[2])  # demo-apps/, for the keyboard package
+if _APPS not in sys.path:
+    sys.path.insert(0, _APPS)
+from keyboard.model.lm import KeyboardLM  # noqa: E402
 
 VOCAB, BATCH, SEQ = 1500, 4, 16
 
@@ -48,11 +55,6 @@ def make_sparse():
 
 
 def make_base(update=None):
-    import sys
-    from pathlib import Path
-    apps = str(Path(__file__).resolve().parents[2])
-    if apps not in sys.path:
-        sys.path.insert(0, apps)
     from keyboard.model import lm
 
     g = torch.Generator().manual_seed(0)
@@ -64,7 +66,7 @@ def make_base(update=None):
 
 
 def make_base_search():
-    spec = make_base()   # puts demo-apps/ on sys.path
+    spec = make_base()
     from keyboard.sim.simulate import sample_batches
 
     spec["sample_batches"] = sample_batches()

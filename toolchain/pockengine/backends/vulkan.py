@@ -18,10 +18,7 @@ updated back at the end (state_transfer nodes).  Inference runs on the CPU.
 """
 from __future__ import annotations
 
-import hashlib
 import math
-import struct
-from collections import namedtuple
 from pathlib import Path
 
 from ..errors import PockError
@@ -29,45 +26,10 @@ from ..ir.graph import Node, Value
 from ..ir.ops import flops
 from ..memory.plan import ALIGN, root_of
 from ..passes.partition import ALWAYS, format_partition, partition, plan_spaces
+from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
 from .cpu import Emit, _fit, bcast_strides, strides
-
-Dispatch = namedtuple("Dispatch", "shader groups push")
-NONE = 0xFFFFFFFF
-WG = 64
-EMITTERS: dict = {}
-WORDS = {"f32": 1, "i32": 1, "i64": 2}
-
-
-def emitter(*ops):
-    def deco(fn):
-        for op in ops:
-            EMITTERS[op] = fn
-        return fn
-    return deco
-
-
-def fbits(x: float) -> int:
-    return struct.unpack("<I", struct.pack("<f", float(x)))[0]
-
-
-def ibits(x: int) -> int:
-    return int(x) & 0xFFFFFFFF
-
-
-def grid(n: int) -> tuple[int, int, int]:
-    """Workgroups of 64 for n invocations (over y too when x would pass 65535)."""
-    groups = max(1, math.ceil(n / WG))
-    return (groups, 1, 1) if groups <= 65535 else (65535, math.ceil(groups / 65535), 1)
-
-
-def _n(v: Value) -> int:
-    return math.prod(v.shape)
-
-
-def _f32(*vs) -> None:
-    for v in vs:
-        if v is not None and v.dtype != "f32":
-            raise NotImplementedError(f"Vulkan kernels take f32 here, not {v.dtype}")
+from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
+                              fbits, fill_dispatch, grid, ibits, reduce_dispatch)
 
 
 class VkEmit:
@@ -193,22 +155,6 @@ def _binary(e, n):
 
 
 # ---- reductions ---------------------------------------------------------------------------------
-def reduce_dispatch(x, y, shape, flags, scale):
-    dims = [(s, r) for s, r in zip(shape, flags) if s != 1] or [(1, False)]
-    merged = [list(dims[0])]
-    for s, r in dims[1:]:
-        if merged[-1][1] == r:
-            merged[-1][0] *= s
-        else:
-            merged.append([s, r])
-    if len(merged) > 6:
-        raise NotImplementedError("reduction over more than 6 dims")
-    mask = sum(1 << d for d, (_, r) in enumerate(merged) if r)
-    nout = math.prod(s for s, r in merged if not r)
-    shp = [s for s, _ in merged] + [1] * (6 - len(merged))
-    return Dispatch("reduce", grid(nout), [x, y, len(merged), *shp, mask, fbits(scale)])
-
-
 @emitter("sum", "mean")
 def _sum(e, n):
     x = n.inputs[0]
@@ -230,21 +176,6 @@ def _sum_to(e, n):
 
 
 # ---- layout: strided copies and fills (copy.comp) -----------------------------------------------------
-def copy_dispatch(dtype, x, y, shape, in_strides, in_offset, out_strides, out_offset):
-    if dtype not in WORDS:
-        raise NotImplementedError(f"no Vulkan copy for {dtype}")
-    nd, shp, (si, so) = _fit(shape, in_strides, out_strides)
-    return Dispatch("copy", grid(math.prod(shape)), [0, x, y, nd, *shp, *si, *so, in_offset, out_offset,
-                                                     WORDS[dtype], 0])
-
-
-def fill_dispatch(dtype, y, count, value):
-    if dtype not in WORDS:
-        raise NotImplementedError(f"no Vulkan fill for {dtype}")
-    bits = fbits(value) if dtype == "f32" else ibits(int(value))
-    return Dispatch("copy", grid(count * WORDS[dtype]), [1, 0, y, 1, count] + [1] * 5 + [0] * 14 + [WORDS[dtype], bits])
-
-
 @emitter("reshape")
 def _reshape(e, n):
     return []  # a view: the output shares the input's words
@@ -449,7 +380,7 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
 
 def render(prog, part):
     """(C++ source, hash) of the step with its Vulkan partition (templates/model_vulkan.cpp.j2)."""
-    from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, int_ranges, kernel_name
+    from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, finish, int_ranges, kernel_name
     from .cpu import fl
 
     pg = part.graph
@@ -581,32 +512,30 @@ def render(prog, part):
         "windows": windows,
         "shaders": shader_rows, "dispatches": dispatches, "segments": segments, "adamw": adamw,
     }
-    template = _env().get_template("model_vulkan.cpp.j2")
-    ctx["hash"] = "0" * 16
-    digest = hashlib.sha256(template.render(**ctx).encode()).hexdigest()[:16]
-    ctx["hash"] = digest
-    return template.render(**ctx), digest
+    return finish(_env().get_template("model_vulkan.cpp.j2"), ctx)
+
+
+def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None):
+    """The step with its Vulkan partition, as a codegen.Source."""
+    from ..codegen import Source
+    part = partition_step(prog, backends, cost)
+    text, digest = render(prog, part)
+    return Source(text, digest, tuple(backends), part)
 
 
 # ---- building and loading ----------------------------------------------------------------------------------
-def build_vulkan(prog, out_dir=None, cost=None):
-    """Generate, compile and load the step with its trainable part on Vulkan."""
-    from ..build.host import build_shared_library
+def build_vulkan(prog, out_dir=None, cost=None, source=None):
+    """Compile and load the step with its trainable part on Vulkan (from `source`, an
+    emit_vulkan result, or emitted here)."""
+    from ..build.host import build_shared_library, cache_dir, write_source
     from ..build.vulkan import LINK_FLAGS, runtime_sources, vulkan_dir
-    from ..program import _cache_dir
 
-    part = partition_step(prog, cost=cost)
-    source, digest = render(prog, part)
-    src_dir = Path(out_dir) if out_dir else _cache_dir() / "models"
-    src_dir.mkdir(parents=True, exist_ok=True)
-    path = src_dir / f"{prog.name}-vk-{digest}.cpp"
-    if not path.exists() or path.read_text() != source:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(source)
-        tmp.replace(path)
+    source = source if source is not None else emit_vulkan(prog, cost=cost)
+    src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
+    path = write_source(src_dir / f"{prog.name}-vk-{source.hash}.cpp", source.text)
     lib = build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
     trainer = _trainer_class()(str(lib), aliases=prog.aliases)
-    trainer.partition = part
+    trainer.partition = source.partition
     for name, v in prog.state.items():
         if v.data is not None:
             trainer.set_tensor(name, v.data)
@@ -649,9 +578,6 @@ def _trainer_class():
 
     _CLASS.append(VulkanTrainer)
     return VulkanTrainer
-
-
-from . import vulkan_conv  # noqa: E402,F401  (registers the conv2d, batch norm and pooling emitters)
 
 
 def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports numpy and ctypes)

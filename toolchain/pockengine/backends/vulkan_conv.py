@@ -1,12 +1,12 @@
 """Vulkan emitters for the convolutional ops (shaders conv2d.comp, batch_norm.comp,
 pool.comp), forward and backward side by side, and the state bookkeeping a
 BatchNorm step does (assign, int64 add_scalar).  Registered into
-backends/vulkan.py's EMITTERS table when that module is imported."""
+backends/vulkan_dispatch.py's EMITTERS table (backends/vulkan.py imports this module)."""
 from __future__ import annotations
 
 import math
 
-from .vulkan import NONE, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter, fbits, grid, ibits, reduce_dispatch
+from .vulkan_dispatch import NONE, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter, fbits, grid, ibits, reduce_dispatch
 
 ACT = {None: 0, "relu": 1, "relu6": 2}
 

@@ -33,7 +33,8 @@ except ImportError:  # not POSIX: atomic renames alone keep the cache consistent
 
 from ..errors import PockError
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[3]  # the checkout (sdk-android/, .tools/), when running from one
+PACKAGE_CODEGEN = (Path(__file__).resolve().parents[1] / "_codegen").resolve()  # codegen/, shipped as package data
 BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-pthread")
 # The instruction set host builds target: POCK_MARCH (default native) is g++'s -march, so the
 # same tests run the kernels a user's machine would take: native, x86-64-v3 (AVX2+FMA) or
@@ -51,12 +52,23 @@ _STDERR_TAIL = 4000
 
 
 def runtime_dir() -> Path:
-    """codegen/runtime of this checkout (POCK_RUNTIME_DIR overrides it)."""
-    return Path(os.environ.get("POCK_RUNTIME_DIR", ROOT / "codegen" / "runtime"))
+    """codegen/runtime as shipped in the package (POCK_RUNTIME_DIR overrides it)."""
+    return Path(os.environ.get("POCK_RUNTIME_DIR", PACKAGE_CODEGEN / "runtime"))
 
 
 def cache_dir() -> Path:
     return Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine"))
+
+
+def write_source(path: Path, text: str) -> Path:
+    """Write a generated source to path (atomically; untouched when it already holds text)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        tmp = path.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return path
 
 
 def compiler() -> tuple[str, ...]:
@@ -137,13 +149,16 @@ def compile_objects(jobs: Sequence[tuple[Path, tuple[str, ...], str]], cxx: Sequ
     cache_dir()/subdir, keyed by the compiler (`compiler_id`, default its --version),
     the command, the flags, the headers key (a digest of the headers the source sees)
     and the source's name and bytes.  Missing objects are built in parallel, each
-    atomically under a file lock (pytest-xdist workers share the cache)."""
+    atomically under a file lock (pytest-xdist workers share the cache).  The key names
+    the runtime directory as <runtime>: the same runtime installed elsewhere (a checkout,
+    a wheel) is the same object."""
     cxx = tuple(cxx)
     cid = _compiler_id(cxx) if compiler_id is None else compiler_id
+    rt = str(runtime_dir())
     objs = []
     for src, flags, headers_key in jobs:
         h = hashlib.sha256()
-        for part in (cid, " ".join(cxx), "\0".join(flags), headers_key, src.name):
+        for part in (cid, " ".join(cxx), "\0".join(f.replace(rt, "<runtime>") for f in flags), headers_key, src.name):
             h.update(part.encode() + b"\0")
         h.update(src.read_bytes())
         obj = cache_dir() / subdir / f"{src.stem}-{h.hexdigest()[:24]}.o"

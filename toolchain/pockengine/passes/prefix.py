@@ -399,8 +399,6 @@ def _embedding_ranges(g: Graph, nodes: list[Node], input_index: list[int]) -> di
 
 def split_prefix(prog):
     """(FrozenPrefix, suffix Program), or (None, prog) when the prefix is empty or only moves data."""
-    from ..program import Program
-
     g, fg = prog.graph, prog.forward_graph
     frozen = frozen_state(g)
     tnodes, fnodes = _prefix_nodes(g, frozen), _prefix_nodes(fg, frozen)
@@ -435,7 +433,7 @@ def split_prefix(prog):
         return None, prog
     train = _suffix_graph(g, tnodes, tcut, names, kept)
     forward = _suffix_graph(fg, fnodes, fcut, names, kept)
-    suffix = Program(prog.name, train, forward, prog.optimizer, prog.trained, prog.aliases)
+    suffix = prog.with_graphs(train, forward)
     prefix = FrozenPrefix(fg, fnodes, fcut, names, input_index, kept, _embedding_ranges(fg, fnodes, input_index))
     prefix.frozen_state = {name: fg.state[name].data for name in prefix.state_names()}
     return prefix, suffix
