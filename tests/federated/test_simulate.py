@@ -14,7 +14,7 @@ LINE = re.compile(r"^federated: 3 clients, 1 rounds, global held-out top-3 \d+\.
 
 def test_tiny_keyboard_federation(tmp_path, capsys):
     main(["simulate", "--clients", "3", "--rounds", "1", "--engine", "inprocess", "--local-steps", "2",
-          "--personalize-steps", "1", "--out", str(tmp_path)])
+          "--personalize-steps", "1", "--held-tokens", "256", "--out", str(tmp_path)])
     lines = capsys.readouterr().out.strip().splitlines()
     m = LINE.match(lines[-1])
     assert m, lines[-1]

@@ -28,6 +28,7 @@ def main(argv=None) -> int:
     s.add_argument("--clip", type=float, default=None, help="user-level DP: clip each update to this L2 norm")
     s.add_argument("--noise", type=float, default=0.0, help="user-level DP: Gaussian noise multiplier")
     s.add_argument("--delta", type=float, default=1e-5)
+    s.add_argument("--held-tokens", type=int, default=1200, help="held-out tokens per user in the global test set")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--out", default=str(ROOT / "out" / "federated"))
     c = sub.add_parser("client", help="one client process (started by --engine processes)")
@@ -47,7 +48,8 @@ def main(argv=None) -> int:
     result = simulate(clients=args.clients, rounds=args.rounds, scheme=args.scheme, engine=args.engine,
                       local_steps=args.local_steps, personalize_steps=args.personalize_steps,
                       clients_per_round=args.clients_per_round, clip=args.clip, noise_multiplier=args.noise,
-                      delta=args.delta, seed=args.seed, work_dir=out / f"work-{args.scheme}-{args.engine}")
+                      delta=args.delta, seed=args.seed, held_tokens=args.held_tokens,
+                      work_dir=out / f"work-{args.scheme}-{args.engine}")
     text = report.text(result)
     name = f"federated_{args.scheme}_{args.engine}_{args.clients}x{args.rounds}"
     (out / f"{name}.md").write_text(text + "\n\n" + result.summary() + "\n")

@@ -64,7 +64,7 @@ def plot(result, path: Path) -> Path:
     ax2.set_xticks(x, names, rotation=45, ha="right", fontsize=7)
     ax2.set_ylabel("user's held-out top-3 (%)")
     ax2.set_title("Per user: base, global, personalized")
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=8, loc="lower center", ncol=3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
