@@ -25,19 +25,34 @@
 // optimizer state and constants), in any order.  toolchain/pockengine/
 // checkpoint.py reads and writes the same format in Python.
 //
-// Saving writes "<path>.tmp-<pid>", flushes and fsyncs it, renames it over
-// path and fsyncs the directory; on any failure the temporary file is removed
-// and whatever was at path stays as it was.  Loading reads the whole file and
-// validates magic, version, CRC, model hash and every tensor's name, kind,
+// Saving writes "<path>.tmp-<pid>-<counter>-<random>" (unique per save, so two
+// trainers saving to one path at once never share a temporary file), flushes
+// and fsyncs it, renames it over path and fsyncs the directory; on any failure
+// the temporary file is removed and whatever was at path stays as it was.  The
+// last rename wins and every rename puts one whole checkpoint in place.  A save
+// first removes "<path>.tmp-<pid>-..." files whose process is gone (left by a
+// crash or kill -9 during an earlier save).
+//
+// Loading first checks the file's size against the exact size this model's
+// checkpoint has (no read of a multi-GB file that cannot be one), then reads it
+// and validates magic, version, CRC, model hash, every header field (the step
+// count and learning rate as the setters would) and every tensor's name, kind,
 // dtype and shape before it changes any state.
+#include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <sys/stat.h>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "runtime_internal.h"
@@ -52,6 +67,9 @@ namespace {
 
 constexpr char kMagic[8] = {'P', 'O', 'C', 'K', 'C', 'K', 'P', 'T'};
 constexpr uint32_t kVersion = 1;
+// Step counts beyond 2^53 are not exact in the double AdamW's bias correction
+// uses (and 2^63 - 1 + 1 would wrap): no real run gets near it.
+constexpr int64_t kMaxSteps = int64_t{1} << 53;
 
 struct CrcTable {
   uint32_t v[256];
@@ -126,27 +144,67 @@ pock_status io_failure(const char* path, const std::string& tmp, const char* wha
   return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, what, std::strerror(err));
 }
 
-bool read_file(const char* path, std::vector<uint8_t>* out, int* err) {
-  struct stat st;
-  if (::stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {  // a directory would "seek" to LLONG_MAX
-    *err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
-    return false;
-  }
+// Reads at most `limit` bytes of path into *out; *size gets the file's size.
+bool read_file(const char* path, size_t limit, std::vector<uint8_t>* out, int64_t* size, int* err) {
   FILE* f = std::fopen(path, "rb");
   if (!f) {
     *err = errno;
     return false;
   }
-  bool ok = std::fseek(f, 0, SEEK_END) == 0;
-  const long size = ok ? std::ftell(f) : -1;
-  ok = ok && size >= 0 && std::fseek(f, 0, SEEK_SET) == 0;
-  if (ok) {
-    out->resize(static_cast<size_t>(size));
-    ok = std::fread(out->data(), 1, out->size(), f) == out->size();
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {  // a directory would "seek" to LLONG_MAX
+    *err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+    std::fclose(f);
+    return false;
   }
+  *size = static_cast<int64_t>(st.st_size);
+  out->resize(static_cast<size_t>(st.st_size) < limit ? static_cast<size_t>(st.st_size) : limit);
+  const bool ok = std::fread(out->data(), 1, out->size(), f) == out->size();
   *err = ok ? 0 : (errno ? errno : EIO);
   std::fclose(f);
   return ok;
+}
+
+// The exact size of this model's checkpoint (every tensor once, see the format).
+int64_t expected_size(const PockModel* m) {
+  int64_t n = 8 + 4 + 4 + static_cast<int64_t>(std::strlen(m->hash)) + 8 + 4 + 4 + 4;
+  for (int32_t i = 0; i < m->n_state; ++i) {
+    const PockStateTensor& s = m->state[i];
+    n += 4 + static_cast<int64_t>(std::strlen(s.name)) + 12 + 8 * s.ndim + 8 + s.nbytes;
+  }
+  return n;
+}
+
+// "<path>.tmp-<pid>-<counter>-<random>": unique across processes, trainers and threads.
+std::string temp_name(const char* path) {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng(std::random_device{}() ^
+                                   static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  char suffix[96];
+  std::snprintf(suffix, sizeof suffix, ".tmp-%ld-%llu-%016llx", static_cast<long>(getpid()),
+                static_cast<unsigned long long>(counter.fetch_add(1)), static_cast<unsigned long long>(rng()));
+  return std::string(path) + suffix;
+}
+
+// Remove "<path>.tmp-<pid>[-...]" files whose process no longer exists: what a
+// crash during an earlier save left.  Live saves (this process's or another
+// running one's) are left alone.  Best effort: errors are ignored.
+void remove_orphans(const char* path) {
+  const std::string p(path), dir = dir_of(p);
+  const size_t slash = p.find_last_of('/');
+  const std::string prefix = (slash == std::string::npos ? p : p.substr(slash + 1)) + ".tmp-";
+  DIR* d = opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = readdir(d)) {
+    const char* name = e->d_name;
+    if (std::strncmp(name, prefix.c_str(), prefix.size()) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name + prefix.size(), &end, 10);
+    if (end == name + prefix.size() || (*end != '\0' && *end != '-') || pid <= 0) continue;
+    if (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH) continue;  // alive (or not ours to judge)
+    unlinkat(dirfd(d), name, 0);
+  }
+  closedir(d);
 }
 
 }  // namespace
@@ -161,7 +219,9 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 
 pock_status save_checkpoint(const pock_trainer* t, const char* path) {
   const PockModel* m = t->model;
-  const std::string tmp = std::string(path) + ".tmp-" + std::to_string(static_cast<long>(getpid()));
+  if (std::strlen(path) == 0) return fail(POCK_ERR_IO, "cannot save checkpoint: the path is empty");
+  remove_orphans(path);
+  const std::string tmp = temp_name(path);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f)
     return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(),
@@ -201,13 +261,53 @@ pock_status save_checkpoint(const pock_trainer* t, const char* path) {
   return POCK_OK;
 }
 
+static pock_status check_wrong_size(const PockModel* m, const char* path, const std::vector<uint8_t>& file,
+                                    int64_t file_size, int64_t want);
+static pock_status load_bytes(pock_trainer* t, const char* path, const std::vector<uint8_t>& file);
+
+pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8_t* data, size_t size) {
+  const int64_t want = expected_size(t->model);
+  const size_t keep = size < static_cast<size_t>(want) ? size : static_cast<size_t>(want);
+  const std::vector<uint8_t> file(data, data + keep);
+  if (static_cast<int64_t>(size) != want) return check_wrong_size(t->model, name, file, static_cast<int64_t>(size), want);
+  return load_bytes(t, name, file);
+}
+
 pock_status load_checkpoint(pock_trainer* t, const char* path) {
   const PockModel* m = t->model;
   std::vector<uint8_t> file;
   int err = 0;
-  if (!read_file(path, &file, &err))
+  int64_t file_size = 0;
+  const int64_t want = expected_size(m);
+  // Read only what this model's checkpoint can hold: a file of another size is
+  // judged on its first bytes (magic, version, model hash) and never read whole.
+  if (!read_file(path, static_cast<size_t>(want), &file, &file_size, &err))
     return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
+  if (file_size != want) return check_wrong_size(m, path, file, file_size, want);
+  return load_bytes(t, path, file);
+}
 
+static pock_status check_wrong_size(const PockModel* m, const char* path, const std::vector<uint8_t>& file,
+                                    int64_t file_size, int64_t want) {
+  const size_t n = file.size();
+  if (n < sizeof kMagic || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
+    return fail(POCK_ERR_CHECKPOINT, "'%s' is not a PockEngine checkpoint (%s)", path,
+                n < sizeof kMagic ? "too short" : "bad magic");
+  Reader r{file.data(), n, sizeof kMagic};
+  const uint32_t version = r.take<uint32_t>();
+  const std::string hash = r.str();
+  if (r.ok && version != kVersion)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' has format version %u; this runtime reads version %u", path,
+                version, kVersion);
+  if (r.ok && hash != m->hash)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint is for model %s but this library is %s ('%s', model '%s')",
+                hash.c_str(), m->hash, path, m->name);
+  return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt or truncated: %lld bytes, model '%s' needs %lld", path,
+              (long long)file_size, m->name, (long long)want);
+}
+
+static pock_status load_bytes(pock_trainer* t, const char* path, const std::vector<uint8_t>& file) {
+  const PockModel* m = t->model;
   const size_t n = file.size();
   if (n < sizeof kMagic || std::memcmp(file.data(), kMagic, sizeof kMagic) != 0)
     return fail(POCK_ERR_CHECKPOINT, "'%s' is not a PockEngine checkpoint (%s)", path,
@@ -234,8 +334,15 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
   if (hash != m->hash)
     return fail(POCK_ERR_CHECKPOINT, "checkpoint is for model %s but this library is %s ('%s', model '%s')",
                 hash.c_str(), m->hash, path, m->name);
-  if (steps < 0)
-    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: step count %lld", path, (long long)steps);
+  if (steps < 0 || steps > kMaxSteps)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: step count %lld is outside [0, 2^53]", path,
+                (long long)steps);
+  if (!std::isfinite(lr) || lr < 0.0f)
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: learning rate %g is not finite and >= 0", path,
+                (double)lr);
+  if (count != static_cast<uint32_t>(m->n_state))
+    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' holds %u tensors; model '%s' has %d", path, count, m->name,
+                m->n_state);
 
   std::vector<const uint8_t*> data(static_cast<size_t>(m->n_state), nullptr);
   for (uint32_t k = 0; k < count; ++k) {

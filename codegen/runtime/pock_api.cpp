@@ -25,6 +25,7 @@ namespace {
 thread_local std::string g_last_error;
 
 constexpr size_t kAlign = 64;
+constexpr int32_t kMaxThreads = 1024;
 
 template <class F>
 pock_status guarded(F&& body) {
@@ -153,6 +154,28 @@ pock_status check_group(const char* what, const PockIO* io, int32_t n_io, const 
   return POCK_OK;
 }
 
+// The non-finite guard at the door: a NaN/inf in a float input or target skips
+// the step before anything runs (nothing changes, not even BatchNorm's running
+// statistics).  Bit test, so it holds under any floating-point flags.
+pock_status check_finite_group(const char* what, const PockIO* io, const pock_tensor* ts, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) {
+    if (io[i].dtype != POCK_F32) continue;
+    const uint32_t* u = static_cast<const uint32_t*>(ts[i].data);
+    const int64_t count = numel(io[i].shape, io[i].ndim);
+    uint32_t bad = 0;
+    for (int64_t k = 0; k < count; ++k) bad |= static_cast<uint32_t>((u[k] & 0x7F800000u) == 0x7F800000u);
+    if (!bad) continue;
+    for (int64_t k = 0; k < count; ++k)
+      if ((u[k] & 0x7F800000u) == 0x7F800000u) {
+        float v;
+        std::memcpy(&v, u + k, 4);
+        return fail(POCK_ERR_NONFINITE, "non-finite %s: %s %d '%s' holds %g at flat index %lld; step skipped, "
+                    "no update applied", what, what, i, io[i].name, (double)v, (long long)k);
+      }
+  }
+  return POCK_OK;
+}
+
 void copy_group(uint8_t* arena, const PockIO* io, const pock_tensor* ts, int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
     const PockIO& e = io[i];
@@ -182,6 +205,7 @@ PockCtx make_ctx(pock_trainer* t) {
   ctx.step = t->steps;
   ctx.seed = step_seed(t->steps);
   ctx.num_threads = t->num_threads;
+  ctx.updates_done = 0;
   return ctx;
 }
 
@@ -349,16 +373,24 @@ POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32
     if (!m->step) return fail(POCK_ERR_INVALID_ARGUMENT, "model '%s' was compiled without a training step", m->name);
     if (pock_status s = check_group("input", m->inputs, m->n_inputs, inputs, n_inputs)) return s;
     if (pock_status s = check_group("target", m->targets, m->n_targets, targets, n_targets)) return s;
+    if (pock_status s = check_finite_group("input", m->inputs, inputs, n_inputs)) {
+      if (loss_out) *loss_out = NAN;
+      return s;
+    }
+    if (pock_status s = check_finite_group("target", m->targets, targets, n_targets)) {
+      if (loss_out) *loss_out = NAN;
+      return s;
+    }
     copy_group(t->arena, m->inputs, inputs, n_inputs);
     copy_group(t->arena, m->targets, targets, n_targets);
     PockCtx ctx = make_ctx(t);
     pock_rt::PoolScope scope(t->pool);
-    m->step(&ctx);
+    const pock_status s = m->step(&ctx);
     float loss;
     std::memcpy(&loss, t->arena + m->loss_offset, sizeof loss);
-    t->steps += 1;
-    if (loss_out) *loss_out = loss;  // non-finite losses are returned, not errors
-    return POCK_OK;
+    if (s == POCK_OK) t->steps += 1;  // a skipped or failed step does not count
+    if (loss_out) *loss_out = s == POCK_OK || s == POCK_ERR_NONFINITE ? loss : NAN;
+    return s;
   });
 }
 
@@ -386,7 +418,7 @@ POCK_API pock_status pock_forward(pock_trainer* t, const pock_tensor* inputs, in
     PockCtx ctx = make_ctx(t);
     {
       pock_rt::PoolScope scope(t->pool);
-      m->forward(&ctx);
+      if (pock_status s = m->forward(&ctx)) return s;
     }
     for (int32_t i = 0; i < n_outputs; ++i) {
       const PockIO& e = m->outputs[i];
@@ -467,7 +499,8 @@ POCK_API pock_status pock_step_count(pock_trainer* t, int64_t* steps) {
 
 POCK_API pock_status pock_set_num_threads(pock_trainer* t, int32_t n) {
   CHECK_TRAINER(t, "pock_set_num_threads");
-  if (n < 1) return fail(POCK_ERR_INVALID_ARGUMENT, "number of threads must be >= 1, got %d", n);
+  if (n < 1 || n > kMaxThreads)
+    return fail(POCK_ERR_INVALID_ARGUMENT, "number of threads must be in [1, %d], got %d", kMaxThreads, n);
   if (n == pock_rt::pool_size(t->pool) && (t->pool != nullptr || n == 1)) {
     t->num_threads = n;
     return POCK_OK;
@@ -487,3 +520,18 @@ POCK_API pock_status pock_set_num_threads(pock_trainer* t, int32_t n) {
 }
 
 }  // extern "C"
+
+pock_status pock_index_error(const char* what, const char* ids_name, const int64_t* ids, int64_t pos, int64_t lo,
+                             int64_t hi) {
+  return fail(POCK_ERR_VALUE, "%s: index %lld at flat position %lld of %s is outside [%lld, %lld); step not run",
+              what, (long long)ids[pos], (long long)pos, ids_name, (long long)lo, (long long)hi);
+}
+
+pock_status pock_nonfinite(const char* what, int32_t updates_done) {
+  if (updates_done == 0)
+    return fail(POCK_ERR_NONFINITE, "%s is NaN or inf: step skipped, no update applied", what);
+  return fail(POCK_ERR_NONFINITE,
+              "%s is NaN or inf: that update and every later one skipped, but %d earlier update(s) of this step had "
+              "already run (their gradients were finite); step count not advanced",
+              what, updates_done);
+}

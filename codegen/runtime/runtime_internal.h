@@ -34,6 +34,8 @@ int32_t find_state(const PockModel* m, const char* name);
 // checkpoint.cpp
 pock_status save_checkpoint(const pock_trainer* t, const char* path);
 pock_status load_checkpoint(pock_trainer* t, const char* path);
+// load_checkpoint on bytes already in memory (`name` for messages): the fuzz target.
+pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8_t* data, size_t size);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
 
 // threadpool.cpp: the persistent pool behind pk::parallel_for.

@@ -7,7 +7,10 @@ layout is documented at the top of checkpoint.cpp.
 """
 from __future__ import annotations
 
+import itertools
 import os
+import re
+import secrets
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -94,11 +97,44 @@ def read_checkpoint(path) -> Checkpoint:
     return decode(blob, f"checkpoint {os.fspath(path)!r}")
 
 
+_SAVES = itertools.count()
+
+
+def temp_path(path: Path) -> Path:
+    """"<path>.tmp-<pid>-<counter>-<random>", as the runtime names it: unique per save."""
+    return path.with_name(f"{path.name}.tmp-{os.getpid()}-{next(_SAVES)}-{secrets.token_hex(8)}")
+
+
+def remove_orphans(path: Path) -> None:
+    """Remove "<path>.tmp-<pid>[-...]" files whose process is gone (a crash during a save)."""
+    pattern = re.compile(re.escape(path.name) + r"\.tmp-(\d+)(?:-.*)?$")
+    try:
+        names = os.listdir(path.parent)
+    except OSError:
+        return
+    for name in names:
+        m = pattern.match(name)
+        if not m:
+            continue
+        try:
+            os.kill(int(m.group(1)), 0)
+            continue  # alive: maybe saving right now
+        except ProcessLookupError:
+            pass
+        except (OSError, OverflowError):
+            continue
+        try:
+            os.unlink(path.parent / name)
+        except OSError:
+            pass
+
+
 def write_checkpoint(path, ckpt: Checkpoint) -> None:
     """Atomically (temporary file, fsync, rename) write ckpt to path."""
     path = Path(path)
     blob = encode(ckpt)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    remove_orphans(path)
+    tmp = temp_path(path)
     try:
         with open(tmp, "wb") as f:
             f.write(blob)

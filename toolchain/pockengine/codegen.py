@@ -8,6 +8,7 @@ from pathlib import Path
 
 import jinja2
 
+from .backends import cpu
 from .backends.cpu import Emit
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
@@ -85,21 +86,30 @@ def kernel_name(lines: list[str]) -> str:
 
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     blocks = []
+    guarded = False
     for i, n in enumerate(order):
         lines = emit.node(n)
+        # the loss guard runs once, before the first backward or update node
+        guard_loss = not guarded and n.phase != "forward" and cpu.NONFINITE_GUARD
+        guarded = guarded or guard_loss
         blocks.append({"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
-                       "lines": lines, "op": n.op, "kernel": kernel_name(lines), "flops": flops(n)})
+                       "lines": lines, "op": n.op, "kernel": kernel_name(lines), "flops": flops(n),
+                       "guard_loss": guard_loss})
     return blocks
 
 
 def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:
-    """id(input) -> (lo, hi, ignore) for integer inputs that index something."""
+    """id(input) -> (lo, hi, ignore) for integer inputs that index something through
+    value-preserving ops: pock_step checks them at entry and names the input.  Indices
+    computed any other way (x + 1, ...) are checked by the gather itself inside the step
+    (backends/cpu.py: index_check)."""
     users = g.users()
     ranges: dict[int, tuple[int, int, int | None]] = {}
 
     def visit(root: Value, v: Value):
         for n in users.get(id(v), []):
-            if n.op == "reshape" or (n.op in ("slice", "permute", "expand") and n.inputs[0] is v):
+            # value-preserving ops: every index of the output is one of the input's (cat: of each input's)
+            if n.op in ("reshape", "cat") or (n.op in ("slice", "permute", "expand") and n.inputs[0] is v):
                 visit(root, n.outputs[0])
             elif n.op == "embedding" and n.inputs[1] is v:
                 merge(root, 0, n.inputs[0].shape[0], None)

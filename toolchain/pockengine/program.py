@@ -216,10 +216,15 @@ class Program:
         if target != "host":
             raise PockError(f"prog.build supports target='host'; use `pock-build --platform {target}` for devices")
         backends = check_backends(backends)
-        if "htp" in backends:
-            from .backends.htp import build_with_htp_prefix
-            return build_with_htp_prefix(self, [b for b in backends if b != "htp"], out_dir)
-        return build(self, self.emit(backends), out_dir)
+        try:
+            if "htp" in backends:
+                from .backends.htp import build_with_htp_prefix
+                return build_with_htp_prefix(self, [b for b in backends if b != "htp"], out_dir)
+            return build(self, self.emit(backends), out_dir)
+        except OSError as e:  # e.g. a read-only cache directory: name it, not a bare OSError
+            where = e.filename if e.filename else (out_dir or _cache_dir())
+            raise PockError(f"cannot write build files to {str(where)!r}: {e.strerror or e} (set POCK_CACHE_DIR "
+                            f"or out_dir to a writable directory)") from None
 
     def build_cpu(self, out_dir=None):
         """The all-CPU step for this host (what build() does with backends=["cpu"])."""
@@ -301,15 +306,48 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
         raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(optimizer).__name__}")
     inputs = check_example(example_inputs, "example_inputs")
     targets = check_example(example_targets, "example_targets")
-    name = name or _c_name(type(model).__name__)
+    name = _check_name(name) if name is not None else _c_name(type(model).__name__)
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
+    # frozen by the user means frozen, as in PyTorch: no gradient, no update, whatever `update` says
+    trained = {n: k for n, k in trained.items() if dict(model.named_parameters())[n].requires_grad}
     graph, forward_graph = export(model, inputs, targets, loss, name)
+    check_float_ops(graph)
     lower(graph, forward_graph, trained, optimizer)
     sched = schedule_program(graph, forward_graph)
     plans = plan_program(graph, forward_graph, sched)
     return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans)
+
+
+# Ops whose kernels take float32 tensors only: an integer tensor reaching one
+# (clamp on token ids, loss="mse" with class-index targets) is a PockError here,
+# not a g++ error in the generated code.
+FLOAT_ONLY_OPS = ("hardtanh", "relu", "gelu", "sigmoid", "tanh", "silu", "exp", "log", "sqrt", "rsqrt",
+                  "reciprocal", "softmax", "log_softmax", "layer_norm", "batch_norm_train", "batch_norm_eval",
+                  "linear", "matmul", "conv2d", "mse_loss", "dropout", "lstm", "gru", "max_pool2d", "avg_pool2d")
+
+
+def check_float_ops(graph) -> None:
+    for n in graph.nodes:
+        if n.op not in FLOAT_ONLY_OPS:
+            continue
+        for i, v in enumerate(n.inputs):
+            if v is not None and v.dtype != "f32":
+                what = "loss='mse' needs float targets" if n.op == "mse_loss" else f"{n.op} needs float32 inputs"
+                where = f" in {n.source}" if n.source else ""
+                raise PockError(f"{what}: input {i} %{v.name} of {n.op}{where} is {v.dtype} "
+                                f"{list(v.shape)} (integer data such as token ids or class indices)")
+
+
+def _check_name(name) -> str:
+    """A model name becomes file names, C identifiers' neighbours and C string
+    literals: letters, digits, '_', '-' and '.' only (no path, no quote)."""
+    import re
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}", name):
+        raise PockError(f"model name must be 1-100 letters, digits, '_', '-' or '.' (not starting with '.' "
+                        f"or '-'), got {name!r}")
+    return name
 
 
 def _c_name(s: str) -> str:

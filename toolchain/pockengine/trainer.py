@@ -30,6 +30,8 @@ _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32)
 _KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
 _INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
 _ERR_CLOSED = 7
+_ERR_NONFINITE = 11  # pock.h: the non-finite guard skipped the step's update
+_MAX_THREADS = 1024
 
 IOInfo = namedtuple("IOInfo", "name dtype shape")
 TensorInfo = namedtuple("TensorInfo", "name kind dtype shape")  # kind: "param" | "buffer" | ...
@@ -148,10 +150,25 @@ def _input_array(value, label: str, io: IOInfo) -> np.ndarray:
         else:
             raise PockError(f"{label}: expected an array or tensor of shape {_describe(io.shape, io.dtype)}, "
                             f"got {type(value).__name__}")
+    if arr.dtype != io.dtype and arr.dtype.newbyteorder("=") == io.dtype:
+        arr = arr.astype(io.dtype)  # a big-endian (or other non-native order) array: same values, native order
     if arr.shape != io.shape or arr.dtype != io.dtype:
         raise PockError(f"{label}: expected shape {_describe(io.shape, io.dtype)}, "
                         f"got {_describe(arr.shape, arr.dtype)}")
     return np.ascontiguousarray(arr)
+
+
+def _c_path(path, what: str) -> bytes:
+    """path as bytes for the C API, which would silently cut it at a NUL."""
+    try:
+        b = os.fsencode(os.fspath(path))
+    except TypeError:
+        raise PockError(f"{what}: expected a path, got {type(path).__name__}") from None
+    if b"\0" in b:
+        raise PockError(f"{what} {os.fsdecode(b)!r} holds a NUL byte")
+    if not b:
+        raise PockError(f"{what} is empty")
+    return b
 
 
 def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
@@ -174,11 +191,19 @@ def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
 class Trainer:
     """One trainer over a compiled model library: step, forward, state, checkpoints."""
 
-    def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None):
+    def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None,
+                 strict: bool = False):
         """aliases: {name: canonical name} for tied parameters that PyTorch's
-        state_dict lists under several names but the library stores once."""
+        state_dict lists under several names but the library stores once.
+
+        strict: a step whose input, loss or gradients are non-finite raises
+        PockError instead of being skipped and counted in skipped_steps."""
         self._handle = None  # first, so that close()/__del__ work whatever fails below
         self._lock = threading.RLock()
+        self.strict = bool(strict)
+        self.skipped_steps = 0          # steps the non-finite guard skipped (no update applied)
+        self.last_step_status = "ok"    # "ok" | "skipped" | "partial" (non-finite, see step()) for the last step()
+        self.last_step_message = ""     # why the last step was skipped
         self._aliases = dict(aliases or {})
         self.lib_path = Path(lib_path)
         self._lib = lib = _load_library(lib_path)
@@ -197,7 +222,7 @@ class Trainer:
         self._tg_structs, self._tg_shapes = self._structs(self.targets)
         self._out_bufs = (_Buffer * max(1, len(self.outputs)))()
         handle = ctypes.c_void_p()
-        ckpt = None if checkpoint is None else os.fsencode(os.fspath(checkpoint))
+        ckpt = None if checkpoint is None else _c_path(checkpoint, "checkpoint")
         self._check(lib.pock_open(ckpt, ctypes.byref(handle)))
         self._handle = handle
 
@@ -245,15 +270,31 @@ class Trainer:
 
     # ------------------------------------------------------------------ training
     def step(self, inputs, targets) -> float:
-        """One training step (forward, loss, backward, update); returns the loss."""
+        """One training step (forward, loss, backward, update); returns the loss.
+
+        Non-finite guard: a step whose inputs, loss or gradients hold NaN/inf
+        applies no update (weights, optimizer state and step count unchanged;
+        see pock.h for the one exception), returns the loss it computed (NaN
+        or inf), counts itself in skipped_steps and sets last_step_status to
+        "skipped"; with strict=True it raises PockError instead."""
         with self._lock:
             h = self._live()
             keep = (self._fill(inputs, self.inputs, self._in_structs, "input"),
                     self._fill(targets, self.targets, self._tg_structs, "target"))
             loss = ctypes.c_float()
-            self._check(self._lib.pock_step(h, self._in_structs, len(self.inputs), self._tg_structs,
-                                            len(self.targets), ctypes.byref(loss)))
+            status = self._lib.pock_step(h, self._in_structs, len(self.inputs), self._tg_structs,
+                                         len(self.targets), ctypes.byref(loss))
             del keep
+            if status == _ERR_NONFINITE:
+                self.skipped_steps += 1
+                self.last_step_message = msg = self._lib.pock_last_error().decode(errors="replace")
+                # "partial": a gradient found non-finite after earlier updates of the step ran (pock.h)
+                self.last_step_status = "partial" if "earlier update(s)" in msg else "skipped"
+                if self.strict:
+                    self._check(status)
+                return float(loss.value)
+            self._check(status)
+            self.last_step_status, self.last_step_message = "ok", ""
             return float(loss.value)
 
     def forward(self, inputs):
@@ -340,7 +381,8 @@ class Trainer:
     def state_dict(self) -> dict[str, np.ndarray]:
         """{PyTorch name: array} of the parameters and buffers, in the model's
         order; a tied parameter's other names follow, sharing its array."""
-        sd = {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
+        with self._lock:  # one consistent snapshot, never tensors from two different steps
+            sd = {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
         sd.update({alias: sd[canon] for alias, canon in self._aliases.items() if canon in sd})
         return sd
 
@@ -377,13 +419,13 @@ class Trainer:
     def save(self, path) -> None:
         """Write a checkpoint (all state, step count, learning rate) atomically."""
         with self._lock:
-            self._check(self._lib.pock_save(self._live(), os.fsencode(os.fspath(path))))
+            self._check(self._lib.pock_save(self._live(), _c_path(path, "save path")))
 
     def load(self, path) -> None:
         """Restore a checkpoint; a corrupt one or one for another model raises
         PockError and leaves the trainer as it was."""
         with self._lock:
-            self._check(self._lib.pock_load(self._live(), os.fsencode(os.fspath(path))))
+            self._check(self._lib.pock_load(self._live(), _c_path(path, "checkpoint path")))
 
     # ------------------------------------------------------------------ settings
     @property
@@ -406,8 +448,11 @@ class Trainer:
             return int(n.value)
 
     def set_num_threads(self, n: int) -> None:
+        n = int(n)
+        if not 1 <= n <= _MAX_THREADS:  # checked here: ctypes would wrap 2**32 + 1 to 1
+            raise PockError(f"number of threads must be in [1, {_MAX_THREADS}], got {n}")
         with self._lock:
-            self._check(self._lib.pock_set_num_threads(self._live(), int(n)))
+            self._check(self._lib.pock_set_num_threads(self._live(), n))
 
     @property
     def model_name(self) -> str:

@@ -34,7 +34,9 @@ typedef enum pock_status {
   POCK_ERR_CLOSED = 7,           /* the trainer was closed */
   POCK_ERR_NO_MEMORY = 8,
   POCK_ERR_BACKEND = 9,          /* an accelerator backend is missing or failed */
-  POCK_ERR_INTERNAL = 10
+  POCK_ERR_INTERNAL = 10,
+  POCK_ERR_NONFINITE = 11        /* pock_step: an input, the loss or a gradient was NaN/inf;
+                                    the step was skipped (see pock_step) */
 } pock_status;
 
 typedef enum pock_dtype {
@@ -100,7 +102,18 @@ POCK_API int32_t pock_tensor_count(void);
 POCK_API pock_status pock_tensor_info_at(int32_t index, pock_tensor_info* out);
 
 /* One training step: forward, loss, backward and optimizer update.
- * Inputs and targets are checked against the compiled shapes/dtypes/ranges. */
+ * Inputs and targets are checked against the compiled shapes/dtypes/ranges;
+ * every gather (embedding rows, class targets) checks its indices inside the
+ * step and fails with POCK_ERR_VALUE naming the input, position and value.
+ * Non-finite guard: a float input or target holding NaN/inf or a non-finite
+ * loss fails with POCK_ERR_NONFINITE before any update (weights, optimizer
+ * state and step count unchanged; loss_out still gets the loss).  Each
+ * gradient is checked before its update runs; a non-finite one skips that
+ * update and all later ones (the message says how many updates of the step
+ * had already run: updates run as soon as their gradient is complete, so a
+ * gradient that overflows late in the backward pass finds earlier ones done).
+ * Running statistics (BatchNorm) updated by the forward pass are kept, as
+ * PyTorch AMP keeps them on a skipped step. */
 POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32_t n_inputs,
                                const pock_tensor* targets, int32_t n_targets, float* loss_out);
 /* Inference (eval mode) with the current weights into caller buffers. */

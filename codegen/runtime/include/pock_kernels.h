@@ -305,3 +305,13 @@ void adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegi
                   float beta2, float eps, float weight_decay, i64 step);
 
 }  // namespace pk
+
+// ---------------------------------------------------------------- guards.cpp
+namespace pk {
+// The first i in [0, n) whose idx[i] is outside [lo, hi) and not ignore_index
+// (when has_ignore), or -1: the generated step runs it on the indices of every
+// gather (embedding rows, class targets) before the gather itself.
+i64 first_bad_index(const int64_t* idx, i64 n, i64 lo, i64 hi, i64 ignore_index, bool has_ignore);
+// Whether x[0:n] holds no NaN or inf (the non-finite guard, before an update).
+bool all_finite(const float* x, i64 n);
+}  // namespace pk

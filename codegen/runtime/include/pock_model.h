@@ -13,6 +13,7 @@ struct PockCtx {
   int64_t step;       // completed optimizer steps before this one (0 on the first)
   uint64_t seed;      // dropout RNG seed for this step
   int32_t num_threads;
+  int32_t updates_done;  // optimizer updates this step has run (the non-finite guard's report)
 };
 
 struct PockStateTensor {  // a tensor living in ctx->state
@@ -64,13 +65,15 @@ struct PockModel {
   int32_t n_targets;
   const PockIO* targets;
   int64_t loss_offset;     // float in the arena after a step
-  void (*step)(PockCtx*);
+  // POCK_OK, POCK_ERR_VALUE (an index out of range: pock_index_error),
+  // POCK_ERR_NONFINITE (the guard skipped the update: pock_nonfinite).
+  pock_status (*step)(PockCtx*);
   // inference
   int32_t n_fwd_inputs;
   const PockIO* fwd_inputs;  // offsets in the forward plan
   int32_t n_outputs;
   const PockIO* outputs;
-  void (*forward)(PockCtx*);
+  pock_status (*forward)(PockCtx*);
   float default_lr;
   // Appended after the fields above, so models generated before the profiler
   // (which leave it zero-initialised) still build: nullptr means the step
@@ -101,3 +104,14 @@ int64_t pock_profile_now();  // monotonic nanoseconds
 int64_t pock_profile_node(PockProfile* p, int32_t node, int64_t t0);
 // Count one more profiled step.
 void pock_profile_end(PockProfile* p);
+
+// Errors the generated code reports (pock_api.cpp); each records the message
+// for pock_last_error() and returns its status.
+// An index `ids[pos]` outside [lo, hi) (and not `ignore` when has_ignore) met
+// by a gather: what = "embedding 'emb' (Embedding)", ids_name names the index
+// tensor and the inputs it comes from.  POCK_ERR_VALUE.
+pock_status pock_index_error(const char* what, const char* ids_name, const int64_t* ids, int64_t pos, int64_t lo,
+                             int64_t hi);
+// The non-finite guard: `what` ("the loss", "the gradient of 'fc.weight'") is
+// NaN/inf; `updates_done` updates of this step had already run.  POCK_ERR_NONFINITE.
+pock_status pock_nonfinite(const char* what, int32_t updates_done);

@@ -6,6 +6,7 @@ import PockC
 public struct PockError: Error, CustomStringConvertible {
     public enum Code: Int32 {
         case invalidArgument = 1, shape, dtype, value, io, checkpoint, closed, noMemory, backend, internalError
+        case nonFinite = 11 // step: an input, the loss or a gradient was NaN/inf; the update was skipped
         case bundle = 100   // model.json is missing or unreadable
         case coreML = 101   // the Core ML prefix failed to load or run
     }

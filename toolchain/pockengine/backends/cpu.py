@@ -10,6 +10,10 @@ from ..ir.ops import OPS, TRANSFER_OPS
 CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t"}
 MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8"}
 EMITTERS: dict = {}
+# The non-finite guard in the generated step (a loss check before the backward pass,
+# a gradient check before each update).  Always on for users; bench/guard_cost.py
+# turns it off to measure what it costs.
+NONFINITE_GUARD = True
 
 
 def emitter(*ops):
@@ -57,7 +61,7 @@ class Emit:
         if fn is None:
             raise NotImplementedError(f"no CPU emitter for op '{n.op}'")
         out = fn(self, n, *[self.p(v) for v in n.inputs], *[self.p(o) for o in n.outputs])
-        return [out] if isinstance(out, str) else out
+        return [out] if isinstance(out, str) else list(out)
 
 
 def _n(v) -> int:
@@ -145,10 +149,38 @@ def _conv_bb(e, n, dy, db):
     return f"pk::conv2d_bwd_bias({dy}, {db}, {p});"
 
 
+def _origin(v: Value) -> str:
+    """'ids' and the graph inputs/targets it is computed from, for error messages."""
+    found, seen, todo = [], set(), [v]
+    while todo:
+        x = todo.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if x.kind in ("input", "target"):
+            found.append(f"{x.kind} {x.name!r}")
+        elif x.producer is not None:
+            todo.extend(x.producer.inputs)
+    return f"{v.name!r}" + (f" (computed from {', '.join(sorted(found))})" if found and found != [
+        f"{v.kind} {v.name!r}"] else "")
+
+
+def index_check(n: Node, idx: str, what: str, hi: int, ignore: int | None = None) -> str:
+    """The check a gather runs on its indices before it reads: a clear error, never an
+    out-of-bounds read, however the indices were computed (cat, arithmetic, ...)."""
+    from ..codegen import cstr
+    v = n.inputs[1]
+    where = f"{what} in {n.source}" if n.source else what
+    return (f"if (const pk::i64 bad = pk::first_bad_index({idx}, {_n(v)}, 0, {hi}, {ignore or 0}, "
+            f"{b(ignore is not None)}); bad >= 0) return pock_index_error({cstr(where)}, {cstr(_origin(v))}, "
+            f"{idx}, bad, 0, {hi});")
+
+
 @emitter("embedding")
 def _embedding(e, n, w, idx, y):
     V, D = n.inputs[0].shape
-    return f"pk::embedding_fwd({w}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"
+    return [index_check(n, idx, "embedding", V),
+            f"pk::embedding_fwd({w}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"]
 
 
 @emitter("embedding_bwd")
@@ -514,8 +546,9 @@ EMITTERS["dropout_bwd"] = lambda e, n, dy, mask, dx: \
 def _ce(e, n, logits, target, loss):
     N, C = n.inputs[0].shape
     a = n.attrs
-    return (f"pk::cross_entropy_fwd({logits}, {target}, {loss}, {N}, {C}, {a['ignore_index']}, "
-            f"{fl(a['label_smoothing'])});")
+    return [index_check(n, target, "cross_entropy target", C, a["ignore_index"]),
+            f"pk::cross_entropy_fwd({logits}, {target}, {loss}, {N}, {C}, {a['ignore_index']}, "
+            f"{fl(a['label_smoothing'])});"]
 
 
 @emitter("cross_entropy_bwd")
@@ -529,7 +562,8 @@ def _ce_bwd(e, n, dloss, logits, target, dlogits):
 @emitter("nll_loss")
 def _nll(e, n, logp, target, loss):
     N, C = n.inputs[0].shape
-    return f"pk::nll_loss_fwd({logp}, {target}, {loss}, {N}, {C}, {n.attrs['ignore_index']});"
+    return [index_check(n, target, "nll_loss target", C, n.attrs["ignore_index"]),
+            f"pk::nll_loss_fwd({logp}, {target}, {loss}, {N}, {C}, {n.attrs['ignore_index']});"]
 
 
 @emitter("nll_loss_bwd")
@@ -548,17 +582,27 @@ def _assign(e, n, dst, src):
     return f"std::memcpy({dst}, {src}, {n.inputs[0].nbytes});"
 
 
+def finite_guard(n: Node, g: str) -> str:
+    """The non-finite guard before an update: a NaN/inf gradient skips this update and
+    every later one of the step (ctx->updates_done counts the ones already run)."""
+    from ..codegen import cstr
+    what = cstr(f"the gradient of {n.inputs[0].name!r}")
+    if not NONFINITE_GUARD:
+        return ""
+    return f"if (!pk::all_finite({g}, {_n(n.inputs[1])})) return pock_nonfinite({what}, ctx->updates_done);"
+
+
 @emitter("sgd_update")
 def _sgd(e, n, p, g, buf):
     a = n.attrs
-    return (f"pk::sgd_update({p}, {g}, {buf}, {arr(a['region'])}, ctx->lr, {fl(a['momentum'])}, "
+    return finite_guard(n, g), "++ctx->updates_done;", (f"pk::sgd_update({p}, {g}, {buf}, {arr(a['region'])}, ctx->lr, {fl(a['momentum'])}, "
             f"{fl(a['dampening'])}, {fl(a['weight_decay'])}, {b(a['nesterov'])}, ctx->step == 0);")
 
 
 @emitter("adamw_update")
 def _adamw(e, n, p, g, m, v):
     a = n.attrs
-    return (f"pk::adamw_update({p}, {g}, {m}, {v}, {arr(a['region'])}, ctx->lr, {fl(a['beta1'])}, "
+    return finite_guard(n, g), "++ctx->updates_done;", (f"pk::adamw_update({p}, {g}, {m}, {v}, {arr(a['region'])}, ctx->lr, {fl(a['beta1'])}, "
             f"{fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}, ctx->step + 1);")
 
 

@@ -20,6 +20,18 @@ def update_region(param: Value, k: int | None) -> tuple[int, int, int]:
     return shape[0], k * rest, shape[1] * rest
 
 
+def _check_hyper(opt, **values) -> None:
+    """Each value must be a finite number >= 0 (NaN compares false to everything,
+    so `x < 0` alone would let it through to the generated C++)."""
+    for name, x in values.items():
+        try:
+            ok = not isinstance(x, bool) and math.isfinite(float(x)) and float(x) >= 0
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise PockError(f"{type(opt).__name__}: {name} must be a finite number >= 0, got {x!r}")
+
+
 class Optimizer:
     lr: float
 
@@ -42,8 +54,8 @@ class SGD(Optimizer):
     dampening: float = 0.0
 
     def __post_init__(self):
-        if self.lr < 0 or self.momentum < 0 or self.weight_decay < 0:
-            raise PockError(f"SGD needs lr, momentum, weight_decay >= 0, got {self}")
+        _check_hyper(self, lr=self.lr, momentum=self.momentum, weight_decay=self.weight_decay,
+                     dampening=self.dampening)
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise PockError("SGD nesterov momentum requires a momentum and zero dampening")
 
@@ -64,9 +76,13 @@ class AdamW(Optimizer):
     weight_decay: float = 0.01
 
     def __post_init__(self):
-        b1, b2 = self.betas
-        if self.lr < 0 or not (0 <= b1 < 1 and 0 <= b2 < 1) or self.eps < 0 or self.weight_decay < 0:
-            raise PockError(f"invalid AdamW hyper-parameters {self}")
+        _check_hyper(self, lr=self.lr, eps=self.eps, weight_decay=self.weight_decay)
+        try:
+            b1, b2 = (float(b) for b in self.betas)
+        except (TypeError, ValueError):
+            raise PockError(f"AdamW: betas must be two numbers, got {self.betas!r}") from None
+        if not (0 <= b1 < 1 and 0 <= b2 < 1):
+            raise PockError(f"AdamW: betas must be in [0, 1), got {self.betas!r}")
 
     def emit(self, g, param, grad, k, source):
         m = self._state(g, param, grad, "exp_avg")

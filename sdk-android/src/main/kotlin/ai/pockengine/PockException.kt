@@ -12,7 +12,9 @@ enum class PockStatus(val code: Int) {
     CLOSED(7),
     NO_MEMORY(8),
     BACKEND(9),
-    INTERNAL(10);
+    INTERNAL(10),
+    /** step: an input, the loss or a gradient was NaN/inf; the update was skipped. */
+    NONFINITE(11);
 
     companion object {
         fun of(code: Int): PockStatus = values().firstOrNull { it.code == code } ?: INTERNAL
