@@ -352,12 +352,13 @@ def test_save_into_missing_directory(saved, tmp_path):
 
 def test_failed_save_keeps_the_existing_checkpoint(saved, tmp_path):
     t, good, good_bytes, at_save = saved
-    # make the temporary file impossible to create: the save must fail before touching good
-    blocker = good.with_name(f"{good.name}.tmp-{os.getpid()}")
-    blocker.mkdir()
-    raises(lambda: t.save(good), "cannot save checkpoint", re.escape(str(good)))
-    assert good.read_bytes() == good_bytes
-    blocker.rmdir()
+    # a checkpoint whose temporary file cannot be created (its name, the checkpoint's plus a unique
+    # ".tmp-..." suffix, would exceed NAME_MAX): the save must fail before touching the checkpoint
+    longest = tmp_path / ("c" * (255 - len(".pockckpt")) + ".pockckpt")
+    longest.write_bytes(good_bytes)
+    raises(lambda: t.save(longest), "cannot save checkpoint", re.escape(str(longest)))
+    assert longest.read_bytes() == good_bytes
+    longest.unlink()
     # saving over an existing file replaces it whole and leaves no temporary behind
     t.save(good)
     assert good.read_bytes() != good_bytes

@@ -269,8 +269,8 @@ pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8
   const int64_t want = expected_size(t->model);
   const size_t keep = size < static_cast<size_t>(want) ? size : static_cast<size_t>(want);
   const std::vector<uint8_t> file(data, data + keep);
-  if (static_cast<int64_t>(size) != want) return check_wrong_size(t->model, name, file, static_cast<int64_t>(size), want);
-  return load_bytes(t, name, file);
+  if (static_cast<int64_t>(size) > want) return check_wrong_size(t->model, name, file, static_cast<int64_t>(size), want);
+  return load_bytes(t, name, file);  // a shorter file is whole in memory: judged field by field
 }
 
 pock_status load_checkpoint(pock_trainer* t, const char* path) {
@@ -279,11 +279,12 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
   int err = 0;
   int64_t file_size = 0;
   const int64_t want = expected_size(m);
-  // Read only what this model's checkpoint can hold: a file of another size is
-  // judged on its first bytes (magic, version, model hash) and never read whole.
+  // Read only what this model's checkpoint can hold: a larger file is judged on
+  // its first bytes (magic, version, model hash) and never read whole; a shorter
+  // one is whole in memory and judged field by field (naming a missing tensor).
   if (!read_file(path, static_cast<size_t>(want), &file, &file_size, &err))
     return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
-  if (file_size != want) return check_wrong_size(m, path, file, file_size, want);
+  if (file_size > want) return check_wrong_size(m, path, file, file_size, want);
   return load_bytes(t, path, file);
 }
 
@@ -340,7 +341,7 @@ static pock_status load_bytes(pock_trainer* t, const char* path, const std::vect
   if (!std::isfinite(lr) || lr < 0.0f)
     return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: learning rate %g is not finite and >= 0", path,
                 (double)lr);
-  if (count != static_cast<uint32_t>(m->n_state))
+  if (count > static_cast<uint32_t>(m->n_state))  // fewer: the tensor table below names the missing one
     return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' holds %u tensors; model '%s' has %d", path, count, m->name,
                 m->n_state);
 
