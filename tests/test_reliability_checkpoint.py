@@ -151,3 +151,13 @@ def test_load_checks_the_size_before_reading(lib, tmp_path):
             t.load(huge)
         assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024
         t.load(good)
+
+
+def test_python_reader_checks_the_header_too(lib, tmp_path):
+    with Trainer(lib) as t:
+        t.save(tmp_path / "good.pock")
+    blob = (tmp_path / "good.pock").read_bytes()
+    for kw, message in [({"lr": float("nan")}, "learning rate nan"), ({"step": 2**63 - 1}, "step count")]:
+        (tmp_path / "bad.pock").write_bytes(rewrite_header(blob, **kw))
+        with pytest.raises(PockError, match=message):
+            read_checkpoint(tmp_path / "bad.pock")

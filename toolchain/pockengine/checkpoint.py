@@ -8,6 +8,7 @@ layout is documented at the top of checkpoint.cpp.
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import re
 import secrets
@@ -24,6 +25,7 @@ VERSION = 1
 KINDS = {"param": 0, "buffer": 1, "optimizer_state": 2, "constant": 3}
 _DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<i8"), 2: np.dtype("<i4"), 3: np.dtype("u1")}
 _MAX_DIMS = 8
+MAX_STEPS = 2**53  # as checkpoint.cpp: larger step counts are rejected
 
 
 @dataclass
@@ -70,6 +72,10 @@ def decode(blob: bytes, where: str = "checkpoint") -> Checkpoint:
         (n,), pos = struct.unpack_from("<I", body, pos), pos + 4
         model_hash, pos = bytes(body[pos:pos + n]).decode(), pos + n
         (step, lr, count), pos = struct.unpack_from("<qfI", body, pos), pos + 16
+        if not 0 <= step <= MAX_STEPS:
+            raise ValueError(f"step count {step} is outside [0, 2^53]")
+        if not (math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"learning rate {lr} is not finite and >= 0")
         ckpt = Checkpoint(model_hash, step, lr)
         for _ in range(count):
             (n,), pos = struct.unpack_from("<I", body, pos), pos + 4

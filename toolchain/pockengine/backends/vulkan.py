@@ -440,7 +440,8 @@ def render(prog, part):
         if pending:
             k = len(segments)
             segments.append({"first": len(dispatches) - pending, "count": pending})
-            lines.append(f"if (!pvk::run(vk, {k})) {{ *F32(A, {host.offset(pg.loss)}) = NAN; return; }}"
+            lines.append(f"if (!pvk::run(vk, {k})) {{ *F32(A, {host.offset(pg.loss)}) = NAN; "
+                         f"return pock_rt::fail(POCK_ERR_BACKEND, \"Vulkan segment {k} failed\"); }}"
                          f"  // Vulkan segment {k}: {pending} dispatches")
             pending = 0
 
