@@ -284,8 +284,10 @@ def free_port() -> int:
 def run_processes(strategy: SparseFedAvg, setup: Setup, users: list[User], rounds: int, run_dir: Path,
                   timeout: float = 600.0, log=print) -> None:
     """A real Flower server (this process, gRPC on 127.0.0.1) and one client process per user
-    (`python -m pockengine.federated client`). Clients exit when the server disconnects them;
-    any still running after `timeout` are killed (only the processes started here)."""
+    (`python -m pockengine.federated client`). Clients exit when the server disconnects them.
+    `timeout` bounds the clients' start-up and each round; the whole run is bounded by
+    timeout * (rounds + 1), after which the client processes started here are killed (and
+    each client process ends itself)."""
     from flwr.server import ServerConfig, start_server
 
     run_dir = Path(run_dir)
@@ -297,15 +299,17 @@ def run_processes(strategy: SparseFedAvg, setup: Setup, users: list[User], round
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in [str(Path(__file__).resolve().parents[2]),
                                                                  os.environ.get("PYTHONPATH", "")] if p))
     procs = []
-    deadline = time.monotonic() + timeout
+    bound = timeout * (rounds + 1)
+    deadline = time.monotonic() + bound
     try:
         for i in range(len(users)):
             with open(run_dir / f"client{i}.log", "wb") as out:
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "pockengine.federated", "client", "--run-dir", str(run_dir),
-                     "--user", str(i), "--server", address, "--timeout", str(int(timeout))],
+                     "--user", str(i), "--server", address, "--timeout", str(int(bound))],
                     stdout=out, stderr=subprocess.STDOUT, env=env, cwd=run_dir))
         log(f"started {len(procs)} client processes against the Flower server on {address}")
+        strategy.wait_timeout = max(strategy.wait_timeout, int(timeout))   # N fresh Pythons import torch
         start_server(server_address=address, strategy=strategy,
                      config=ServerConfig(num_rounds=rounds, round_timeout=timeout))
         for p in procs:
