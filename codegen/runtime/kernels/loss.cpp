@@ -120,11 +120,18 @@ void cross_entropy_bwd(const float* dloss, const float* logits, const int64_t* t
         for (i64 c = 0; c < C; ++c) d[c] = 0.f;
         continue;
       }
+      // softmax = e^(x - max) / sum: one exp per element, stored, then scaled (d may alias logits)
       const float* row = logits + i * C;
-      const float lse = static_cast<float>(row_logsumexp(row, C));
-      vmath::map_v(row, d, C, [g, off, lse](simd::V v) {
-        return simd::vsub(simd::vmul(simd::vbcast(g), vmath::vexp(simd::vsub(v, simd::vbcast(lse)))),
-                          simd::vbcast(off));
+      const float m = vmath::vrow_max(row, C);
+      if (!(m > -std::numeric_limits<float>::infinity())) {  // all -inf (or NaN): as softmax does
+        vmath::map_v(row, d, C, [m](simd::V v) { return simd::vsub(v, simd::vbcast(m)); });
+        d[t] -= on;
+        continue;
+      }
+      const double s = vmath::vexp_store_sum(row, d, C, m);
+      const float scale = static_cast<float>(static_cast<double>(g) / s);
+      vmath::map_v(d, d, C, [scale, off](simd::V v) {
+        return simd::vsub(simd::vmul(v, simd::vbcast(scale)), simd::vbcast(off));
       });
       d[t] -= on;
     }

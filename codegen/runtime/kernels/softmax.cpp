@@ -70,8 +70,7 @@ void softmax_impl(const float* x, float* y, i64 outer, i64 dim, i64 inner, bool 
         const float lse = m + static_cast<float>(std::log(vmath::vsum_exp(xo, dim, m)));
         vmath::map_v(xo, yo, dim, [lse](V v) { return vsub(v, vbcast(lse)); });
       } else {
-        vmath::map_v(xo, yo, dim, [m](V v) { return vexp(vsub(v, vbcast(m))); });
-        const float inv = static_cast<float>(1.0 / sum_f64(yo, dim));
+        const float inv = static_cast<float>(1.0 / vmath::vexp_store_sum(xo, yo, dim, m));
         vmath::map_v(yo, yo, dim, [inv](V v) { return simd::vmul(v, vbcast(inv)); });
       }
       return;

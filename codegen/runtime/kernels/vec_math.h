@@ -150,5 +150,62 @@ inline double vsum_exp(const float* x, i64 n, float m) {
   return s;
 }
 
+// y[i] = e^(x[i] - m) for i < n (y may alias x); returns their sum (float lanes within
+// blocks of 256, the blocks added in double).  Every element goes through vexp.
+inline double vexp_store_sum(const float* x, float* y, i64 n, float m) {
+  using namespace simd;
+  constexpr i64 kBlk = 256;
+  const V vm = vbcast(m);
+  double s = 0;
+  for (i64 i0 = 0; i0 < n; i0 += kBlk) {
+    const i64 e = n - i0 < kBlk ? n : i0 + kBlk;
+    V a = vzero(), b = vzero();
+    i64 i = i0;
+    for (; i + 2 * kW <= e; i += 2 * kW) {
+      const V p = vexp(vsub(vload(x + i), vm)), q = vexp(vsub(vload(x + i + kW), vm));
+      vstore(y + i, p);
+      vstore(y + i + kW, q);
+      a = vadd(a, p);
+      b = vadd(b, q);
+    }
+    for (; i + kW <= e; i += kW) {
+      const V p = vexp(vsub(vload(x + i), vm));
+      vstore(y + i, p);
+      a = vadd(a, p);
+    }
+    if (i < e) {  // tail: padded with -inf, whose exp is 0
+      float t[kW];
+      for (int j = 0; j < kW; ++j) t[j] = i + j < e ? x[i + j] : -__builtin_inff();
+      const V p = vexp(vsub(vload(t), vm));
+      vstore(t, p);
+      for (i64 j = 0; j < e - i; ++j) y[i + j] = t[j];
+      b = vadd(b, p);
+    }
+    s += static_cast<double>(vsum(vadd(a, b)));
+  }
+  return s;
+}
+
+// Sum of x[0:n]: float lanes within blocks of 256, the blocks added in double.
+inline double vsum_blocks(const float* x, i64 n) {
+  using namespace simd;
+  constexpr i64 kBlk = 256;
+  double s = 0;
+  for (i64 i0 = 0; i0 < n; i0 += kBlk) {
+    const i64 e = n - i0 < kBlk ? n : i0 + kBlk;
+    V a = vzero(), b = vzero();
+    i64 i = i0;
+    for (; i + 2 * kW <= e; i += 2 * kW) {
+      a = vadd(a, vload(x + i));
+      b = vadd(b, vload(x + i + kW));
+    }
+    for (; i + kW <= e; i += kW) a = vadd(a, vload(x + i));
+    float r = vsum(vadd(a, b));
+    for (; i < e; ++i) r += x[i];
+    s += static_cast<double>(r);
+  }
+  return s;
+}
+
 }  // namespace vmath
 }  // namespace pk
