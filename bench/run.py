@@ -541,6 +541,12 @@ def main(argv=None):
             "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": time.perf_counter() - T0,
             "stats": {f"{k[0]}/{k[1]}": v["prep"]["stats"] for k, v in preps.items()
                       if k[2] == "pockengine" and v.get("ok")}}
+    if not args.quick:
+        try:  # memory-bound kernels in GB/s against the measured bandwidth (one thread)
+            from kernels_bw import measure
+            meta["kernels_bw"] = [measure(march=m) for m in ("native", "x86-64-v3")]
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            log(f"kernel bandwidth benchmark failed: {e}")
     ref = (peak.get("single_gflops") if args.threads == 1 else peak.get("all_gflops")) if peak else None
     meta["peak_ref_gflops"] = ref
     for row in rows:
