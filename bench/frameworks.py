@@ -34,7 +34,7 @@ sys.path.insert(0, str(HERE))
 from models import resolve_partial, workloads  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
-FRAMEWORKS = ["pockengine", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
+FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
 N_BATCHES = 4
 
 
@@ -107,6 +107,57 @@ def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
     return out
 
 
+# Build variants of the CPU step, timed in the same run as "pockengine" (native -march, the
+# cores' threads): "-v3" builds every kernel for -march=x86-64-v3 (AVX2+FMA, the phone-class
+# vector width), "-1t" runs on one thread, "-ref" builds against the runtime in
+# $POCK_BENCH_REF_RUNTIME (e.g. a checkout of an older commit's codegen/runtime: a before/after
+# comparison interleaved in one run, immune to the machine's load changing between runs).
+PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t"]
+
+
+def pe_variant(framework: str) -> dict:
+    """"pockengine-v3-1t" -> {"march": "x86-64-v3", "threads": 1, "ref": False}."""
+    parts = framework.split("-")[1:]
+    return {"march": "x86-64-v3" if "v3" in parts else None, "threads": 1 if "1t" in parts else None,
+            "ref": "ref" in parts}
+
+
+def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
+    import pockengine as pe
+    from pockengine.build.host import build_shared_library
+    from pockengine.trainer import Trainer
+    var = pe_variant(framework)
+    model, update, _, _, batches = ctx.load()
+    (x, y) = batches[0]
+    prog = pe.compile(model, x, y, loss="cross_entropy", update=update,
+                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}")
+    src = ctx.art_dir / f"{prog.name}.cpp"
+    src.write_text(prog.source())
+    old = os.environ.get("POCK_RUNTIME_DIR")
+    if var["ref"]:
+        ref = os.environ.get("POCK_BENCH_REF_RUNTIME")
+        if not ref or not Path(ref, "kernels").is_dir():
+            raise RuntimeError("pockengine-ref needs POCK_BENCH_REF_RUNTIME=<a codegen/runtime directory>")
+        os.environ["POCK_RUNTIME_DIR"] = ref
+    try:
+        flags = (f"-march={var['march']}",) if var["march"] else ()
+        lib = build_shared_library([src], ctx.art_dir, flags)
+    finally:
+        if var["ref"]:
+            if old is None:
+                os.environ.pop("POCK_RUNTIME_DIR", None)
+            else:
+                os.environ["POCK_RUNTIME_DIR"] = old
+    trainer = Trainer(str(lib), aliases=prog.aliases)
+    for name, v in prog.state.items():
+        if v.data is not None:
+            trainer.set_tensor(name, v.data)
+    ckpt = ctx.art_dir / "init.pockckpt"
+    trainer.save(ckpt)
+    _KEEP.append(trainer)
+    return {"lib": str(lib), "ckpt": str(ckpt), "stats": prog.stats(), "threads": var["threads"]}
+
+
 def prepare_pockengine_vulkan(ctx: Ctx) -> dict:
     """The same step with its trainable part on the machine's Vulkan device (backends=["vulkan", "cpu"]);
     fails (n/a in the table) naming what is missing when there is no Vulkan device or glslc."""
@@ -117,7 +168,7 @@ class PockEngineRunner:
     def __init__(self, ctx: Ctx, prep: dict):
         from pockengine.trainer import Trainer
         self.trainer = Trainer(prep["lib"], prep["ckpt"])
-        self.trainer.set_num_threads(ctx.threads)
+        self.trainer.set_num_threads(prep.get("threads") or ctx.threads)
         st = prep["stats"]
         self.preallocated_bytes = st["arena_bytes"] + st["optimizer_state_bytes"]
         self.notes = []
@@ -392,9 +443,10 @@ class OrtRunner:
 
 
 PREPARE = {"pockengine": prepare_pockengine, "pockengine-vulkan": prepare_pockengine_vulkan, "torch.compile": prepare_compiled, "executorch": prepare_executorch,
-           "onnxruntime": prepare_onnxruntime}
+           "onnxruntime": prepare_onnxruntime,
+           **{fw: (lambda ctx, fw=fw: prepare_pockengine_variant(ctx, fw)) for fw in PE_VARIANTS}}
 RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "torch.compile": CompiledRunner,
-           "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner}
+           "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner, **{fw: PockEngineRunner for fw in PE_VARIANTS}}
 
 
 def to_json(obj):

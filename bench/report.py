@@ -52,6 +52,25 @@ def table_lines(rows, loss_step=None) -> list[str]:
     return lines
 
 
+def thread_lines(rows) -> list[str]:
+    """2 threads vs 1 for each build that ran both (pockengine vs pockengine-1t, -v3 vs -v3-1t, ...):
+    the target is that no row is slower on 2 threads than on 1."""
+    ms = {(r["title"], r["scheme"], r["framework"]): r["ms"] for r in rows if r["status"] == "ok"}
+    order = [(r["title"], r["scheme"], r["framework"]) for r in rows]
+    pairs = sorted({(t, s, fw) for (t, s, fw) in ms if fw.startswith("pockengine") and (t, s, fw + "-1t") in ms},
+                   key=order.index)
+    if not pairs:
+        return []
+    out = ["", "Threads: each PockEngine build on 2 threads against the same build on 1 (same run; > 1: "
+           "2 threads faster; the target is >= 1 everywhere).", "",
+           "| model | scheme | build | ms 1 thread | ms 2 threads | speed-up |", "|---|---|---|---:|---:|---:|"]
+    for t, s, fw in pairs:
+        one, two = ms[(t, s, fw + "-1t")], ms[(t, s, fw)]
+        out.append(f"| {t} | {SCHEME_TITLES.get(s, s)} | {fw} | {_ms(one)} | {_ms(two)} | {one / two:.2f}x"
+                   + (" (slower)" if two > one else "") + " |")
+    return out
+
+
 def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
     peak = meta.get("peak") or {}
     v = meta.get("versions", {})
@@ -93,6 +112,10 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
                "everywhere, so it agrees across frameworks that implement the same update).")
     out.append("")
     out += table_lines(rows, meta.get("loss_step"))
+    out += thread_lines(rows)
+    for res in meta.get("kernels_bw") or []:
+        from kernels_bw import table_lines as bw_lines
+        out += [""] + bw_lines(res)
     stats = meta.get("stats") or {}
     if stats:
         out += ["", "PockEngine's compiled programs (`prog.stats()`):", "",

@@ -40,8 +40,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
-ALL_FRAMEWORKS = ["pockengine", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
-PREPARED = {"pockengine", "pockengine-vulkan", "torch.compile", "executorch", "onnxruntime"}  # frameworks with a prepare step
+# pockengine-1t / -v3 / -v3-1t: the same step on one thread and built for -march=x86-64-v3
+# (bench/frameworks.py); pockengine-ref[-1t] (not run by default) builds against the runtime in
+# $POCK_BENCH_REF_RUNTIME for a before/after comparison in one run.
+ALL_FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager",
+                  "torch.compile", "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t"]
+DEFAULT_FRAMEWORKS = [f for f in ALL_FRAMEWORKS if not f.startswith("pockengine-ref")]
+PREPARED = {"pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "torch.compile",
+            "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t"}  # frameworks with a prepare step
 CACHED = {"executorch", "onnxruntime"}  # their artifacts depend only on bench/ and the package versions
 
 T0 = time.perf_counter()
@@ -102,7 +108,7 @@ def probe(framework: str) -> tuple[bool, str]:
                       "import executorch.extension.training; print(m.version('executorch'))",
         "onnxruntime": "import importlib.metadata as m; import onnxruntime.training.api, onnx; "
                        "print(m.version('onnxruntime-training'), 'onnx', onnx.__version__)",
-    }[framework]
+    }["pockengine" if framework.startswith("pockengine-") and framework != "pockengine-vulkan" else framework]
     py = env_python(framework)
     if not Path(py).exists():
         return False, f"not installed ({Path(py).parent.parent.name} missing; `make bench` installs it)"
@@ -443,7 +449,7 @@ def main(argv=None):
     art_root = work / "artifacts"
 
     fws = args.frameworks.split(",") if args.frameworks else (
-        ["pockengine", "eager"] if args.quick else list(ALL_FRAMEWORKS))
+        ["pockengine", "eager"] if args.quick else list(DEFAULT_FRAMEWORKS))
     bad = [f for f in fws if f not in ALL_FRAMEWORKS]
     if bad:
         raise SystemExit(f"unknown framework(s) {bad}; choose from {ALL_FRAMEWORKS}")
@@ -535,6 +541,12 @@ def main(argv=None):
             "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": time.perf_counter() - T0,
             "stats": {f"{k[0]}/{k[1]}": v["prep"]["stats"] for k, v in preps.items()
                       if k[2] == "pockengine" and v.get("ok")}}
+    if not args.quick:
+        try:  # memory-bound kernels in GB/s against the measured bandwidth (one thread)
+            from kernels_bw import measure
+            meta["kernels_bw"] = [measure(march=m) for m in ("native", "x86-64-v3")]
+        except (OSError, subprocess.SubprocessError, ValueError) as e:
+            log(f"kernel bandwidth benchmark failed: {e}")
     ref = (peak.get("single_gflops") if args.threads == 1 else peak.get("all_gflops")) if peak else None
     meta["peak_ref_gflops"] = ref
     for row in rows:

@@ -2,10 +2,9 @@
 //
 // Formulas follow PyTorch's CPU kernels (aten/src/ATen/native/cpu/Activation.cpp
 // and UnaryOps).  The transcendental ones (sigmoid, tanh, silu, both GELUs) do
-// not call <cmath>'s exp/tanh/erf, which GCC cannot vectorize: they use the
-// branch-free float approximations in fast_math.h, written with plain arithmetic, bit
-// casts and selects so the loops auto-vectorize (AVX2/AVX-512 on x86-64, NEON
-// on aarch64) with nothing target-specific in the source:
+// not call <cmath>'s exp/tanh/erf, which GCC cannot vectorize: every kernel is
+// written over the native vector of simd.h (AVX-512, AVX2+FMA, NEON) with the
+// approximations of vec_math.h (the vector forms of fast_math.h's):
 //
 //   fast_exp   Cody-Waite range reduction x = n ln2 + r, |r| <= ln2/2, with the
 //              Cephes expf polynomial for e^r and 2^n applied as two exact
@@ -25,16 +24,17 @@
 //
 // Every kernel splits [0, n) over the threads with pk::parallel_for in chunks
 // of at least kGrain elements whose boundaries are rounded to multiples of
-// kAlign: element i always goes through the same instructions (vector body,
-// never a remainder that a thread split created), so results are bit-identical
-// for any thread count.  Outputs may alias inputs (y == x, dx == dy).
+// kAlign, and every element (the tail too, zero-padded) goes through the same
+// vector instructions, so results are bit-identical for any thread count.
+// Outputs may alias inputs (y == x, dx == dy).  tests/codegen/runtime/
+// test_vectorized.py checks the disassembly for vector FMAs in these kernels.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
-#include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "vec_math.h"
 
 namespace pk {
 
@@ -42,83 +42,83 @@ namespace {
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;       // 1/sqrt(2*pi)
 constexpr float kSqrt2OverPi = 0.79788456080286535588f;      // sqrt(2/pi)
 constexpr float kGeluC = 0.044715f;
-constexpr i64 kGrain = 1 << 15;
+// Work thresholds (elements per chunk, at least): a thread hand-off costs a few
+// microseconds, so the cheap, memory-bound maps stay on one thread up to 2^17
+// elements; the transcendental ones (tens of instructions per vector) split at 2^14.
+constexpr i64 kGrainCheap = 1 << 17;
+constexpr i64 kGrain = 1 << 14;
 constexpr i64 kAlign = 64;
 
-using fastmath::fast_exp;
-using fastmath::fast_sigmoid;
-using fastmath::fast_tanh;
-using fastmath::one_plus_erf;
+using namespace simd;
+using vmath::vexp;
+using vmath::vone_plus_erf;
+using vmath::vsigmoid;
+using vmath::vtanh;
 
-// y[i] = f(x[i]) and dx[i] = f(dy[i], s[i]) over [0, n), threaded.
-template <class F>
+// y[i] = f(x[i]) and dx[i] = f(dy[i], s[i]) over [0, n), threaded; f works on vectors.
+template <i64 kG = kGrain, class F>
 inline void map1(const float* x, float* y, i64 n, F f) {
-  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
-    for (i64 i = b; i < e; ++i) y[i] = f(x[i]);
-  });
+  parallel_for_aligned(n, kG, kAlign, [&](i64 b, i64 e) { vmath::map_v(x + b, y + b, e - b, f); });
 }
-template <class F>
+template <i64 kG = kGrain, class F>
 inline void map2(const float* dy, const float* s, float* dx, i64 n, F f) {
-  parallel_for_aligned(n, kGrain, kAlign, [&](i64 b, i64 e) {
-    for (i64 i = b; i < e; ++i) dx[i] = f(dy[i], s[i]);
-  });
+  parallel_for_aligned(n, kG, kAlign, [&](i64 b, i64 e) { vmath::map2_v(dy + b, s + b, dx + b, e - b, f); });
 }
 
 }  // namespace
 
 // y = max(x, 0); NaN propagates (like torch.relu).
 void relu_fwd(const float* x, float* y, i64 n) {
-  map1(x, y, n, [](float v) { return v < 0.f ? 0.f : v; });
+  map1<kGrainCheap>(x, y, n, [](V v) { return vmax(vzero(), v); });
 }
 
 // dx = dy where y > 0, else 0 (PyTorch threshold_backward on the output).
 void relu_bwd(const float* dy, const float* y, float* dx, i64 n) {
-  map2(dy, y, dx, n, [](float g, float v) { return v > 0.f ? g : 0.f; });
+  map2<kGrainCheap>(dy, y, dx, n, [](V g, V v) { return vsel(vgt(v, vzero()), g, vzero()); });
 }
 
-// y = clamp(x, lo, hi).
+// y = clamp(x, lo, hi) (NaN propagates).
 void hardtanh_fwd(const float* x, float* y, i64 n, float lo, float hi) {
-  map1(x, y, n, [lo, hi](float v) {
-    v = v < lo ? lo : v;
-    return v > hi ? hi : v;
-  });
+  map1<kGrainCheap>(x, y, n, [lo, hi](V v) { return vmin(vbcast(hi), vmax(vbcast(lo), v)); });
 }
 
 // dx = dy for lo < x < hi, 0 otherwise (the boundaries get 0, like PyTorch).
 void hardtanh_bwd(const float* dy, const float* x, float* dx, i64 n, float lo, float hi) {
-  map2(dy, x, dx, n, [lo, hi](float g, float v) { return (v > lo && v < hi) ? g : 0.f; });
+  map2<kGrainCheap>(dy, x, dx, n, [lo, hi](V g, V v) {
+    return vsel(vgt(v, vbcast(lo)), vsel(vlt(v, vbcast(hi)), g, vzero()), vzero());
+  });
 }
 
 // y = 1 / (1 + exp(-x)).
 void sigmoid_fwd(const float* x, float* y, i64 n) {
-  map1(x, y, n, [](float v) { return fast_sigmoid(v); });
+  map1(x, y, n, [](V v) { return vsigmoid(v); });
 }
 
 // dx = dy * (1 - y) * y.
 void sigmoid_bwd(const float* dy, const float* y, float* dx, i64 n) {
-  map2(dy, y, dx, n, [](float g, float v) { return g * (1.f - v) * v; });
+  map2<kGrainCheap>(dy, y, dx, n, [](V g, V v) { return vmul(vmul(g, vsub(vbcast(1.f), v)), v); });
 }
 
 // y = tanh(x).
 void tanh_fwd(const float* x, float* y, i64 n) {
-  map1(x, y, n, [](float v) { return fast_tanh(v); });
+  map1(x, y, n, [](V v) { return vtanh(v); });
 }
 
 // dx = dy * (1 - y^2).
 void tanh_bwd(const float* dy, const float* y, float* dx, i64 n) {
-  map2(dy, y, dx, n, [](float g, float v) { return g * (1.f - v * v); });
+  map2<kGrainCheap>(dy, y, dx, n, [](V g, V v) { return vmul(g, vsub(vbcast(1.f), vmul(v, v))); });
 }
 
 // y = x * sigmoid(x).
 void silu_fwd(const float* x, float* y, i64 n) {
-  map1(x, y, n, [](float v) { return v / (1.f + fast_exp(-v)); });
+  map1(x, y, n, [](V v) { return vdiv(v, vadd(vbcast(1.f), vexp(vsub(vzero(), v)))); });
 }
 
 // dx = dy * s * (1 + x * (1 - s)),  s = sigmoid(x).
 void silu_bwd(const float* dy, const float* x, float* dx, i64 n) {
-  map2(dy, x, dx, n, [](float g, float v) {
-    const float s = fast_sigmoid(v);
-    return g * s * (1.f + v * (1.f - s));
+  map2(dy, x, dx, n, [](V g, V v) {
+    const V s = vsigmoid(v);
+    return vmul(vmul(g, s), vfma(v, vsub(vbcast(1.f), s), vbcast(1.f)));
   });
 }
 
@@ -126,14 +126,14 @@ void silu_bwd(const float* dy, const float* x, float* dx, i64 n) {
 // tanh form: y = 0.5 x (1 + tanh(u)) = x * sigmoid(2u),  u = sqrt(2/pi) (x + 0.044715 x^3)
 void gelu_fwd(const float* x, float* y, i64 n, bool approximate) {
   if (approximate) {
-    map1(x, y, n, [](float v) {
-      const float u = kSqrt2OverPi * (v + kGeluC * (v * v * v));
-      return v / (1.f + fast_exp(-2.f * u));
+    map1(x, y, n, [](V v) {
+      const V u = vmul(vbcast(kSqrt2OverPi), vfma(vbcast(kGeluC), vmul(vmul(v, v), v), v));
+      return vdiv(v, vadd(vbcast(1.f), vexp(vmul(vbcast(-2.f), u))));
     });
   } else {
-    map1(x, y, n, [](float v) {
-      float e;
-      return 0.5f * v * one_plus_erf(v, &e);
+    map1(x, y, n, [](V v) {
+      V e;
+      return vmul(vmul(vbcast(0.5f), v), vone_plus_erf(v, &e));
     });
   }
 }
@@ -145,26 +145,25 @@ void gelu_fwd(const float* x, float* y, i64 n, bool approximate) {
 //            (-2u clamped to 88 so e stays finite: s ~ 1e-38 there, the true value ~ 0).
 void gelu_bwd(const float* dy, const float* x, float* dx, i64 n, bool approximate) {
   if (approximate) {
-    map2(dy, x, dx, n, [](float g, float v) {
+    map2(dy, x, dx, n, [](V g, V v) {
       // |x| >= 10: s is exactly 0 or 1 in float; clamping keeps x^3 and u' finite for huge |x|
       // (dx = 0 resp. dy there, also for +-inf; PyTorch's formula gives NaN at +-inf).
-      v = v < -10.f ? -10.f : v;
-      v = v > 10.f ? 10.f : v;
-      const float v2 = v * v;
-      const float u = kSqrt2OverPi * (v + kGeluC * (v2 * v));
-      float a = -2.f * u;
-      a = a > 88.f ? 88.f : a;
-      const float e = fast_exp(a);
-      const float s = 1.f / (1.f + e);
-      const float dinner = kSqrt2OverPi * (1.f + 3.f * kGeluC * v2);
-      return g * (s + 2.f * v * ((e * s) * s) * dinner);
+      v = vmin(vbcast(10.f), vmax(vbcast(-10.f), v));
+      const V v2 = vmul(v, v);
+      const V u = vmul(vbcast(kSqrt2OverPi), vfma(vbcast(kGeluC), vmul(v2, v), v));
+      const V a = vmin(vbcast(88.f), vmul(vbcast(-2.f), u));
+      const V e = vexp(a);
+      const V s = vdiv(vbcast(1.f), vadd(vbcast(1.f), e));
+      const V dinner = vmul(vbcast(kSqrt2OverPi), vfma(vbcast(3.f * kGeluC), v2, vbcast(1.f)));
+      const V t = vmul(vmul(vmul(vbcast(2.f), v), vmul(vmul(e, s), s)), dinner);
+      return vmul(g, vadd(s, t));
     });
   } else {
-    map2(dy, x, dx, n, [](float g, float v) {
-      float e;
-      const float cdf = 0.5f * one_plus_erf(v, &e);
-      const float pdf = kInvSqrt2Pi * e;
-      return g * (cdf + v * pdf);
+    map2(dy, x, dx, n, [](V g, V v) {
+      V e;
+      const V cdf = vmul(vbcast(0.5f), vone_plus_erf(v, &e));
+      const V pdf = vmul(vbcast(kInvSqrt2Pi), e);
+      return vmul(g, vfma(v, pdf, cdf));
     });
   }
 }

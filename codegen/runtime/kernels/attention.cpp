@@ -6,8 +6,8 @@
 //   probs     = softmax(scores)     (saved in probs[B,L,S]; required, non-null)
 //   out_l     = sum_s probs[s] * v_s
 // A row whose positions are all masked gets probs = 0 and out = 0 (PyTorch
-// gives NaN there).  Dot products use 8 independent accumulators so they
-// vectorize without -ffast-math; the v/k/q updates are contiguous axpys.
+// gives NaN there).  Dot products, the v/k/q axpys and the row's exponentials
+// run over the native vector of simd.h (vec_math.h's vexp), tails zero-padded.
 //
 // Threads (pk::parallel_for) split the batch B: every output of batch b is
 // written by the one chunk that owns b, and nothing depends on the split, so
@@ -21,9 +21,9 @@
 #include <cstring>
 #include <limits>
 
-#include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "vec_math.h"
 
 namespace pk {
 
@@ -32,24 +32,30 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr i64 kGrain = 1 << 15;  // multiply-adds per chunk, at least
 
-using fastmath::fast_exp;
+using namespace simd;
 
 // Chunk grain (in batches) for per-batch work of `cost` multiply-adds.
 inline i64 batch_grain(i64 cost) { return cost >= kGrain ? 1 : kGrain / (cost > 0 ? cost : 1); }
 
 inline float dot(const float* a, const float* b, i64 n) {
-  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  V s0 = vzero(), s1 = vzero();
   i64 i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
-  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    s0 = vfma(vload(a + i), vload(b + i), s0);
+    s1 = vfma(vload(a + i + kW), vload(b + i + kW), s1);
+  }
+  for (; i + kW <= n; i += kW) s0 = vfma(vload(a + i), vload(b + i), s0);
+  float s = vsum(vadd(s0, s1));
   for (; i < n; ++i) s += a[i] * b[i];
   return s;
 }
 
 // y += a * x
 inline void axpy(float a, const float* x, float* y, i64 n) {
-  for (i64 i = 0; i < n; ++i) y[i] += a * x[i];
+  const V va = vbcast(a);
+  i64 i = 0;
+  for (; i + kW <= n; i += kW) vstore(y + i, vfma(va, vload(x + i), vload(y + i)));
+  for (; i < n; ++i) y[i] += a * x[i];
 }
 
 inline void zero(float* y, i64 n) {
@@ -93,7 +99,7 @@ void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, 
           zero(row, send);
           continue;
         }
-        for (i64 s = 0; s < send; ++s) row[s] = fast_exp(row[s] - m);
+        vmath::map_v(row, row, send, [m](V x) { return vmath::vexp(vsub(x, vbcast(m))); });
         double sum = 0;
         for (i64 s = 0; s < send; ++s) sum += row[s];
         const float inv = static_cast<float>(1.0 / sum);

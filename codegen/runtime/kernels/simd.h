@@ -6,8 +6,15 @@
 //
 // vmax(a, b) / vmin(a, b) follow x86's maxps/minps on every target: b when either
 // is NaN, so vmax(vzero(), x) propagates a NaN x (as torch.relu does).
+//
+// Also: vsub, vdiv, vabs, vxorsign (a with its sign flipped where b is negative),
+// ordered comparisons vlt / vgt giving a mask M (false when either is NaN),
+// vsel(m, a, b) = m ? a : b lane-wise, and vscale2(a, n) = a * 2^n for an
+// integral-valued n in [-254, 254] (two exact power-of-two factors, so a
+// subnormal result comes out right).  vec_math.h builds exp / tanh / erf on them.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -34,6 +41,25 @@ inline V vmul(V a, V b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline V vmax(V a, V b) { return {_mm512_max_ps(a.v, b.v)}; }
 inline V vmin(V a, V b) { return {_mm512_min_ps(a.v, b.v)}; }
 inline float vsum(V a) { return _mm512_reduce_add_ps(a.v); }
+typedef __mmask16 M;
+inline V vsub(V a, V b) { return {_mm512_sub_ps(a.v, b.v)}; }
+inline V vdiv(V a, V b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline V vabs(V a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7fffffff)))}; }
+inline V vxorsign(V a, V b) {
+  const __m512i sign = _mm512_and_si512(_mm512_castps_si512(b.v), _mm512_set1_epi32(int(0x80000000u)));
+  return {_mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(a.v), sign))};
+}
+inline M vlt(V a, V b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ); }
+inline M vgt(V a, V b) { return _mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ); }
+inline V vsel(M m, V a, V b) { return {_mm512_mask_blend_ps(m, b.v, a.v)}; }
+inline V vscale2(V a, V n) {
+  const __m512i ni = _mm512_cvtps_epi32(n.v);
+  const __m512i n1 = _mm512_srai_epi32(ni, 1), n2 = _mm512_sub_epi32(ni, n1);
+  const __m512i b127 = _mm512_set1_epi32(127);
+  const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, b127), 23));
+  const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, b127), 23));
+  return {_mm512_mul_ps(_mm512_mul_ps(a.v, s1), s2)};
+}
 #elif defined(__AVX2__) && defined(__FMA__)
 struct V {
   __m256 v;
@@ -54,6 +80,24 @@ inline float vsum(V a) {
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   return _mm_cvtss_f32(s);
 }
+typedef __m256 M;
+inline V vsub(V a, V b) { return {_mm256_sub_ps(a.v, b.v)}; }
+inline V vdiv(V a, V b) { return {_mm256_div_ps(a.v, b.v)}; }
+inline V vabs(V a) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))}; }
+inline V vxorsign(V a, V b) {
+  return {_mm256_xor_ps(a.v, _mm256_and_ps(b.v, _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)))))};
+}
+inline M vlt(V a, V b) { return _mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ); }
+inline M vgt(V a, V b) { return _mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ); }
+inline V vsel(M m, V a, V b) { return {_mm256_blendv_ps(b.v, a.v, m)}; }
+inline V vscale2(V a, V n) {
+  const __m256i ni = _mm256_cvtps_epi32(n.v);
+  const __m256i n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+  const __m256i b127 = _mm256_set1_epi32(127);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, b127), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, b127), 23));
+  return {_mm256_mul_ps(_mm256_mul_ps(a.v, s1), s2)};
+}
 #elif defined(__aarch64__)
 struct V {
   float32x4_t v;
@@ -69,6 +113,25 @@ inline V vmul(V a, V b) { return {vmulq_f32(a.v, b.v)}; }
 inline V vmax(V a, V b) { return {vbslq_f32(vcgtq_f32(a.v, b.v), a.v, b.v)}; }
 inline V vmin(V a, V b) { return {vbslq_f32(vcltq_f32(a.v, b.v), a.v, b.v)}; }
 inline float vsum(V a) { return vaddvq_f32(a.v); }
+typedef uint32x4_t M;
+inline V vsub(V a, V b) { return {vsubq_f32(a.v, b.v)}; }
+inline V vdiv(V a, V b) { return {vdivq_f32(a.v, b.v)}; }
+inline V vabs(V a) { return {vabsq_f32(a.v)}; }
+inline V vxorsign(V a, V b) {
+  const uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(b.v), vdupq_n_u32(0x80000000u));
+  return {vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(a.v), sign))};
+}
+inline M vlt(V a, V b) { return vcltq_f32(a.v, b.v); }
+inline M vgt(V a, V b) { return vcgtq_f32(a.v, b.v); }
+inline V vsel(M m, V a, V b) { return {vbslq_f32(m, a.v, b.v)}; }
+inline V vscale2(V a, V n) {
+  const int32x4_t ni = vcvtnq_s32_f32(n.v);
+  const int32x4_t n1 = vshrq_n_s32(ni, 1), n2 = vsubq_s32(ni, n1);
+  const int32x4_t b127 = vdupq_n_s32(127);
+  const float32x4_t s1 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n1, b127), 23));
+  const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, b127), 23));
+  return {vmulq_f32(vmulq_f32(a.v, s1), s2)};
+}
 #else
 typedef float v4f __attribute__((vector_size(16)));
 struct V {
@@ -95,6 +158,20 @@ inline V vmin(V a, V b) {
   return a;
 }
 inline float vsum(V a) { return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]); }
+typedef int32_t v4i __attribute__((vector_size(16)));
+typedef v4i M;
+inline V vsub(V a, V b) { return {a.v - b.v}; }
+inline V vdiv(V a, V b) { return {a.v / b.v}; }
+inline V vabs(V a) { return {(v4f)((v4i)a.v & 0x7fffffff)}; }
+inline V vxorsign(V a, V b) { return {(v4f)((v4i)a.v ^ ((v4i)b.v & int32_t(0x80000000u)))}; }
+inline M vlt(V a, V b) { return a.v < b.v; }
+inline M vgt(V a, V b) { return a.v > b.v; }
+inline V vsel(M m, V a, V b) { return {(v4f)(((v4i)a.v & m) | ((v4i)b.v & ~m))}; }
+inline V vscale2(V a, V n) {
+  const v4i ni = __builtin_convertvector(n.v, v4i);
+  const v4i n1 = ni >> 1, n2 = ni - n1;
+  return {a.v * (v4f)((n1 + 127) << 23) * (v4f)((n2 + 127) << 23)};
+}
 #endif
 
 }  // namespace simd

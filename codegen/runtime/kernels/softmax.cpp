@@ -6,10 +6,10 @@
 // loops over the contiguous inner axis vectorize.  Every kernel reads its
 // inputs before writing the same position, so y may alias x (and dx dy).
 //
-// exp is fast_exp from fast_math.h (Cody-Waite reduction + the Cephes expf polynomial,
-// 1 ulp, branch-free so the loops vectorize; the same function as in
-// activation.cpp).  Row maxima and double sums use independent lanes so they
-// vectorize too.  Threads: the (outer, inner-block) units are split with
+// exp is vec_math.h's vexp (Cody-Waite reduction + the Cephes expf polynomial,
+// 1 ulp) over the native vector of simd.h (AVX-512, AVX2+FMA, NEON); every
+// element of a row goes through the vector code (tails zero-padded).  Row
+// maxima and sums use independent lanes.  Threads: the (outer, inner-block) units are split with
 // pk::parallel_for; each unit's arithmetic does not depend on the split, so
 // results are bit-identical for any thread count.
 #include <cmath>
@@ -17,10 +17,10 @@
 #include <cstring>
 #include <limits>
 
-#include "fast_math.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 #include "row_reduce.h"
+#include "vec_math.h"
 
 namespace pk {
 
@@ -28,14 +28,15 @@ namespace {
 
 constexpr i64 kBlock = 128;
 constexpr i64 kGrain = 1 << 14;  // elements per chunk, at least
-constexpr i64 kTmp = 256;        // stack chunk for log-softmax exponentials
 
 inline i64 block_len(i64 inner, i64 j0) { return inner - j0 < kBlock ? inner - j0 : kBlock; }
 
 using fastmath::dot_f64;
-using fastmath::fast_exp;
-using fastmath::row_max;
 using fastmath::sum_f64;
+using simd::V;
+using simd::vbcast;
+using simd::vsub;
+using vmath::vexp;
 
 // Column max over dim for a block of `m` inner positions (stride `inner`).
 inline void block_max(const float* x, float* mx, i64 dim, i64 inner, i64 m) {
@@ -64,21 +65,13 @@ void softmax_impl(const float* x, float* y, i64 outer, i64 dim, i64 inner, bool 
     const float* xo = x + o * dim * inner;
     float* yo = y + o * dim * inner;
     if (inner == 1) {
-      const float m = row_max(xo, dim);
+      const float m = vmath::vrow_max(xo, dim);
       if (log) {
-        float t[kTmp];  // exponentials go through the stack: y may alias x
-        double s = 0;
-        for (i64 d0 = 0; d0 < dim; d0 += kTmp) {
-          const i64 nd = dim - d0 < kTmp ? dim - d0 : kTmp;
-          for (i64 d = 0; d < nd; ++d) t[d] = fast_exp(xo[d0 + d] - m);
-          s += sum_f64(t, nd);
-        }
-        const float lse = m + static_cast<float>(std::log(s));
-        for (i64 d = 0; d < dim; ++d) yo[d] = xo[d] - lse;
+        const float lse = m + static_cast<float>(std::log(vmath::vsum_exp(xo, dim, m)));
+        vmath::map_v(xo, yo, dim, [lse](V v) { return vsub(v, vbcast(lse)); });
       } else {
-        for (i64 d = 0; d < dim; ++d) yo[d] = fast_exp(xo[d] - m);
-        const float inv = static_cast<float>(1.0 / sum_f64(yo, dim));
-        for (i64 d = 0; d < dim; ++d) yo[d] *= inv;
+        const float inv = static_cast<float>(1.0 / vmath::vexp_store_sum(xo, yo, dim, m));
+        vmath::map_v(yo, yo, dim, [inv](V v) { return simd::vmul(v, vbcast(inv)); });
       }
       return;
     }
@@ -93,7 +86,7 @@ void softmax_impl(const float* x, float* y, i64 outer, i64 dim, i64 inner, bool 
       const float* xr = xb + d * inner;
       float* yr = yb + d * inner;
       float t[kBlock];
-      for (i64 j = 0; j < m; ++j) t[j] = fast_exp(xr[j] - mx[j]);
+      vmath::map2_v(xr, mx, t, m, [](V a, V b) { return vexp(vsub(a, b)); });
       if (!log)
         for (i64 j = 0; j < m; ++j) yr[j] = t[j];
       for (i64 j = 0; j < m; ++j) s[j] += t[j];
@@ -160,7 +153,8 @@ void log_softmax_bwd(const float* dy, const float* y, float* dx, i64 outer, i64 
     const i64 base = o * dim * inner;
     if (inner == 1) {
       const float sf = static_cast<float>(sum_f64(dy + base, dim));
-      for (i64 d = 0; d < dim; ++d) dx[base + d] = dy[base + d] - fast_exp(y[base + d]) * sf;
+      vmath::map2_v(dy + base, y + base, dx + base, dim,
+                    [sf](V g, V v) { return vsub(g, simd::vmul(vexp(v), vbcast(sf))); });
       return;
     }
     const i64 m = block_len(inner, j0);
@@ -174,7 +168,9 @@ void log_softmax_bwd(const float* dy, const float* y, float* dx, i64 outer, i64 
     for (i64 j = 0; j < m; ++j) sf[j] = static_cast<float>(s[j]);
     for (i64 d = 0; d < dim; ++d) {
       const i64 r = base + d * inner + j0;
-      for (i64 j = 0; j < m; ++j) dx[r + j] = dy[r + j] - fast_exp(y[r + j]) * sf[j];
+      float t[kBlock];
+      vmath::map_v(y + r, t, m, [](V v) { return vexp(v); });
+      for (i64 j = 0; j < m; ++j) dx[r + j] = dy[r + j] - t[j] * sf[j];
     }
   });
 }

@@ -1,0 +1,59 @@
+"""Memory-bound kernels in GB/s against this machine's measured bandwidth (bench/kernels_bw.cpp),
+one thread; run by bench/run.py (`make bench`) and on its own:
+
+    .venv/bin/python bench/kernels_bw.py [--mib 64] [--march native|x86-64-v3]
+
+The runtime's threadpool and kernels are compiled in (g++ -O3, the runtime's flags) with no pool,
+so every kernel runs on the calling thread.  Target: memory-bound kernels >= 60% of the
+measured (STREAM-triad-style) bandwidth; the transcendental ones are listed with their
+throughput for reference (they are compute-bound).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RT = ROOT / "codegen" / "runtime"
+KERNELS = ["activation", "optimizer", "layer_norm", "linear", "gemm", "softmax", "loss", "elementwise"]
+
+
+def measure(mib: int = 64, march: str = "native", timeout: float = 600) -> dict:
+    with tempfile.TemporaryDirectory(prefix="pock-kbw-") as tmp:
+        exe = Path(tmp) / "kernels_bw"
+        srcs = [str(ROOT / "bench" / "kernels_bw.cpp"), str(RT / "threadpool.cpp"),
+                *(str(RT / "kernels" / f"{k}.cpp") for k in KERNELS)]
+        subprocess.run(["g++", "-O3", "-std=c++17", f"-march={march}", "-pthread", "-I", str(RT / "include"),
+                        "-I", str(RT), *srcs, "-o", str(exe)], check=True, capture_output=True, text=True,
+                       timeout=timeout)
+        out = subprocess.run([str(exe), str(mib)], check=True, capture_output=True, text=True, timeout=timeout)
+    res = json.loads(out.stdout)
+    res["march"] = march
+    return res
+
+
+def table_lines(res: dict) -> list[str]:
+    lines = [f"Kernels on one thread (`bench/kernels_bw.cpp`, -march={res['march']}, {res['elements']} floats per "
+             f"array), against the measured bandwidth **{res['bandwidth_gbs']:.1f} GB/s** (triad, one thread):", "",
+             "| kernel | bound | GB/s | % of bandwidth | elements/ns |", "|---|---|---:|---:|---:|"]
+    for k in res["kernels"]:
+        lines.append(f"| {k['kernel']} | {'memory' if k['memory_bound'] else 'compute'} | {k['gbs']:.2f} | "
+                     f"{k['pct_bandwidth']:.0f}% | {k['elems_per_ns']:.3f} |")
+    return lines
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--mib", type=int, default=64)
+    ap.add_argument("--march", default="native")
+    a = ap.parse_args(argv)
+    print("\n".join(table_lines(measure(a.mib, a.march))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
