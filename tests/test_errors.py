@@ -352,13 +352,19 @@ def test_save_into_missing_directory(saved, tmp_path):
 
 def test_failed_save_keeps_the_existing_checkpoint(saved, tmp_path):
     t, good, good_bytes, at_save = saved
-    # a checkpoint whose temporary file cannot be created (its name, the checkpoint's plus a unique
-    # ".tmp-..." suffix, would exceed NAME_MAX): the save must fail before touching the checkpoint
-    longest = tmp_path / ("c" * (255 - len(".pockckpt")) + ".pockckpt")
-    longest.write_bytes(good_bytes)
-    raises(lambda: t.save(longest), "cannot save checkpoint", re.escape(str(longest)))
-    assert longest.read_bytes() == good_bytes
-    longest.unlink()
+    # make writing the (uniquely named) temporary file fail: the save must fail before touching good
+    import resource
+    import signal
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1000, old_limit[1]))  # files over 1000 bytes: EFBIG
+    try:
+        raises(lambda: t.save(good), "cannot save checkpoint", re.escape(str(good)))
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert good.read_bytes() == good_bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.pockckpt"]  # the temporary file is gone
     # saving over an existing file replaces it whole and leaves no temporary behind
     t.save(good)
     assert good.read_bytes() != good_bytes

@@ -33,8 +33,9 @@
 // first removes "<path>.tmp-<pid>-..." files whose process is gone (left by a
 // crash or kill -9 during an earlier save).
 //
-// Loading first checks the file's size against the exact size this model's
-// checkpoint has (no read of a multi-GB file that cannot be one), then reads it
+// Loading first checks the file's size against the size this model's checkpoint
+// has (a file over twice that is rejected unread: no read of a multi-GB file
+// that cannot be one), then reads it
 // and validates magic, version, CRC, model hash, every header field (the step
 // count and learning rate as the setters would) and every tensor's name, kind,
 // dtype and shape before it changes any state.
@@ -175,6 +176,9 @@ int64_t expected_size(const PockModel* m) {
   return n;
 }
 
+// The most bytes load reads: twice the model's checkpoint plus 64 KiB.
+int64_t read_limit(int64_t want) { return 2 * want + (int64_t{1} << 16); }
+
 // "<path>.tmp-<pid>-<counter>-<random>": unique across processes, trainers and threads.
 std::string temp_name(const char* path) {
   static std::atomic<uint64_t> counter{0};
@@ -266,11 +270,12 @@ static pock_status check_wrong_size(const PockModel* m, const char* path, const 
 static pock_status load_bytes(pock_trainer* t, const char* path, const std::vector<uint8_t>& file);
 
 pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8_t* data, size_t size) {
-  const int64_t want = expected_size(t->model);
-  const size_t keep = size < static_cast<size_t>(want) ? size : static_cast<size_t>(want);
+  const int64_t want = expected_size(t->model), limit = read_limit(want);
+  const size_t keep = size < static_cast<size_t>(limit) ? size : static_cast<size_t>(limit);
   const std::vector<uint8_t> file(data, data + keep);
-  if (static_cast<int64_t>(size) > want) return check_wrong_size(t->model, name, file, static_cast<int64_t>(size), want);
-  return load_bytes(t, name, file);  // a shorter file is whole in memory: judged field by field
+  if (static_cast<int64_t>(size) > limit)
+    return check_wrong_size(t->model, name, file, static_cast<int64_t>(size), want);
+  return load_bytes(t, name, file);
 }
 
 pock_status load_checkpoint(pock_trainer* t, const char* path) {
@@ -278,13 +283,14 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
   std::vector<uint8_t> file;
   int err = 0;
   int64_t file_size = 0;
-  const int64_t want = expected_size(m);
-  // Read only what this model's checkpoint can hold: a larger file is judged on
-  // its first bytes (magic, version, model hash) and never read whole; a shorter
-  // one is whole in memory and judged field by field (naming a missing tensor).
-  if (!read_file(path, static_cast<size_t>(want), &file, &file_size, &err))
+  const int64_t want = expected_size(m), limit = read_limit(want);
+  // Read only what a checkpoint of this model can be near: a much larger file is
+  // judged on its first bytes (magic, version, model hash) and never read whole.
+  // Sizes up to the limit are read and validated in full, for precise messages
+  // (a missing tensor, a wrong shape); only exactly `want` bytes can pass.
+  if (!read_file(path, static_cast<size_t>(limit), &file, &file_size, &err))
     return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
-  if (file_size > want) return check_wrong_size(m, path, file, file_size, want);
+  if (file_size > limit) return check_wrong_size(m, path, file, file_size, want);
   return load_bytes(t, path, file);
 }
 
@@ -341,9 +347,7 @@ static pock_status load_bytes(pock_trainer* t, const char* path, const std::vect
   if (!std::isfinite(lr) || lr < 0.0f)
     return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' is corrupt: learning rate %g is not finite and >= 0", path,
                 (double)lr);
-  if (count > static_cast<uint32_t>(m->n_state))  // fewer: the tensor table below names the missing one
-    return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' holds %u tensors; model '%s' has %d", path, count, m->name,
-                m->n_state);
+
 
   std::vector<const uint8_t*> data(static_cast<size_t>(m->n_state), nullptr);
   for (uint32_t k = 0; k < count; ++k) {
