@@ -118,7 +118,7 @@ def mobilenet_v2(tf_padding=True):
 def efficientnet():
     from transformers import EfficientNetConfig, EfficientNetForImageClassification
     cfg = EfficientNetConfig(image_size=32, width_coefficient=0.1, depth_coefficient=0.1, num_labels=10,
-                             dropout_rate=0.0, drop_connect_rate=0.0, hidden_dim=64)
+                             dropout_rate=0.0, drop_connect_rate=0.0, hidden_dim=128)
     return _img(EfficientNetForImageClassification(cfg))
 
 
@@ -130,13 +130,13 @@ def resnet():
 
 def convnext():
     from transformers import ConvNextConfig, ConvNextForImageClassification
-    cfg = ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)
+    cfg = ConvNextConfig(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)
     return _img(ConvNextForImageClassification(cfg))
 
 
 def convnextv2():
     from transformers import ConvNextV2Config, ConvNextV2ForImageClassification
-    cfg = ConvNextV2Config(hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)
+    cfg = ConvNextV2Config(num_stages=2, hidden_sizes=[8, 16], depths=[1, 1], num_labels=10)
     return _img(ConvNextV2ForImageClassification(cfg))
 
 

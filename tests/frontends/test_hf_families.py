@@ -1,9 +1,10 @@
 """Hugging Face families built from tiny configs (hf_zoo.py) train 3 steps like PyTorch:
 judged against a PyTorch fp64 run of the same steps (numerics.py), frozen elements
-bit-identical, under a full (AdamW) and a sparse (SGD) scheme."""
+bit-identical, under a full and a sparse scheme (SGD with momentum)."""
 from __future__ import annotations
 
 import copy
+import os
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from numerics import assert_losses_close, assert_state_close_fp64, fp64_referenc
 from pockengine.program import resolve_update  # noqa: E402
 
 STEPS = 3
-OPTIMIZERS = {"full": lambda: pe.AdamW(lr=1e-3, weight_decay=0.01),
+OPTIMIZERS = {"full": lambda: pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
               "sparse": lambda: pe.SGD(lr=0.05, momentum=0.9)}
 
 
@@ -58,8 +59,16 @@ def run_family(name, scheme):
     return prog, trainer
 
 
-@pytest.mark.parametrize("scheme", ["full", "sparse"])
-@pytest.mark.parametrize("name", ["llama", "gpt2", "gpt2_eager", "bert", "qwen2", "mistral", "phi3", "gemma"])
+# Each case compiles and builds a C++ step (about 30-100 s on a busy 2-core machine), so the
+# default suite runs the core cases; POCK_HF_ALL=1 runs every family under both schemes.
+CORE = [("llama", "full"), ("llama", "sparse"), ("gpt2", "sparse"), ("bert", "full")]
+ALL = [(n, s) for n in ("llama", "gpt2", "gpt2_eager", "bert", "qwen2", "mistral", "phi3", "gemma", "distilbert",
+                        "vit", "mobilenet_v2", "mobilenet_v2_nopad", "efficientnet", "resnet", "convnext",
+                        "convnextv2", "regnet") for s in ("full", "sparse")]
+CASES = ALL if os.environ.get("POCK_HF_ALL") else CORE
+
+
+@pytest.mark.parametrize("name,scheme", CASES)
 def test_family_trains_like_pytorch(name, scheme):
     run_family(name, scheme)
 
@@ -82,5 +91,5 @@ def test_unsupported_op_names_op_and_module():
         def forward(self, x):
             return torch.special.erfcx(self.lin(x))
 
-    with pytest.raises(pe.PockError, match=r"special_erfcx.*lin \(Linear\)"):
+    with pytest.raises(pe.PockError, match=r"unsupported op aten.special_erfcx.* in module Odd"):
         pe.compile(Odd(), (torch.randn(2, 4),), (torch.randn(2, 4),), loss="mse")

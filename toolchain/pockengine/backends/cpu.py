@@ -6,6 +6,7 @@ import math
 
 from ..ir.graph import Node, Value
 from ..ir.ops import OPS, TRANSFER_OPS
+from ..memory.plan import root_of
 
 CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t"}
 MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8"}
@@ -50,6 +51,9 @@ class Emit:
             return "nullptr"
         if v.in_state:
             return f"{MACRO[v.dtype]}(S, {self.state_offset[v.name]})"
+        root = root_of(v)
+        if root.in_state:  # a view of a state tensor (Conv1d's weight seen as 2-D)
+            return f"{MACRO[v.dtype]}(S, {self.state_offset[root.name]})"
         return f"{MACRO[v.dtype]}(A, {self.arena_offset(v)})"
 
     def node(self, n: Node) -> list[str]:
