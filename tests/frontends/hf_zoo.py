@@ -1,6 +1,7 @@
 """Tiny Hugging Face models built from configs with random init (nothing downloads).
 
-Each builder returns (model, example_inputs, example_targets, loss, output): the model in
+Each builder returns (model, example_inputs, example_targets, loss, output); the encoder-decoder
+families (T5, Whisper) give example_inputs as a dict of keyword inputs: the model in
 train mode without dropout, batch 2 x seq 8 token ids or 2 x 3 x 32 x 32 images.
 """
 from __future__ import annotations
@@ -78,7 +79,7 @@ def t5(attn="eager"):
                    relative_attention_num_buckets=8, relative_attention_max_distance=16, decoder_start_token_id=0,
                    attn_implementation=attn)
     m = T5ForConditionalGeneration(cfg).train()
-    return m, (_ids(0), _ids(2)), (_ids(1),), "cross_entropy", "logits"
+    return m, {"input_ids": _ids(0), "decoder_input_ids": _ids(2)}, (_ids(1),), "cross_entropy", "logits"
 
 
 def whisper(attn="sdpa"):
@@ -90,7 +91,7 @@ def whisper(attn="sdpa"):
                         decoder_start_token_id=1, attn_implementation=attn)
     m = WhisperForConditionalGeneration(cfg).train()
     feats = torch.randn(B, 8, 16, generator=torch.Generator().manual_seed(3))
-    return m, (feats, _ids(2)), (_ids(1),), "cross_entropy", "logits"
+    return m, {"input_features": feats, "decoder_input_ids": _ids(2)}, (_ids(1),), "cross_entropy", "logits"
 
 
 def _img(model, classes=10):

@@ -157,4 +157,19 @@ def _trig(c, x):
     return c.add("cos" if c.target is aten.cos.default else "sin", [x])
 
 
+
+
+
+# ---- integer indexing ------------------------------------------------------------------------------
+@conv(aten.index.Tensor)
+def _index(c, x, indices):
+    """x[idx] along dim 0 (e.g. Whisper's learned positions): the embedding gather, whose kernel
+    range-checks every id. Other index patterns are rejected."""
+    if len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].dtype != "i64" or x.dtype != "f32" \
+            or len(x.shape) < 2:
+        raise PockError(f"index.Tensor is supported as x[int64 ids] along dim 0 of a float tensor only "
+                        f"({c.source})")
+    rows = _reshape(c, x, (x.shape[0], math.prod(x.shape[1:])))
+    y = c.add("embedding", [rows, indices[0]], {"padding_idx": -1})
+    return _reshape(c, y, indices[0].shape + x.shape[1:])
 __all__ = ["cast"]
