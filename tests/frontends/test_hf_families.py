@@ -93,3 +93,28 @@ def test_unsupported_op_names_op_and_module():
 
     with pytest.raises(pe.PockError, match=r"unsupported op aten.special_erfcx.* in module Odd"):
         pe.compile(Odd(), (torch.randn(2, 4),), (torch.randn(2, 4),), loss="mse")
+
+
+def test_keyword_inputs_and_named_output():
+    """example_inputs as a dict of forward() keyword names; output= picks a dict entry."""
+    class TwoInputs(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.enc = torch.nn.Linear(4, 6)
+            self.dec = torch.nn.Linear(6, 3)
+
+        def forward(self, features=None, scale=None):
+            h = torch.relu(self.enc(features)) * scale
+            return {"hidden": h, "logits": self.dec(h)}
+
+    torch.manual_seed(0)
+    model = TwoInputs()
+    x, s, y = torch.randn(5, 4), torch.rand(5, 1) + 0.5, torch.randint(0, 3, (5,))
+    ref = torch.nn.functional.cross_entropy(model(features=x, scale=s)["logits"], y).item()
+    prog = pe.compile(model, {"scale": s, "features": x}, (y,), output="logits", optimizer=pe.SGD(lr=0.0))
+    trainer = prog.build()
+    assert abs(trainer.step((s, x), (y,)) - ref) < 1e-5
+    np.testing.assert_allclose(trainer.forward((s, x)), model(features=x, scale=s)["logits"].detach().numpy(),
+                               rtol=1e-5, atol=1e-6)
+    with pytest.raises(pe.PockError, match="output='nope'"):
+        pe.compile(model, {"scale": s, "features": x}, (y,), output="nope")
