@@ -169,6 +169,10 @@ def _index(c, x, indices):
             or len(x.shape) < 2:
         raise PockError(f"index.Tensor is supported as x[int64 ids] along dim 0 of a float tensor only "
                         f"({c.source})")
+    ids = indices[0]
+    if ids.data is not None and ids.numel and not (0 <= ids.data.min() and ids.data.max() < x.shape[0]):
+        raise PockError(f"index ids out of range [0, {x.shape[0]}) in {c.source}: "
+                        f"min {ids.data.min()}, max {ids.data.max()}")
     rows = _reshape(c, x, (x.shape[0], math.prod(x.shape[1:])))
     y = c.add("embedding", [rows, indices[0]], {"padding_idx": -1})
     return _reshape(c, y, indices[0].shape + x.shape[1:])
