@@ -29,7 +29,7 @@ from .autodiff.rules import FULL
 from .build.host import cache_dir
 from .codegen import Source, emit_cpu
 from .errors import PockError
-from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
+from .frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
 from .ir.ops import flops
 from .ir.verify import verify
@@ -76,14 +76,14 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
 
 
 # -- stages -----------------------------------------------------------------------------
-def export(model: nn.Module, inputs, targets, loss, name: str) -> tuple[Graph, Graph]:
+def export(model: nn.Module, inputs, targets, loss, name: str, output=None, names=None) -> tuple[Graph, Graph]:
     """Stage `export`: (training graph with the loss, inference graph) of the model.  The
     inference graph is exported in eval mode; every module's mode is restored after."""
     modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
-    graph = export_graph(model, inputs, targets, loss, name)
+    graph = export_graph(model, inputs, targets, loss, name, output, names)
     try:
         model.eval()
-        forward_graph = export_graph(model, inputs, name=name)
+        forward_graph = export_graph(model, inputs, name=name, output=output, names=names)
     finally:
         for m, training in modes.items():
             m.training = training
@@ -297,13 +297,16 @@ _cache_dir = cache_dir  # the old name
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
-            optimizer: Optimizer | None = None, name: str | None = None) -> Program:
-    """Compile model's whole training step (see the README / CONTRACT)."""
+            optimizer: Optimizer | None = None, name: str | None = None, output=None) -> Program:
+    """Compile model's whole training step (see the README / CONTRACT). `output` names the
+    model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
+    example_inputs may be a dict {forward argument name: tensor} for keyword inputs."""
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
     if not isinstance(optimizer, Optimizer):
         raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(optimizer).__name__}")
+    names = input_names(example_inputs)
     inputs = check_example(example_inputs, "example_inputs")
     targets = check_example(example_targets, "example_targets")
     name = _check_name(name) if name is not None else _c_name(type(model).__name__)
@@ -312,7 +315,7 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     trained = resolve_update(named, update)
     # frozen by the user means frozen, as in PyTorch: no gradient, no update, whatever `update` says
     trained = {n: k for n, k in trained.items() if dict(model.named_parameters())[n].requires_grad}
-    graph, forward_graph = export(model, inputs, targets, loss, name)
+    graph, forward_graph = export(model, inputs, targets, loss, name, output, names)
     check_float_ops(graph)
     lower(graph, forward_graph, trained, optimizer)
     sched = schedule_program(graph, forward_graph)

@@ -6,6 +6,7 @@ import math
 
 from ..ir.graph import Node, Value
 from ..ir.ops import OPS, TRANSFER_OPS
+from ..memory.plan import root_of
 
 CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t"}
 MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8"}
@@ -54,6 +55,9 @@ class Emit:
             return "nullptr"
         if v.in_state:
             return f"{MACRO[v.dtype]}(S, {self.state_offset[v.name]})"
+        root = root_of(v)
+        if root.in_state:  # a view of a state tensor (Conv1d's weight seen as 2-D)
+            return f"{MACRO[v.dtype]}(S, {self.state_offset[root.name]})"
         return f"{MACRO[v.dtype]}(A, {self.arena_offset(v)})"
 
     def node(self, n: Node) -> list[str]:
@@ -356,6 +360,24 @@ def _where(e, n, cond, a, c, y):
     out = n.outputs[0].shape
     nd, shape, (s0, s1, s2) = _fit(out, *(bcast_strides(v.shape, out) for v in n.inputs))
     return f"pk::where({cond}, {a}, {c}, {y}, {{{nd}, {arr(shape)}, {arr(s0)}, {arr(s1)}, {arr(s2)}}});"
+
+
+@emitter("compare")
+def _compare(e, n, a, c, y):
+    out = n.outputs[0].shape
+    nd, shape, (sa, sc) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
+    op = n.attrs["cmp"].capitalize()
+    return (f"pk::compare<{CTYPE[n.inputs[0].dtype]}>(pk::Compare::{op}, {a}, {c}, {y}, "
+            f"{{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});")
+
+
+@emitter("cast")
+def _cast(e, n, x, y):
+    return f"pk::cast<{CTYPE[n.inputs[0].dtype]}, {CTYPE[n.outputs[0].dtype]}>({x}, {y}, {_n(n.inputs[0])});"
+
+
+EMITTERS["cos"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Cos, {x}, {y}, {_n(n.inputs[0])});"
+EMITTERS["sin"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Sin, {x}, {y}, {_n(n.inputs[0])});"
 
 
 def _reduce_call(x_shape, reduce_flags, scale, x, y):
