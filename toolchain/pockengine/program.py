@@ -30,8 +30,10 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
     """The contract's update= semantics -> {param name: FULL or k (first k slices of dim 1)}."""
     if update == "full":
         return {name: FULL for name in named_params}
+    if update == "none":
+        return {}
     if not isinstance(update, dict):
-        raise PockError(f"update must be 'full' or a dict {{name_or_glob: ratio}}, got {update!r}")
+        raise PockError(f"update must be 'full', 'none' or a dict {{name_or_glob: ratio}}, got {update!r}")
     chosen: dict[str, float] = {}
     for key, ratio in update.items():
         if not isinstance(key, str):
@@ -83,6 +85,7 @@ class Program:
         merged.state = self.state
         self.state_offsets, self.state_bytes = state_layout(merged)
         self._source = None
+        self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -119,6 +122,11 @@ class Program:
 
     # -- building --------------------------------------------------------------------
     def build(self, target: str = "host", backends=None, out_dir=None):
+        trainer = self._build(target, backends, out_dir)
+        trainer.lora_adapters = dict(self.lora_adapters)
+        return trainer
+
+    def _build(self, target: str = "host", backends=None, out_dir=None):
         """Generate, compile and load the step; returns a Trainer holding this model's weights.
 
         backends: the ones the step may use, e.g. ["cpu"] (default),
@@ -180,7 +188,7 @@ def _cache_dir() -> Path:
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
-            optimizer: Optimizer | None = None, name: str | None = None) -> Program:
+            optimizer: Optimizer | None = None, name: str | None = None, lora=None) -> Program:
     """Compile model's whole training step (see the README / CONTRACT)."""
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -193,6 +201,12 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
+    adapters = {}
+    if lora is not None:
+        from .lora import apply_lora
+        model, adapters = apply_lora(model, lora)
+        for module in adapters:
+            trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
     graph = export_graph(model, inputs, targets, loss, name)
     try:
@@ -211,7 +225,9 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
     verify(fuse_activations(graph), "activation fusion")
     verify(fuse_activations(forward_graph), "activation fusion (inference)")
-    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model))
+    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model))
+    prog.lora_adapters = adapters
+    return prog
 
 
 def _c_name(s: str) -> str:

@@ -180,6 +180,7 @@ class Trainer:
         self._handle = None  # first, so that close()/__del__ work whatever fails below
         self._lock = threading.RLock()
         self._aliases = dict(aliases or {})
+        self.lora_adapters: dict[str, float] = {}  # {module: scaling} of a compile(lora=...) step
         self.lib_path = Path(lib_path)
         self._lib = lib = _load_library(lib_path)
         self.inputs = self._io_infos(_INPUTS)
@@ -343,6 +344,13 @@ class Trainer:
         sd = {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
         sd.update({alias: sd[canon] for alias, canon in self._aliases.items() if canon in sd})
         return sd
+
+    def merged_state_dict(self) -> dict[str, np.ndarray]:
+        """state_dict() with each LoRA adapter merged into its base weight
+        (W + alpha/rank * B @ A) and the lora_A / lora_B entries dropped:
+        the base model's names, loadable into the original torch module."""
+        from .lora import merge_lora
+        return merge_lora(self.state_dict(), self.lora_adapters)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Strict: the keys must be exactly state_dict()'s (a tied parameter's
