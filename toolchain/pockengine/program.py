@@ -124,6 +124,7 @@ class Program:
     def build(self, target: str = "host", backends=None, out_dir=None):
         trainer = self._build(target, backends, out_dir)
         trainer.lora_adapters = dict(self.lora_adapters)
+        trainer.trained_names = list(self.trained)
         return trainer
 
     def _build(self, target: str = "host", backends=None, out_dir=None):

@@ -181,6 +181,7 @@ class Trainer:
         self._lock = threading.RLock()
         self._aliases = dict(aliases or {})
         self.lora_adapters: dict[str, float] = {}  # {module: scaling} of a compile(lora=...) step
+        self.trained_names: list[str] | None = None  # set by prog.build(); for save(trained_only=True)
         self.lib_path = Path(lib_path)
         self._lib = lib = _load_library(lib_path)
         self.inputs = self._io_infos(_INPUTS)
@@ -382,14 +383,25 @@ class Trainer:
                 self._check(self._lib.pock_set_tensor(h, name.encode(), arr.ctypes.data, arr.nbytes))
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, path) -> None:
-        """Write a checkpoint (all state, step count, learning rate) atomically."""
+    def save(self, path, trained_only: bool = False) -> None:
+        """Write a checkpoint (all state, step count, learning rate) atomically.
+        trained_only: only the trained tensors, buffers and optimizer state,
+        tied to the frozen base weights by hash (trained_ckpt.py)."""
+        if trained_only:
+            from .trained_ckpt import save_trained_only
+            with self._lock:
+                return save_trained_only(self, path)
         with self._lock:
             self._check(self._lib.pock_save(self._live(), os.fsencode(os.fspath(path))))
 
     def load(self, path) -> None:
         """Restore a checkpoint; a corrupt one or one for another model raises
-        PockError and leaves the trainer as it was."""
+        PockError and leaves the trainer as it was.  A trained-only checkpoint
+        is recognised by its magic and checked against the base weights' hash."""
+        from .trained_ckpt import is_trained_only, load_trained_only
+        if is_trained_only(path):
+            with self._lock:
+                return load_trained_only(self, path)
         with self._lock:
             self._check(self._lib.pock_load(self._live(), os.fsencode(os.fspath(path))))
 
