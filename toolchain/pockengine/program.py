@@ -86,6 +86,7 @@ class Program:
         self.state_offsets, self.state_bytes = state_layout(merged)
         self._source = None
         self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
+        self.lora_model = None
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -189,7 +190,8 @@ def _cache_dir() -> Path:
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
-            optimizer: Optimizer | None = None, name: str | None = None, lora=None) -> Program:
+            optimizer: Optimizer | None = None, name: str | None = None, lora=None,
+            frozen_dtype: str = "fp32") -> Program:
     """Compile model's whole training step (see the README / CONTRACT)."""
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -199,6 +201,8 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     inputs = check_example(example_inputs, "example_inputs")
     targets = check_example(example_targets, "example_targets")
     name = name or _c_name(type(model).__name__)
+    from .quant import check_frozen_dtype
+    lowp = check_frozen_dtype(frozen_dtype)
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
@@ -226,8 +230,12 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
     verify(fuse_activations(graph), "activation fusion")
     verify(fuse_activations(forward_graph), "activation fusion (inference)")
+    if lowp != "f32":
+        from .passes.lowp import store_frozen_lowp
+        store_frozen_lowp([graph, forward_graph], trained, lowp)
     prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model))
     prog.lora_adapters = adapters
+    prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
     return prog
 
 

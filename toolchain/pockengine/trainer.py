@@ -26,7 +26,8 @@ import numpy as np
 from .errors import PockError
 
 _MAX_DIMS = 8
-_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32), 3: np.dtype(np.uint8)}
+_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32), 3: np.dtype(np.uint8),
+           4: np.dtype(np.uint16), 5: np.dtype(np.float16), 6: np.dtype(np.int8)}  # 4: bf16 bits
 _KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
 _INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
 _ERR_CLOSED = 7
@@ -342,9 +343,22 @@ class Trainer:
     def state_dict(self) -> dict[str, np.ndarray]:
         """{PyTorch name: array} of the parameters and buffers, in the model's
         order; a tied parameter's other names follow, sharing its array."""
-        sd = {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
+        sd = {t.name: self._fp32(t) for t in self.tensors if t.kind in ("param", "buffer")}
         sd.update({alias: sd[canon] for alias, canon in self._aliases.items() if canon in sd})
         return sd
+
+    _LOWP = {np.dtype(np.uint16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.int8): "i8"}
+
+    def _fp32(self, t: TensorInfo) -> np.ndarray:
+        """A state tensor's values; a frozen weight stored in low precision
+        (compile(frozen_dtype=...)) comes back dequantized to fp32."""
+        arr = self.get_tensor(t.name)
+        lowp = self._LOWP.get(np.dtype(t.dtype))
+        if lowp is None:
+            return arr
+        from .quant import dequantize
+        scale = self.get_tensor(t.name + ":scale") if lowp == "i8" else None
+        return dequantize(arr, lowp, scale)
 
     def merged_state_dict(self) -> dict[str, np.ndarray]:
         """state_dict() with each LoRA adapter merged into its base weight
