@@ -33,7 +33,7 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
     if update == "none":
         return {}
     if not isinstance(update, dict):
-        raise PockError(f"update must be 'full', 'none' or a dict {{name_or_glob: ratio}}, got {update!r}")
+        raise PockError(f"update must be 'full' or a dict {{name_or_glob: ratio}} (or 'none'), got {update!r}")
     chosen: dict[str, float] = {}
     for key, ratio in update.items():
         if not isinstance(key, str):
