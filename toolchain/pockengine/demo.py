@@ -45,6 +45,10 @@ def keyboard():
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--model" in argv or any(a.startswith("--model=") for a in argv):
+        from .demo_llm import main as llm_main  # python -m pockengine.demo --model smollm2
+        return llm_main(argv)
     ap = argparse.ArgumentParser(prog="python -m pockengine.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6, help="rounds in which the user's text arrives")
     ap.add_argument("--out", default=str(ROOT / "out" / "keyboard_personalization.png"))
