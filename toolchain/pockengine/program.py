@@ -15,7 +15,7 @@ import torch.nn as nn
 from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
 from .errors import PockError
-from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
+from .frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
 from .ir.ops import flops
 from .ir.verify import verify
@@ -190,14 +190,17 @@ def _cache_dir() -> Path:
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
-            optimizer: Optimizer | None = None, name: str | None = None, lora=None,
+            optimizer: Optimizer | None = None, name: str | None = None, output=None, lora=None,
             frozen_dtype: str = "fp32") -> Program:
-    """Compile model's whole training step (see the README / CONTRACT)."""
+    """Compile model's whole training step (see the README / CONTRACT). `output` names the
+    model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
+    example_inputs may be a dict {forward argument name: tensor} for keyword inputs."""
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
     if not isinstance(optimizer, Optimizer):
         raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(optimizer).__name__}")
+    names = input_names(example_inputs)
     inputs = check_example(example_inputs, "example_inputs")
     targets = check_example(example_targets, "example_targets")
     name = name or _c_name(type(model).__name__)
@@ -213,10 +216,10 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
         for module in adapters:
             trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
-    graph = export_graph(model, inputs, targets, loss, name)
+    graph = export_graph(model, inputs, targets, loss, name, output, names)
     try:
         model.eval()
-        forward_graph = export_graph(model, inputs, name=name)
+        forward_graph = export_graph(model, inputs, name=name, output=output, names=names)
     finally:
         for m, training in modes.items():
             m.training = training

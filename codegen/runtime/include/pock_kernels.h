@@ -174,6 +174,15 @@ struct Where {
 };
 void where(const uint8_t* cond, const float* a, const float* b, float* out, const Where& p);
 
+// ---------------------------------------------------------------- compare.cpp
+// out = (a op b) as uint8 0/1 with broadcasting (And/Or: both/either nonzero).
+enum class Compare { Eq, Ne, Lt, Le, Gt, Ge, And, Or };
+template <typename T> void compare(Compare op, const T* a, const T* b, uint8_t* out, const Broadcast& p);
+// y = D(x) elementwise (bool/int -> float masks, float -> int ids).
+template <typename S, typename D> void cast(const S* x, D* y, i64 n);
+enum class Trig { Cos, Sin };
+void trig(Trig op, const float* x, float* y, i64 n);
+
 // ---------------------------------------------------------------- reduce.cpp
 // y = scale * sum of x over the dims with reduce[d] = true.
 // x has `ndim` dims of sizes shape[]; y is contiguous with the reduced dims

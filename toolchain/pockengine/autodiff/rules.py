@@ -190,6 +190,12 @@ def _div(b, n, g, need):
     return [da, dc]
 
 
+RULES["compare"] = lambda b, n, g, need: [None, None]  # a boolean result carries no gradient
+RULES["cast"] = lambda b, n, g, need: [None]  # only integer/boolean casts are emitted
+RULES["cos"] = lambda b, n, g, need: [b.add("neg", [b.add("mul", [g[0], b.add("sin", [n.inputs[0]])])])]
+RULES["sin"] = lambda b, n, g, need: [b.add("mul", [g[0], b.add("cos", [n.inputs[0]])])]
+
+
 @rule("where")
 def _where(b, n, g, need):
     cond, a, c = n.inputs

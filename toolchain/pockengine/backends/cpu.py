@@ -344,6 +344,24 @@ def _where(e, n, cond, a, c, y):
     return f"pk::where({cond}, {a}, {c}, {y}, {{{nd}, {arr(shape)}, {arr(s0)}, {arr(s1)}, {arr(s2)}}});"
 
 
+@emitter("compare")
+def _compare(e, n, a, c, y):
+    out = n.outputs[0].shape
+    nd, shape, (sa, sc) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
+    op = n.attrs["cmp"].capitalize()
+    return (f"pk::compare<{CTYPE[n.inputs[0].dtype]}>(pk::Compare::{op}, {a}, {c}, {y}, "
+            f"{{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});")
+
+
+@emitter("cast")
+def _cast(e, n, x, y):
+    return f"pk::cast<{CTYPE[n.inputs[0].dtype]}, {CTYPE[n.outputs[0].dtype]}>({x}, {y}, {_n(n.inputs[0])});"
+
+
+EMITTERS["cos"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Cos, {x}, {y}, {_n(n.inputs[0])});"
+EMITTERS["sin"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Sin, {x}, {y}, {_n(n.inputs[0])});"
+
+
 def _reduce_call(x_shape, reduce_flags, scale, x, y):
     dims = [(s, r) for s, r in zip(x_shape, reduce_flags) if s != 1] or [(1, False)]
     merged = [dims[0]]

@@ -10,6 +10,7 @@ turns one ATen op into IR nodes.
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import numpy as np
 import torch
@@ -19,37 +20,74 @@ from torch.export.graph_signature import InputKind, OutputKind
 from ..errors import PockError
 from ..ir.graph import Graph, Value
 from ..ir.verify import verify
-from .aten import CONVERTERS, Ctx, to_ir_dtype
+from ..passes.const_eval import fold_constants
+from . import aten_ext  # noqa: F401  (registers the converters beyond the core set)
+from .aten import CONVERTERS, Ctx, module_path, to_ir_dtype
 
 NUMPY = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
 
 aten = torch.ops.aten
 
 
+def _call(model, args, input_names):
+    if input_names:
+        return model(**dict(zip(input_names, args)))
+    return model(*args)
+
+
+def select_output(out, output):
+    """The tensor the loss (and trainer.forward) uses from a model's return value: `output`
+    names a ModelOutput/dict key or a tuple index; None takes the first tuple item or the
+    first dict/ModelOutput value (HF models put logits first when no labels are given)."""
+    if output is None:
+        if isinstance(out, (tuple, list)):
+            return out[0]
+        if isinstance(out, Mapping):
+            return next(iter(out.values()))
+        return out
+    try:
+        return out[output]
+    except (KeyError, IndexError, TypeError) as e:
+        keys = list(out.keys()) if isinstance(out, Mapping) else f"{len(out)} items" if isinstance(
+            out, (tuple, list)) else type(out).__name__
+        raise PockError(f"output={output!r} is not in the model's outputs ({keys})") from e
+
+
 class _TrainStep(nn.Module):
     """model + loss as one module, so the loss is traced into the graph."""
 
-    def __init__(self, model: nn.Module, loss_fn, n_inputs: int):
+    def __init__(self, model: nn.Module, loss_fn, n_inputs: int, output=None, input_names=None):
         super().__init__()
         self.model = model
         self.loss_fn = loss_fn
         self.n_inputs = n_inputs
+        self.output = output
+        self.input_names = input_names
 
     def forward(self, *args):
-        out = self.model(*args[: self.n_inputs])
+        out = _call(self.model, args[: self.n_inputs], self.input_names)
+        if self.output is not None or self.input_names or isinstance(out, Mapping):
+            out = select_output(out, self.output)
         return self.loss_fn(out, *args[self.n_inputs:])
 
 
 class _Inference(nn.Module):
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: nn.Module, output=None, input_names=None):
         super().__init__()
         self.model = model
+        self.output = output
+        self.input_names = input_names
 
     def forward(self, *args):
-        return self.model(*args)
+        out = _call(self.model, args, self.input_names)
+        if self.output is not None or self.input_names or isinstance(out, Mapping):
+            out = select_output(out, self.output)
+        return out
 
 
 def _first(out):
+    if isinstance(out, Mapping):  # a ModelOutput/dict: its first value (logits, for HF models without labels)
+        return next(iter(out.values()))
     return out[0] if isinstance(out, (tuple, list)) else out
 
 
@@ -93,7 +131,16 @@ def _export(module: nn.Module, args: tuple, what: str):
         raise PockError(f"torch.export could not trace the {what}: {type(e).__name__}: {e}") from e
 
 
+def input_names(example_inputs):
+    """Keyword names when example_inputs is a dict {forward argument name: tensor}, else None."""
+    return tuple(example_inputs) if isinstance(example_inputs, Mapping) else None
+
+
 def check_example(tensors, what: str) -> tuple:
+    if isinstance(tensors, Mapping):  # keyword inputs: the step takes them in the dict's order
+        if not all(isinstance(k, str) for k in tensors):
+            raise PockError(f"{what} given as a dict must map forward() argument names to tensors")
+        tensors = tuple(tensors.values())
     if isinstance(tensors, torch.Tensor):
         tensors = (tensors,)
     if not isinstance(tensors, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in tensors):
@@ -103,25 +150,35 @@ def check_example(tensors, what: str) -> tuple:
     return tuple(tensors)
 
 
-def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=None, name="model") -> Graph:
-    """Training graph (loss given) or inference graph (loss None) of `model`."""
+def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=None, name="model",
+                 output=None, names=None) -> Graph:
+    """Training graph (loss given) or inference graph (loss None) of `model`; `output` picks
+    the model output used (see select_output), `names` are keyword names of the inputs."""
+    names = names or input_names(example_inputs)
     inputs = check_example(example_inputs, "example_inputs")
     if loss is not None:
         targets = check_example(example_targets, "example_targets")
-        module, args, what = _TrainStep(model, resolve_loss(loss), len(inputs)), inputs + targets, "training step"
+        module = _TrainStep(model, resolve_loss(loss), len(inputs), output, names)
+        args, what = inputs + targets, "training step"
     else:
         targets = ()
-        module, args, what = _Inference(model), inputs, "model's forward"
+        module, args, what = _Inference(model, output, names), inputs, "model's forward"
     # distinct tensors per argument: torch.export routes every use of one tensor object passed
     # twice (e.g. an autoencoder's (x,), (x,)) to the last placeholder
     args = tuple(t.clone() for t in args)
     ep = _export(module, args, what)
     g = Graph(name)
     ctx = Ctx(g)
-    _bind_placeholders(ep, g, ctx, len(inputs), tied_aliases(model))
+    known = _bind_placeholders(ep, g, ctx, len(inputs), tied_aliases(model))
+    folded = fold_constants(ep.graph, known, CONVERTERS)
     for node in ep.graph.nodes:
-        if node.op == "call_function":
-            ctx.convert(node)
+        if node.op != "call_function":
+            continue
+        if node.name in folded:
+            if any(u.op == "output" or u.name not in folded for u in node.users):
+                ctx.env[node.name] = _bind_folded(g, node, folded[node.name])
+            continue
+        ctx.convert(node)
     _bind_outputs(ep, g, ctx, training=loss is not None)
     return verify(g, "frontend")
 
@@ -130,7 +187,24 @@ def _strip(name: str) -> str:
     return name[len("model."):] if name.startswith("model.") else name
 
 
-def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str, str]):
+def _bind_folded(g: Graph, node, value):
+    """A compile-time-evaluated value as a constant of the step (tensors) or as itself."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_bind_folded(g, node, v) for v in value)
+    if not isinstance(value, torch.Tensor):
+        return value
+    if value.dtype == torch.float64:
+        value = value.float()
+    name = f"const:{module_path(node).split(' ')[0] or 'model'}.{node.name}"
+    dtype = to_ir_dtype(value.dtype, f"constant {node.name} ({module_path(node)})")
+    data = value.detach().contiguous().cpu().numpy().astype(NUMPY[dtype]).copy()
+    return g.add_state(name, value.shape, dtype, "const", data=data)
+
+
+def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str, str]) -> dict:
+    """Binds every placeholder; returns {placeholder name: tensor} for those whose contents
+    are fixed (constants, non-persistent buffers): the seeds of compile-time evaluation."""
+    known = {}
     sig = ep.graph_signature
     placeholders = {n.name: n for n in ep.graph.nodes if n.op == "placeholder"}
     user_index = 0
@@ -152,6 +226,8 @@ def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str,
             kind, tensor = "const", ep.constants[spec.target]
         else:
             raise PockError(f"unsupported exported input {spec.arg.name} of kind {spec.kind.name}")
+        if kind == "const" or (kind == "buffer" and not spec.persistent):
+            known[fx.name] = tensor.detach()
         name = aliases.get(_strip(spec.target), _strip(spec.target))  # tied weights: one canonical name
         if name in g.state:
             ctx.env[fx.name] = g.state[name]
@@ -163,6 +239,7 @@ def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str,
         dtype = to_ir_dtype(t.dtype, name)
         data = t.contiguous().cpu().numpy().copy()
         ctx.env[fx.name] = g.add_state(name, t.shape, dtype, kind, data=data.astype(NUMPY[dtype], copy=False))
+    return known
 
 
 def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool):
@@ -205,4 +282,4 @@ def tied_aliases(model: nn.Module) -> dict[str, str]:
     return aliases
 
 
-__all__ = ["export_graph", "resolve_loss", "tied_aliases", "check_example"]
+__all__ = ["export_graph", "resolve_loss", "tied_aliases", "check_example", "input_names", "select_output"]

@@ -181,6 +181,11 @@ for _name in ("add", "sub", "mul", "div"):
     _op(_name, _binary, _ew)
 _op("where", lambda i, a: [(broadcast_shapes(i[0].shape, i[1].shape, i[2].shape), "f32")], _ew)
 
+_op("compare", lambda i, a: [(broadcast_shapes(i[0].shape, i[1].shape), "u8")], _ew)
+_op("cast", lambda i, a: [(i[0].shape, a["dtype"])], _ew)
+for _name in ("cos", "sin"):
+    _op(_name, _same, lambda i, o, a: 8 * numel(o[0]))
+
 
 # ---- reductions ---------------------------------------------------------------
 def _reduce(i, a):
