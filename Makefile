@@ -38,7 +38,7 @@ demo: setup
 	$(PY) -m pockengine.demo
 
 test: setup
-	$(PY) -m pytest -n 2 -q tests
+	$(PY) -m pytest -n 2 -q -m "not slow" tests
 
 # `make bench`: the compiled training step against PyTorch eager, torch.compile, ExecuTorch
 # training and ONNX Runtime training (bench/run.py -> bench/results.md, bench/results.png).
