@@ -45,7 +45,7 @@ def load_smollm2():
     from transformers import AutoModelForCausalLM, AutoTokenizer
     path = smollm2_dir()
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
     return tok, model.train()
 
 
