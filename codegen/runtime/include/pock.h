@@ -43,7 +43,11 @@ typedef enum pock_dtype {
   POCK_F32 = 0,
   POCK_I64 = 1,
   POCK_I32 = 2, /* accepted where the model wants int64 (widened on copy) */
-  POCK_U8 = 3
+  POCK_U8 = 3,
+  /* frozen weights stored in low precision (state tensors only) */
+  POCK_BF16 = 4,
+  POCK_F16 = 5,
+  POCK_I8 = 6
 } pock_dtype;
 
 #define POCK_MAX_DIMS 8

@@ -49,6 +49,17 @@ void linear_bwd_weight(const float* dy, const float* x, float* dw, i64 M, i64 N,
 // db[N] = sum over rows of dy[M,N]
 void bias_bwd(const float* dy, float* db, i64 M, i64 N);
 
+// ---------------------------------------------------------------- lowp.cpp
+// A frozen weight stored in low precision (compile(frozen_dtype=...)),
+// dequantized inside the kernel; scale[N] is used by I8 only (nullable otherwise).
+enum class LowpDtype { BF16 = 0, F16 = 1, I8 = 2 };
+void linear_fwd_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
+                     i64 M, i64 N, i64 K, Act act);
+void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
+                           i64 N, i64 K);
+void embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
+                        i64 V, i64 D);
+
 // ---------------------------------------------------------------- conv2d.cpp
 // x[N,C,H,W], w[O, C/groups, KH, KW], b[O] (nullable), y[N,O,OH,OW]
 struct Conv2dParams {

@@ -8,8 +8,9 @@ from ..ir.graph import Node, Value
 from ..ir.ops import OPS, TRANSFER_OPS
 from ..memory.plan import root_of
 
-CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t"}
-MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8"}
+CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t", "bf16": "uint16_t", "f16": "uint16_t",
+         "i8": "int8_t"}
+MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8", "bf16": "BF16", "f16": "F16", "i8": "I8"}
 EMITTERS: dict = {}
 # The non-finite guard in the generated step (a loss check before the backward pass,
 # a gradient check before each update).  Always on for users; bench/guard_cost.py
@@ -82,9 +83,22 @@ def _act(n: Node) -> tuple[str, str]:
     return ("_act", f", {ACT[act]}") if act else ("", "")
 
 
+LOWP = {"bf16": "pk::LowpDtype::BF16", "f16": "pk::LowpDtype::F16", "i8": "pk::LowpDtype::I8"}
+
+
+def _lowp(e, w: Value) -> str:
+    """'w, dtype, scale' for a frozen weight stored in low precision (passes/lowp.py)."""
+    scale = f"F32(S, {e.state_offset[w.name + ':scale']})" if w.dtype == "i8" else "nullptr"
+    return f"{e.p(w)}, {LOWP[w.dtype]}, {scale}"
+
+
 @emitter("linear")
 def _linear(e, n, x, w, bias, y):
     N, K = n.inputs[1].shape
+    if n.inputs[1].dtype in LOWP:
+        act = ACT[n.attrs["act"]] if n.attrs.get("act") else "pk::Act::None"
+        return (f"pk::linear_fwd_lowp({x}, {_lowp(e, n.inputs[1])}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, "
+                f"{K}, {act});")
     suffix, arg = _act(n)
     return f"pk::linear_fwd{suffix}({x}, {w}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, {K}{arg});"
 
@@ -92,6 +106,8 @@ def _linear(e, n, x, w, bias, y):
 @emitter("linear_bwd_input")
 def _linear_bi(e, n, dy, w, dx):
     N, K = n.inputs[1].shape
+    if n.inputs[1].dtype in LOWP:
+        return f"pk::linear_bwd_input_lowp({dy}, {_lowp(e, n.inputs[1])}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
     return f"pk::linear_bwd_input({dy}, {w}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
 
 
@@ -183,6 +199,9 @@ def index_check(n: Node, idx: str, what: str, hi: int, ignore: int | None = None
 @emitter("embedding")
 def _embedding(e, n, w, idx, y):
     V, D = n.inputs[0].shape
+    if n.inputs[0].dtype in LOWP:
+        return [index_check(n, idx, "embedding", V),
+                f"pk::embedding_fwd_lowp({_lowp(e, n.inputs[0])}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"]
     return [index_check(n, idx, "embedding", V),
             f"pk::embedding_fwd({w}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"]
 

