@@ -9,7 +9,7 @@ import torch
 
 import pockengine as pe
 from pockengine.bundle import write_bundle
-from pockengine.demo import KeyboardLM
+from pockengine.demo import keyboard
 from pockengine.federated import sparse
 from pockengine.federated.data import User
 from pockengine.federated.flower import PockClient, Setup, SparseFedAvg, run_inprocess, run_processes, run_ray
@@ -24,7 +24,7 @@ def tiny(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fed")
     torch.manual_seed(0)
     x = torch.randint(0, VOCAB, (B, T))
-    prog = pe.compile(KeyboardLM(VOCAB, emb=8, hidden=12), (x,), (x,), loss="cross_entropy", update=UPDATE,
+    prog = pe.compile(keyboard().model.lm.KeyboardLM(VOCAB, emb=8, hidden=12), (x,), (x,), loss="cross_entropy", update=UPDATE,
                       optimizer=pe.AdamW(lr=1e-2, weight_decay=0.0), name="fedtiny")
     trainer = prog.build()
     trainer.save(tmp / "initial.pockckpt")

@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from .backends import cpu
-from .backends.cpu import Emit
+from .backends.cpu import Emit, cstr
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
 
@@ -42,14 +42,6 @@ def finish(template, ctx: dict) -> tuple[str, str]:
     return template.render(**ctx), digest
 
 
-def cstr(s: str) -> str:
-    """s as a C string literal: printable ASCII as is, any other byte of its
-    UTF-8 as an octal escape (never a trigraph: '?' is escaped too)."""
-    out = []
-    for byte in str(s).encode():
-        ch = chr(byte)
-        out.append("\\" + ch if ch in '"\\?' else ch if 32 <= byte < 127 else f"\\{byte:03o}")
-    return '"' + "".join(out) + '"'
 
 
 def _env() -> jinja2.Environment:

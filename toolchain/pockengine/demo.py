@@ -23,11 +23,22 @@ def demo_apps() -> Path:
     return path
 
 
+def keyboard():
+    """The keyboard demo app's Python package (demo-apps/keyboard: model, tokenizer, sim),
+    imported at run time from demo_apps() (for runners such as pockengine.federated)."""
+    apps = str(demo_apps())
+    if apps not in sys.path:
+        sys.path.insert(0, apps)
+    for module in ("keyboard.model.lm", "keyboard.model.spec", "keyboard.model.tokenizer", "keyboard.sim.simulate"):
+        importlib.import_module(module)
+    return sys.modules["keyboard"]
+
+
 def main(argv=None) -> None:
     argv = sys.argv[1:] if argv is None else list(argv)
     if "--model" in argv or any(a.startswith("--model=") for a in argv):
         from .demo_llm import main as llm_main  # python -m pockengine.demo --model smollm2
-        return llm_main(argv)
+        return llm_main(argv, corpus=demo_apps() / "keyboard" / "data" / "corpus.txt")
     apps = str(demo_apps())
     if apps not in sys.path:
         sys.path.insert(0, apps)

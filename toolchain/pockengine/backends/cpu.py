@@ -11,6 +11,16 @@ from ..memory.plan import root_of
 CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t", "bf16": "uint16_t", "f16": "uint16_t",
          "i8": "int8_t"}
 MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8", "bf16": "BF16", "f16": "F16", "i8": "I8"}
+def cstr(s: str) -> str:
+    """s as a C string literal: printable ASCII as is, any other byte of its
+    UTF-8 as an octal escape (never a trigraph: '?' is escaped too)."""
+    out = []
+    for byte in str(s).encode():
+        ch = chr(byte)
+        out.append("\\" + ch if ch in '"\\?' else ch if 32 <= byte < 127 else f"\\{byte:03o}")
+    return '"' + "".join(out) + '"'
+
+
 EMITTERS: dict = {}
 # The non-finite guard in the generated step (a loss check before the backward pass,
 # a gradient check before each update).  Always on for users; bench/guard_cost.py
@@ -188,7 +198,6 @@ def _origin(v: Value) -> str:
 def index_check(n: Node, idx: str, what: str, hi: int, ignore: int | None = None) -> str:
     """The check a gather runs on its indices before it reads: a clear error, never an
     out-of-bounds read, however the indices were computed (cat, arithmetic, ...)."""
-    from ..codegen import cstr
     v = n.inputs[1]
     where = f"{what} in {n.source}" if n.source else what
     return (f"if (const pk::i64 bad = pk::first_bad_index({idx}, {_n(v)}, 0, {hi}, {ignore or 0}, "
@@ -626,7 +635,6 @@ def _assign(e, n, dst, src):
 def finite_guard(n: Node, g: str) -> str:
     """The non-finite guard before an update: a NaN/inf gradient skips this update and
     every later one of the step (ctx->updates_done counts the ones already run)."""
-    from ..codegen import cstr
     what = cstr(f"the gradient of {n.inputs[0].name!r}")
     if not NONFINITE_GUARD:
         return ""

@@ -66,7 +66,7 @@ def keyboard_program(scheme: str):
     from ..demo import keyboard
 
     kb = keyboard()
-    import keyboard.model.spec as spec   # noqa: E402 (on sys.path after keyboard())
+    spec = kb.model.spec
     update = {"sparse": kb.model.lm.SPARSE_UPDATE, "full": "full"}.get(scheme)
     if update is None:
         raise PockError(f"--scheme must be 'sparse' or 'full', got {scheme!r}")
