@@ -90,9 +90,9 @@ throw true try typedef typename union unsigned using virtual void volatile while
 
 
 class BufferNames:
-    """C names for one function's buffers, after the module path as in llm.c: a node's
-    output is `<module>_out` (`blocks_1_fc1_out`; `<module>_<op>` for an op a parent module
-    applies itself, `blocks_1_gelu`), a state tensor its own name (`blocks_1_fc1_weight`),
+    """C names for one function's buffers, after the module path as in llm.c: a module's
+    output (that of its last forward node) is `<module>_out` (`blocks_1_fc1_out`), the
+    other values it computes `<module>_<op>` (`blocks_1_gelu`), a state tensor its own name (`blocks_1_fc1_weight`),
     a parameter's gradient `d_<parameter>` (`d_blocks_1_fc1_weight`), any other backward
     value `d_<module>_<op>`.  Calling it with a value returns the name and, on first use,
     records its declaration (`float* const name = F32(A, offset);  // f32[4, 32]`)."""
@@ -104,6 +104,7 @@ class BufferNames:
         self.decls: list[str] = []
         self.grad_of = {id(n.inputs[1]): n.inputs[0].name for n in graph.nodes
                         if n.op in ("sgd_update", "adamw_update")}
+        self.last = {n.source: n for n in graph.nodes if n.phase == "forward"}  # each module's output node
 
     def base(self, v: Value) -> str:
         if v.in_state or v.producer is None:
@@ -115,7 +116,7 @@ class BufferNames:
         own = [o for o in n.outputs if o is not None]
         k = own.index(v) if v in own else 0
         if n.phase == "forward":
-            stem = f"{module}_out" if _is_leaf(n) else f"{module}_{n.op}"
+            stem = f"{module}_out" if self.last.get(n.source) is n else f"{module}_{n.op}"
             return stem if k == 0 else f"{stem}{k}"
         stem = f"d_{module}_{n.op}"
         return stem if k == 0 else f"{stem}{k}"
@@ -136,20 +137,6 @@ class BufferNames:
         where = f"S, {self.state_offset[v.name]}" if v.in_state else f"A, {self.arena_offset(v)}"
         self.decls.append(f"{CTYPE[v.dtype]}* const {name} = {MACRO[v.dtype]}({where});  // {v.dtype}{list(v.shape)}")
         return name
-
-
-def _is_leaf(n: Node) -> bool:
-    """Whether node n is the computation of a leaf module (nn.Linear, nn.LayerNorm, ...):
-    its source is `path (Class)` and the op is the one such a module runs."""
-    module, _, cls = n.source.partition(" (")
-    return bool(cls) and n.op in LEAF_OPS.get(cls.rstrip(")"), ())
-
-
-LEAF_OPS = {"Linear": ("linear",), "LayerNorm": ("layer_norm",), "Embedding": ("embedding",),
-            "Conv2d": ("conv2d",), "BatchNorm2d": ("batch_norm_train", "batch_norm_eval", "batch_norm"),
-            "BatchNorm1d": ("batch_norm_train", "batch_norm_eval", "batch_norm"), "GELU": ("gelu",),
-            "ReLU": ("relu",), "ReLU6": ("hardtanh",), "MaxPool2d": ("max_pool2d",),
-            "AdaptiveAvgPool2d": ("adaptive_avg_pool2d",), "Dropout": ("dropout",)}
 
 
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
