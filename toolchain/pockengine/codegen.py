@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from .backends import cpu
-from .backends.cpu import Emit, cstr
+from .backends.cpu import CTYPE, MACRO, Emit, cstr
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
 
@@ -76,6 +76,62 @@ def kernel_name(lines: list[str]) -> str:
     return "inline" if code else "view"
 
 
+CXX_WORDS = frozenset("""A S ctx prof prof_t alignas and asm auto bool break case catch char class const continue default
+delete do double else enum explicit extern false float for friend goto if inline int long mutable namespace new
+not operator or private protected public register return short signed sizeof static struct switch template this
+throw true try typedef typename union unsigned using virtual void volatile while xor""".split())
+
+
+class BufferNames:
+    """C names for one function's buffers, after the module path as in llm.c: a module's
+    output (that of its last forward node) is `<module>_out` (`blocks_1_fc1_out`), the
+    other values it computes `<module>_<op>` (`blocks_1_gelu`), a state tensor its own name (`blocks_1_fc1_weight`),
+    a parameter's gradient `d_<parameter>` (`d_blocks_1_fc1_weight`), any other backward
+    value `d_<module>_<op>`.  Calling it with a value returns the name and, on first use,
+    records its declaration (`float* const name = F32(A, offset);  // f32[4, 32]`)."""
+
+    def __init__(self, graph: Graph, arena_offset, state_offset):
+        self.arena_offset, self.state_offset = arena_offset, state_offset
+        self.names: dict[int, str] = {}
+        self.taken: set[str] = set()
+        self.decls: list[str] = []
+        self.grad_of = {id(n.inputs[1]): n.inputs[0].name for n in graph.nodes
+                        if n.op in ("sgd_update", "adamw_update")}
+        self.last = {n.source: n for n in graph.nodes if n.phase == "forward"}  # each module's output node
+
+    def base(self, v: Value) -> str:
+        if v.in_state or v.producer is None:
+            return v.name
+        if id(v) in self.grad_of:
+            return "d_" + self.grad_of[id(v)]
+        n = v.producer
+        module = n.source.partition(" (")[0]
+        own = [o for o in n.outputs if o is not None]
+        k = own.index(v) if v in own else 0
+        if n.phase == "forward":
+            stem = f"{module}_out" if self.last.get(n.source) is n else f"{module}_{n.op}"
+            return stem if k == 0 else f"{stem}{k}"
+        stem = f"d_{module}_{n.op}"
+        return stem if k == 0 else f"{stem}{k}"
+
+    def __call__(self, v: Value) -> str:
+        name = self.names.get(id(v))
+        if name is not None:
+            return name
+        name = re.sub(r"_+", "_", re.sub(r"\W", "_", self.base(v))).strip("_") or "t"
+        if name[0].isdigit() or name in CXX_WORDS:
+            name = "m_" + name
+        stem, i = name, 1
+        while name in self.taken:
+            i += 1
+            name = f"{stem}_{i}"
+        self.taken.add(name)
+        self.names[id(v)] = name
+        where = f"S, {self.state_offset[v.name]}" if v.in_state else f"A, {self.arena_offset(v)}"
+        self.decls.append(f"{CTYPE[v.dtype]}* const {name} = {MACRO[v.dtype]}({where});  // {v.dtype}{list(v.shape)}")
+        return name
+
+
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     blocks = []
     guarded = False
@@ -134,8 +190,10 @@ def _io(values, plan, ranges) -> list[dict]:
 def render(prog) -> tuple[str, str]:
     """(C++ source, model hash) of a Program."""
     state_offsets = prog.state_offsets
-    train_emit = Emit(prog.plan.offset, state_offsets)
-    fwd_emit = Emit(prog.forward_plan.offset, state_offsets)
+    train_names = BufferNames(prog.graph, prog.plan.offset, state_offsets)
+    fwd_names = BufferNames(prog.forward_graph, prog.forward_plan.offset, state_offsets)
+    train_emit = Emit(prog.plan.offset, state_offsets, train_names)
+    fwd_emit = Emit(prog.forward_plan.offset, state_offsets, fwd_names)
     state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
               "offset": state_offsets[v.name], "nbytes": v.nbytes}
              for v in sorted(prog.state.values(), key=lambda v: state_offsets[v.name])]
@@ -152,6 +210,7 @@ def render(prog) -> tuple[str, str]:
         "forward_inputs": _io(fg.inputs, prog.forward_plan, fwd_ranges),
         "outputs": _io(fg.outputs, prog.forward_plan, {}),
         "loss_offset": prog.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
+        "step_buffers": train_names.decls, "forward_buffers": fwd_names.decls,
     }
     return finish(_env().get_template("model.cpp.j2"), ctx)
 

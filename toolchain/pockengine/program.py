@@ -241,11 +241,6 @@ class Program:
     def build_cpu(self, out_dir=None):
         """The all-CPU step for this host (what build() does with backends=["cpu"])."""
         return build(self, self.emit(["cpu"]), out_dir)
-        trainer = Trainer(str(lib), aliases=self.aliases)  # state_dict lists tied weights under every name
-        for name, v in self.state.items():
-            if v.data is not None:
-                trainer.set_tensor(name, v.data)
-        return trainer
 
 
 BACKENDS = ("cpu", "vulkan", "htp")
@@ -273,12 +268,12 @@ def emit(prog: Program, backends=None, cost=None) -> Source:
     backends = tuple(check_backends(backends))
     if "htp" in backends:
         raise PockError("emit the step after splitting off the HTP prefix (passes/prefix.split_prefix)")
-    key = ("cpu",) if backends == ("cpu",) else backends
+    key = backends
     if cost is None and key in prog._sources:
         return prog._sources[key]
     if "vulkan" in backends:
         from .backends.vulkan import emit_vulkan
-        source = emit_vulkan(prog, backends, cost)
+        source = emit_vulkan(prog, cost=cost)  # partitioned over ("vulkan", "cpu"), whatever the order given
     else:
         source = emit_cpu(prog)
     if cost is None:

@@ -55,15 +55,19 @@ def strides(shape) -> list[int]:
 
 
 class Emit:
-    """Pointer expressions for the values of one plan."""
+    """Pointer expressions for the values of one plan: a named buffer (`namer(v)`, see
+    codegen.BufferNames) when a namer is given, else the offset itself (F32(A, 128))."""
 
-    def __init__(self, arena_offset, state_offset):
+    def __init__(self, arena_offset, state_offset, namer=None):
         self.arena_offset = arena_offset  # Value -> int
         self.state_offset = state_offset  # name -> int
+        self.namer = namer
 
     def p(self, v: Value | None) -> str:
         if v is None:
             return "nullptr"
+        if self.namer is not None:
+            return self.namer(v)
         if v.in_state:
             return f"{MACRO[v.dtype]}(S, {self.state_offset[v.name]})"
         root = root_of(v)
