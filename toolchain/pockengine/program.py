@@ -182,8 +182,8 @@ def _cache_dir() -> Path:
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
             optimizer: Optimizer | None = None, name: str | None = None) -> Program:
     """Compile model's whole training step (see the README / CONTRACT)."""
-    if not isinstance(model, nn.Module):
-        raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    from .frontends import as_torch_module
+    model = as_torch_module(model)  # ONNX, TFLite, Keras and JAX models become torch modules (docs/frontends.md)
     optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
     if not isinstance(optimizer, Optimizer):
         raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(optimizer).__name__}")
