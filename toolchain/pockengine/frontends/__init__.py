@@ -1,7 +1,7 @@
 """Frontends: every model format becomes a torch module whose parameters carry the
 format's own names, then goes through the PyTorch path (torch_export.py + aten.py).
 
-    as_torch_module(model)  # ONNX (path or ModelProto), .tflite path, keras.Model, pe.from_jax(...)
+    as_torch_module(model)  # ONNX (path or ModelProto), pe.from_jax(...); Keras and .tflite: not yet
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def as_torch_module(model) -> nn.Module:
             from .onnx import OnnxModule
             return OnnxModule(model)
         if suffix == ".tflite":
-            from .tflite import TFLiteModule
-            return TFLiteModule(model)
+            raise PockError(f"model file {str(model)!r}: the TFLite frontend is not built yet (issue 19); "
+                            "compile the PyTorch/Keras source or its ONNX export")
         raise PockError(f"model file {str(model)!r}: PockEngine reads .onnx and .tflite files")
     kind = type(model).__module__ + "." + type(model).__name__
     if kind.startswith("onnx.") and type(model).__name__ == "ModelProto":
@@ -36,7 +36,6 @@ def as_torch_module(model) -> nn.Module:
     if isinstance(model, JaxModel):
         return model.to_torch()
     if "keras" in sys.modules and isinstance(model, sys.modules["keras"].Model):
-        from .keras import KerasModule
-        return KerasModule(model)
+        raise PockError("the Keras frontend is not built yet (issue 19); keras.Model is not accepted")
     raise PockError(f"model must be a torch.nn.Module, an ONNX model (path or onnx.ModelProto), a .tflite path, "
                     f"a keras.Model or pe.from_jax(fn, params); got {type(model).__name__}")

@@ -153,9 +153,12 @@ def run_jaxpr(jaxpr, consts, args):
 
     dynamic = []
     shifts = _stabilizing_maxes(jaxpr)
+    implicit = _implicit_broadcasts(jaxpr)
     for eqn in jaxpr.eqns:  # pass 1: constants
         name = eqn.primitive.name
-        if id(eqn) in shifts:  # softmax's max-shift: shift invariant, so a zero shift is exact maths
+        if id(eqn) in implicit and not known(eqn.invars[0]):
+            alias[eqn.outvars[0]] = eqn.invars[0]
+        elif id(eqn) in shifts:  # softmax's max-shift: shift invariant, so a zero shift is exact maths
             env[eqn.outvars[0]] = np.zeros(eqn.outvars[0].aval.shape, np.float32)
         elif all(known(v) for v in eqn.invars):
             outs = eqn.primitive.bind(*[read(v) for v in eqn.invars], **eqn.params)
@@ -225,6 +228,33 @@ def _stabilizing_maxes(jaxpr) -> set:
                 else:
                     ok = False
         if ok and not any(v is o for v in eqn.outvars for o in jaxpr.outvars):
+            out.add(id(eqn))
+    return out
+
+
+_ELEMENTWISE = {"add", "sub", "mul", "div", "max", "select_n"}
+
+
+def _implicit_broadcasts(jaxpr) -> set:
+    """broadcast_in_dim equations that only add leading 1s and feed only elementwise ops: torch
+    broadcasting does them implicitly, so they are skipped (a bias then meets the activations
+    untouched rather than through a reshape of the parameter)."""
+    users = {}
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if not _is_literal(v):
+                users.setdefault(v, []).append(eqn)
+    out = set()
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name != "broadcast_in_dim" or _is_literal(eqn.invars[0]):
+            continue
+        src, dst = tuple(eqn.invars[0].aval.shape), tuple(eqn.params["shape"])
+        k = len(dst) - len(src)
+        if dst != (1,) * k + src or any(v is o for v in eqn.outvars for o in jaxpr.outvars):
+            continue
+        if all(u.primitive.name in _ELEMENTWISE and all(
+                _is_literal(w) or w is eqn.outvars[0] or len(w.aval.shape) >= len(dst) for w in u.invars)
+               for u in users.get(eqn.outvars[0], [])):
             out.add(id(eqn))
     return out
 
@@ -372,7 +402,7 @@ def _select_n(v):
     if len(v) != 3:
         raise PockError("select_n with more than two cases is not supported")
     pred = _tensor(v[0])
-    return torch.where(pred.to(torch.bool), _tensor(v[2]), _tensor(v[1]))
+    return torch.where(pred if pred.dtype == torch.bool else pred != 0, _tensor(v[2]), _tensor(v[1]))
 
 
 @prim("gather")
