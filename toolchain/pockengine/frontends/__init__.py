@@ -1,7 +1,7 @@
 """Frontends: every model format becomes a torch module whose parameters carry the
 format's own names, then goes through the PyTorch path (torch_export.py + aten.py).
 
-    as_torch_module(model)  # ONNX (path or ModelProto), pe.from_jax(...); Keras and .tflite: not yet
+    as_torch_module(model)  # ONNX (path or ModelProto), keras.Model, pe.from_jax(...); .tflite: not yet
 """
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ def as_torch_module(model) -> nn.Module:
     if isinstance(model, JaxModel):
         return model.to_torch()
     if "keras" in sys.modules and isinstance(model, sys.modules["keras"].Model):
-        raise PockError("the Keras frontend is not built yet (issue 19); keras.Model is not accepted")
+        from .keras import KerasModule
+        return KerasModule(model)
     raise PockError(f"model must be a torch.nn.Module, an ONNX model (path or onnx.ModelProto), a .tflite path, "
                     f"a keras.Model or pe.from_jax(fn, params); got {type(model).__name__}")
