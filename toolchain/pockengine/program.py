@@ -308,7 +308,10 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
             frozen_dtype: str = "fp32") -> Program:
     """Compile model's whole training step (see the README / CONTRACT). `output` names the
     model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
-    example_inputs may be a dict {forward argument name: tensor} for keyword inputs."""
+    example_inputs may be a dict {forward argument name: tensor} for keyword inputs.
+    ONNX, TFLite, Keras and JAX models become torch modules first (docs/frontends.md)."""
+    from .frontends import as_torch_module
+    model = as_torch_module(model)
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     optimizer = optimizer if optimizer is not None else SGD(lr=0.01)

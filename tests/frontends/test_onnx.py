@@ -1,0 +1,72 @@
+"""ONNX frontend: models exported from PyTorch train in PockEngine exactly like the
+PyTorch model they came from (judged against its fp64 run), parameters named by
+ONNX initializer, and the updated weights written back load in onnxruntime."""
+import copy
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import pockengine as pe
+from models import MODELS, batches
+from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
+from pockengine.program import resolve_update
+
+onnx = pytest.importorskip("onnx")
+import onnx.numpy_helper  # noqa: E402
+
+SPARSE = {"mlp": {"net.0.weight": 0.5, "net.4.*": 1.0},
+          "cnn": {"project.weight": 0.5, "bn3.*": 1.0, "fc.*": 1.0},
+          "gpt": {"blocks.1.qkv.weight": 0.5, "blocks.1.fc1.*": 1.0, "blocks.1.ln*": 1.0, "ln_f.*": 1.0}}
+CASES = [("mlp", "full", "adamw"), ("mlp", "sparse", "sgd"), ("cnn", "full", "sgd"), ("cnn", "sparse", "adamw"),
+         ("gpt", "full", "sgd"), ("gpt", "sparse", "adamw")]
+OPTIMIZERS = {"sgd": lambda: pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
+              "adamw": lambda: pe.AdamW(lr=1e-3, weight_decay=0.01)}
+
+
+def export(model, x, path):
+    """torch.onnx.export of a model in train mode (BatchNorm keeps training_mode=1), weights unfolded.
+    Tracing a train-mode model runs it once, which moves BatchNorm's running statistics in the
+    file; the model is given the file's statistics so it is exactly the model the file holds."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(copy.deepcopy(model), (x,), str(path), dynamo=False, input_names=["x"],
+                          output_names=["logits"], training=torch.onnx.TrainingMode.TRAINING
+                          if model.training else torch.onnx.TrainingMode.EVAL, do_constant_folding=False)
+    buffers = dict(model.named_buffers())
+    with torch.no_grad():
+        for t in onnx.load(str(path)).graph.initializer:
+            if t.name in buffers:
+                buffers[t.name].copy_(torch.from_numpy(onnx.numpy_helper.to_array(t)))
+    return path
+
+
+@pytest.mark.parametrize("name,scheme,opt", CASES)
+def test_onnx_trains_like_the_pytorch_model_it_came_from(name, scheme, opt, tmp_path):
+    torch.manual_seed(0)
+    model = MODELS[name]().train()
+    data = batches(name)
+    path = export(model, data[0][0][0], tmp_path / f"{name}.onnx")
+    update = "full" if scheme == "full" else SPARSE[name]
+    prog = pe.compile(str(path), *data[0], loss="cross_entropy", update=update, optimizer=OPTIMIZERS[opt]())
+    trainer = prog.build()
+    losses = [trainer.step(*data[i % 3]) for i in range(3)]
+    ref = fp64_reference(model, data, "cross_entropy", update, OPTIMIZERS[opt](), 3)
+    assert_losses_close(losses, ref)
+    state = trainer.state_dict()
+    names = {n for n, _ in model.named_parameters()} | {n for n, _ in model.named_buffers()}
+    assert set(state) <= names, set(state) - names  # ONNX initializer names = the PyTorch names
+    trained = resolve_update({n: tuple(p.shape) for n, p in model.named_parameters()}, update)
+    original = {n: t.clone() for n, t in model.state_dict().items()}
+    assert_state_close_fp64(state, ref, original, trained, names=sorted(state))
+
+    # the round trip: the updated initializers (BatchNorm switched to inference), run by onnxruntime
+    import onnxruntime as ort
+    dst = pe.export_onnx(trainer, path, tmp_path / f"{name}_trained.onnx")
+    sess = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+    got = sess.run(None, {"x": data[1][0][0].numpy()})[0]
+    ref.model32.eval()
+    with torch.no_grad():
+        want = ref.model32(data[1][0][0]).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
