@@ -12,6 +12,7 @@ from .backends import cpu
 from .backends.cpu import CTYPE, MACRO, Emit, cstr
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
+from .memory.plan import root_of
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
 # codegen/ (runtime sources, shaders, templates) ships inside the package: pockengine/_codegen is
@@ -127,7 +128,8 @@ class BufferNames:
             name = f"{stem}_{i}"
         self.taken.add(name)
         self.names[id(v)] = name
-        where = f"S, {self.state_offset[v.name]}" if v.in_state else f"A, {self.arena_offset(v)}"
+        root = root_of(v)  # a view of a state tensor (Conv1d's weight seen as 2-D) points into the state
+        where = f"S, {self.state_offset[root.name]}" if root.in_state else f"A, {self.arena_offset(v)}"
         self.decls.append(f"{CTYPE[v.dtype]}* const {name} = {MACRO[v.dtype]}({where});  // {v.dtype}{list(v.shape)}")
         return name
 
