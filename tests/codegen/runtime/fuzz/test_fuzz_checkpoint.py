@@ -51,8 +51,10 @@ def test_fuzz_checkpoint_parser(tmp_path):
                         # (seen: 1129 MB with 24 MB of live heap); any single allocation over 64 MiB, which
                         # a tiny model's checkpoint never needs, is still reported as a failure
                         "-rss_limit_mb=3072", "-malloc_limit_mb=64",
-                        "-max_len=4096", "-print_final_stats=1", str(corpus)],
-                       capture_output=True, text=True, timeout=SECONDS + 120,
+                        "-max_len=4096", "-print_final_stats=1",
+                        f"-artifact_prefix={tmp_path}/",  # a crash/oom input lands here, never in the checkout
+                        str(corpus)],
+                       capture_output=True, text=True, timeout=SECONDS + 120, cwd=tmp_path,
                        env={**os.environ, "ASAN_OPTIONS": "detect_leaks=0"})
     log = r.stderr
     assert r.returncode == 0, log[-4000:]  # a crash, sanitizer report or timeout fails the test
