@@ -46,8 +46,10 @@ def test_steps_match_pytorch(name, scheme, opt):
 def test_sparse_scheme_saves_memory_and_reordering_saves_more():
     torch.manual_seed(0)
     data = batches("gpt")
-    full = pe.compile(MODELS["gpt"](), *data[0], update="full", optimizer=pe.SGD(lr=0.1)).stats()
-    sparse = pe.compile(MODELS["gpt"](), *data[0], update=SPARSE["gpt"], optimizer=pe.SGD(lr=0.1)).stats()
+    # operator reordering needs exact_skip=False (the exact non-finite guard runs updates last)
+    full = pe.compile(MODELS["gpt"](), *data[0], update="full", optimizer=pe.SGD(lr=0.1), exact_skip=False).stats()
+    sparse = pe.compile(MODELS["gpt"](), *data[0], update=SPARSE["gpt"], optimizer=pe.SGD(lr=0.1),
+                        exact_skip=False).stats()
     assert sparse["arena_bytes"] < 0.8 * full["arena_bytes"]
     assert full["arena_bytes"] < full["arena_bytes_no_reorder"]
     assert sparse["arena_bytes"] <= sparse["arena_bytes_no_reorder"]

@@ -158,12 +158,62 @@ def test_nonfinite_gradient_applies_no_update(guard_prog):
     assert t.skipped_steps == 2
 
 
-def test_late_nonfinite_gradient_is_reported_and_stops_the_updates(guard_prog):
-    """A gradient complete only after earlier updates ran (see pock.h): the rest is skipped and said so."""
-    t = guard_prog.build()
+def late_overflow_trainers(prog):
+    """Two trainers of prog after one good step, the first with t = 0: d loss / d t =
+    sum(x * ...) / (2 sqrt(t)) is then inf while the loss is finite, and t's gradient is
+    the last one complete (t scales the input)."""
+    out = []
+    for _ in range(2):
+        tr = prog.build()
+        tr.step(*guard_batch(1))
+        out.append(tr)
+    assert_same(snapshot(out[0]), snapshot(out[1]))
+    out[0].set_tensor("t", np.zeros((), np.float32))
+    return out
+
+
+def late_bad_batch():
+    return guard_batch(2)
+
+
+def test_late_nonfinite_gradient_skips_the_whole_step_exactly(guard_prog):
+    """exact_skip (the default): every update runs after every gradient is checked, so a
+    gradient that overflows late in the backward pass, with a finite loss and finite data,
+    leaves weights and AdamW state bit-identical, and the next good step is bit-identical
+    to a trainer that never saw the bad batch.  (Before: 'partial', earlier updates applied.)"""
+    assert guard_prog.exact_skip and guard_prog.stats()["exact_skip"]
+    t, clean = late_overflow_trainers(guard_prog)
+    before = snapshot(t)
+    loss = t.step(*late_bad_batch())
+    assert np.isfinite(loss)
+    assert t.last_step_status == "skipped", t.last_step_message
+    assert t.last_step_message == "the gradient of 't' is NaN or inf: step skipped, no update applied"
+    assert t.skipped_steps == 1
+    assert_same(snapshot(t), before)  # weights, AdamW state and the step count
+    t.set_tensor("t", clean.get_tensor("t"))
+    for k in (3, 4):
+        assert t.step(*guard_batch(k)) == clean.step(*guard_batch(k))
+        assert t.last_step_status == "ok"
+        assert_same(snapshot(t), snapshot(clean))
+    t.strict = True
     t.set_tensor("t", np.zeros((), np.float32))
     before = snapshot(t)
-    t.step(*guard_batch(2))
+    with pytest.raises(pe.PockError, match="the gradient of 't' is NaN or inf: step skipped"):
+        t.step(*late_bad_batch())
+    assert_same(snapshot(t), before)
+
+
+def test_late_nonfinite_gradient_without_exact_skip_is_partial():
+    """exact_skip=False: updates run as soon as their gradient is complete, each checked by
+    its own update kernel; the late one and every later one are skipped and the step says so."""
+    torch.manual_seed(0)
+    prog = pe.compile(Guarded(), *guard_batch(0), optimizer=pe.AdamW(lr=0.01), exact_skip=False,
+                      name="guarded_not_exact")
+    assert not prog.exact_skip and prog.stats()["arena_bytes"] < prog.stats()["arena_bytes_no_reorder"]
+    t, _ = late_overflow_trainers(prog)
+    before = snapshot(t)
+    loss = t.step(*late_bad_batch())
+    assert np.isfinite(loss)
     assert t.last_step_status == "partial"
     assert "the gradient of 't' is NaN or inf" in t.last_step_message
     assert "earlier update(s) of this step had already run" in t.last_step_message
@@ -171,7 +221,14 @@ def test_late_nonfinite_gradient_is_reported_and_stops_the_updates(guard_prog):
     assert after[1] == before[1]  # the step does not count
     for name, value in after[0].items():
         assert np.all(np.isfinite(value)), name  # nothing poisoned
-    np.testing.assert_array_equal(after[0]["t"], before[0]["t"])
+    for name in ("t", "t:exp_avg", "t:exp_avg_sq"):
+        np.testing.assert_array_equal(after[0][name], before[0][name], err_msg=name)
+    assert not np.array_equal(after[0]["fc2.weight"], before[0]["fc2.weight"])  # an earlier update ran
+
+
+def test_exact_skip_must_be_a_bool():
+    with pytest.raises(pe.PockError, match="exact_skip must be True or False"):
+        pe.compile(Guarded(), *guard_batch(0), exact_skip="yes")
 
 
 # ---------------------------------------------------------------------- 5. requires_grad=False

@@ -28,7 +28,7 @@ def prog(case):
         torch.manual_seed(0)
         inputs, targets = batches(name)[0]
         _CACHE[case] = pe.compile(MODELS[name](), inputs, targets, update=update,
-                                  optimizer=pe.SGD(lr=0.1, momentum=0.9))
+                                  optimizer=pe.SGD(lr=0.1, momentum=0.9), exact_skip=False)  # reordered
     return _CACHE[case]
 
 
@@ -212,6 +212,19 @@ def test_reordering_never_needs_more_arena():
         assert s["arena_bytes"] <= s["arena_bytes_no_reorder"], case
     s = prog("gpt-full").stats()
     assert s["arena_bytes"] < s["arena_bytes_no_reorder"]
+
+
+def test_exact_skip_keeps_every_gradient_to_the_end():
+    """The exact non-finite guard (the default) runs the updates after the whole backward
+    pass: the step's plan is the unreordered one."""
+    name, update = CASES["gpt-full"]
+    torch.manual_seed(0)
+    p = pe.compile(MODELS[name](), *batches(name)[0], update=update, optimizer=pe.SGD(lr=0.1, momentum=0.9))
+    s = p.stats()
+    assert s["exact_skip"] and s["arena_bytes"] == s["arena_bytes_no_reorder"] > prog("gpt-full").stats()["arena_bytes"]
+    verify_plan(p.plan)
+    fb = max(i for i, n in enumerate(p.order) if n.phase == "backward")
+    assert all(i > fb for i, n in enumerate(p.order) if n.phase == "update")
 
 
 def test_sparse_update_keeps_only_a_slice_of_the_input():

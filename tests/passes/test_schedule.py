@@ -47,7 +47,7 @@ def prog(case):
         make, data, update, opt = CASES[case]
         torch.manual_seed(0)
         inputs, targets = batches(data)[0]
-        _CACHE[case] = pe.compile(make(), inputs, targets, update=update, optimizer=opt())
+        _CACHE[case] = pe.compile(make(), inputs, targets, update=update, optimizer=opt(), exact_skip=False)
     return _CACHE[case]
 
 
@@ -90,6 +90,14 @@ def test_schedule_is_a_valid_order(case, reorder):
 def test_program_uses_the_reordered_schedule(case):
     p = prog(case)
     assert [id(n) for n in p.order] == [id(n) for n in schedule(p.graph, reorder=True)]
+
+
+def test_exact_skip_program_runs_updates_after_the_backward():
+    """pe.compile's default exact_skip=True: the unreordered schedule (updates last)."""
+    make, data, update, opt = CASES["mlp-full-sgd"]
+    torch.manual_seed(0)
+    p = pe.compile(make(), *batches(data)[0], update=update, optimizer=opt())
+    assert [id(n) for n in p.order] == [id(n) for n in schedule(p.graph, reorder=False)]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -137,13 +137,28 @@ class BufferNames:
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     blocks = []
     guarded = False
+    exact = cpu.NONFINITE_GUARD and emit.exact_skip
+    # the exact guard: each gradient an update reads is checked right after the node that
+    # computes it (still in cache); the updates all run later, after every check passed
+    checks: dict[int, list[Node]] = {}
+    if exact:
+        placed = {id(n) for n in order}
+        for n in order:
+            if n.op in ("sgd_update", "adamw_update"):
+                p = n.inputs[1].producer
+                checks.setdefault(id(p) if p is not None and id(p) in placed else 0, []).append(n)
     for i, n in enumerate(order):
         lines = emit.node(n)
+        kernel = kernel_name(lines)
+        if exact and n.phase == "update" and 0 in checks:  # gradients computed by no node of the step
+            lines = [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks.pop(0)] + lines
+        if exact and id(n) in checks:
+            lines = lines + [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks[id(n)]]
         # the loss guard runs once, before the first backward or update node
         guard_loss = not guarded and n.phase != "forward" and cpu.NONFINITE_GUARD
         guarded = guarded or guard_loss
         blocks.append({"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
-                       "lines": lines, "op": n.op, "kernel": kernel_name(lines), "flops": flops(n),
+                       "lines": lines, "op": n.op, "kernel": kernel, "flops": flops(n),
                        "guard_loss": guard_loss})
     return blocks
 
@@ -196,6 +211,7 @@ def render(prog) -> tuple[str, str]:
     fwd_names = BufferNames(prog.forward_graph, prog.forward_plan.offset, state_offsets)
     train_emit = Emit(prog.plan.offset, state_offsets, train_names)
     fwd_emit = Emit(prog.forward_plan.offset, state_offsets, fwd_names)
+    train_emit.exact_skip = getattr(prog, "exact_skip", True)
     state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
               "offset": state_offsets[v.name], "nbytes": v.nbytes}
              for v in sorted(prog.state.values(), key=lambda v: state_offsets[v.name])]

@@ -115,9 +115,12 @@ class Schedule:
     forward_order: list
 
 
-def schedule_program(graph: Graph, forward_graph: Graph) -> Schedule:
-    """Stage `schedule`."""
-    return Schedule(schedule(graph, reorder=True), schedule(graph, reorder=False), schedule(forward_graph))
+def schedule_program(graph: Graph, forward_graph: Graph, exact_skip: bool = True) -> Schedule:
+    """Stage `schedule`.  exact_skip (the exact non-finite guard): every optimizer update
+    runs after the whole backward pass, so a step skipped for a NaN/inf gradient changes
+    nothing; otherwise each update runs as soon as its gradient is complete."""
+    return Schedule(schedule(graph, reorder=not exact_skip), schedule(graph, reorder=False),
+                    schedule(forward_graph))
 
 
 @dataclass
@@ -141,14 +144,15 @@ class Program:
     graphs itself with schedule_program and plan_program (the scheme search does that)."""
 
     def __init__(self, name, graph, forward_graph, optimizer, trained, aliases,
-                 sched: Schedule | None = None, plans: Plans | None = None):
+                 sched: Schedule | None = None, plans: Plans | None = None, exact_skip: bool = True):
         self.name = name
+        self.exact_skip = exact_skip  # the exact non-finite guard (pe.compile's exact_skip)
         self.graph: Graph = graph
         self.forward_graph: Graph = forward_graph
         self.optimizer: Optimizer = optimizer
         self.trained = trained
         self.aliases = aliases
-        sched = sched if sched is not None else schedule_program(graph, forward_graph)
+        sched = sched if sched is not None else schedule_program(graph, forward_graph, exact_skip)
         plans = plans if plans is not None else plan_program(graph, forward_graph, sched)
         self.order, self.forward_order = sched.order, sched.forward_order
         self.plan: MemoryPlan = plans.plan
@@ -167,9 +171,10 @@ class Program:
     def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
         """This program's model, optimizer and update scheme over new step and inference graphs
         (the suffix after a prefix split), scheduled and planned again."""
-        sched = schedule_program(graph, forward_graph)
+        sched = schedule_program(graph, forward_graph, self.exact_skip)
         plans = plan_program(graph, forward_graph, sched)
-        prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans)
+        prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans,
+                          self.exact_skip)
         prog.lora_adapters, prog.lora_model = dict(self.lora_adapters), self.lora_model
         return prog
 
@@ -193,6 +198,7 @@ class Program:
             "trainable_elements": trainable,
             "total_parameter_elements": sum(v.numel for v in self.state.values() if v.kind == "param"),
             "num_nodes": len(self.order),
+            "exact_skip": self.exact_skip,
         }
 
     def emit(self, backends=None) -> Source:
@@ -305,12 +311,20 @@ _cache_dir = cache_dir  # the old name
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
             optimizer: Optimizer | None = None, name: str | None = None, output=None, lora=None,
-            frozen_dtype: str = "fp32") -> Program:
+            frozen_dtype: str = "fp32", exact_skip: bool = True) -> Program:
     """Compile model's whole training step (see the README / CONTRACT). `output` names the
     model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
     example_inputs may be a dict {forward argument name: tensor} for keyword inputs.
-    ONNX, TFLite, Keras and JAX models become torch modules first (docs/frontends.md)."""
+    ONNX, TFLite, Keras and JAX models become torch modules first (docs/frontends.md).
+    exact_skip (default True): the non-finite guard is exact, i.e. every update runs after
+    all gradients are computed and checked, so a step skipped for a NaN/inf gradient leaves
+    parameters and optimizer state bit-identical (the gradients stay alive until the end:
+    a bigger arena).  False: each update runs as soon as its gradient is complete (the
+    smaller arena of operator reordering); a gradient going NaN/inf late then finds the
+    earlier updates applied (Trainer.last_step_status "partial")."""
     from .frontends import as_torch_module
+    if not isinstance(exact_skip, bool):
+        raise PockError(f"exact_skip must be True or False, got {exact_skip!r}")
     model = as_torch_module(model)
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
@@ -340,9 +354,9 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     if lowp != "f32":
         from .passes.lowp import store_frozen_lowp
         store_frozen_lowp([graph, forward_graph], trained, lowp)
-    sched = schedule_program(graph, forward_graph)
+    sched = schedule_program(graph, forward_graph, exact_skip)
     plans = plan_program(graph, forward_graph, sched)
-    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans)
+    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, exact_skip)
     prog.lora_adapters = adapters
     prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
     return prog

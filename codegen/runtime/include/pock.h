@@ -111,11 +111,14 @@ POCK_API pock_status pock_tensor_info_at(int32_t index, pock_tensor_info* out);
  * step and fails with POCK_ERR_VALUE naming the input, position and value.
  * Non-finite guard: a float input or target holding NaN/inf or a non-finite
  * loss fails with POCK_ERR_NONFINITE before any update (weights, optimizer
- * state and step count unchanged; loss_out still gets the loss).  Each
- * gradient is checked before its update runs; a non-finite one skips that
- * update and all later ones (the message says how many updates of the step
- * had already run: updates run as soon as their gradient is complete, so a
- * gradient that overflows late in the backward pass finds earlier ones done).
+ * state and step count unchanged; loss_out still gets the loss).  Every
+ * gradient is checked too.  Compiled with exact_skip (the default), all
+ * updates run after every gradient is computed and checked, so a NaN/inf
+ * gradient also leaves weights and optimizer state unchanged.  Compiled with
+ * exact_skip=False, updates run as soon as their gradient is complete, each
+ * checking its own gradient: a non-finite one skips that update and all
+ * later ones (the message says how many updates of the step had already run:
+ * a gradient that overflows late in the backward pass finds earlier ones done).
  * Running statistics (BatchNorm) updated by the forward pass are kept, as
  * PyTorch AMP keeps them on a skipped step. */
 POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32_t n_inputs,

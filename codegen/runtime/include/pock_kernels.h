@@ -317,12 +317,15 @@ struct UpdateRegion {
 };
 // torch.optim.SGD: d = g + wd*p; if momentum: buf = first_step ? d : momentum*buf + (1-dampening)*d;
 // d = nesterov ? d + momentum*buf : buf;  p -= lr*d.   buf nullable when momentum == 0.
-void sgd_update(float* p, const float* g, float* buf, const UpdateRegion& r, float lr, float momentum,
-                float dampening, float weight_decay, bool nesterov, bool first_step);
+// check_finite: scan g first (the non-finite guard folded into the update, over the same
+// thread split); a NaN/inf leaves p and buf untouched and returns false.  true otherwise.
+bool sgd_update(float* p, const float* g, float* buf, const UpdateRegion& r, float lr, float momentum,
+                float dampening, float weight_decay, bool nesterov, bool first_step, bool check_finite = false);
 // torch.optim.AdamW (amsgrad=False): p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 // p -= (lr / (1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps).   step t is 1-based.
-void adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegion& r, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, i64 step);
+// check_finite: as for sgd_update (p, m and v untouched and false on a NaN/inf in g).
+bool adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegion& r, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, i64 step, bool check_finite = false);
 
 }  // namespace pk
 

@@ -14,7 +14,9 @@
 // will not vectorize without -fno-math-errno, runs over a stack block with
 // SIMD intrinsics where available (IEEE sqrt is correctly rounded, so every
 // path gives the same bits) and std::sqrt otherwise.
+#include <atomic>
 #include <cmath>
+#include <cstring>
 
 #if defined(__AVX__)
 #include <immintrin.h>
@@ -51,6 +53,25 @@ void for_region(const UpdateRegion& r, F&& f) {
   parallel_for(r.outer, rows_grain, [&](i64 b, i64 e) {
     for (i64 o = b; o < e; ++o) f(o, i64{0}, r.inner);
   });
+}
+
+// Whether the region of g (packed: row o at o*inner) holds a NaN or inf: the
+// non-finite guard folded into the update.  Same split as the update (for_region),
+// so each thread scans the chunk it is about to update and finds it in its cache.
+// A bit test (exponent all ones), so it holds under any floating-point flags.
+bool region_has_nonfinite(const float* g, const UpdateRegion& r) {
+  std::atomic<bool> bad{false};
+  for_region(r, [&](i64 o, i64 j0, i64 j1) {
+    const float* gg = g + o * r.inner;
+    uint32_t acc = 0;
+    for (i64 j = j0; j < j1; ++j) {
+      uint32_t u;
+      std::memcpy(&u, gg + j, 4);
+      acc |= static_cast<uint32_t>((u & 0x7F800000u) == 0x7F800000u);
+    }
+    if (acc) bad.store(true, std::memory_order_relaxed);
+  });
+  return bad.load(std::memory_order_relaxed);
 }
 
 // a[0:n] = sqrt(a[0:n]).
@@ -106,8 +127,9 @@ void sgd_row(float* pp, const float* gg, float* bb, i64 j0, i64 j1, float lr, fl
 // torch.optim.SGD:
 //   d = g + wd*p;  buf = first ? d : momentum*buf + (1-dampening)*d;
 //   d = nesterov ? d + momentum*buf : buf;  p -= lr*d
-void sgd_update(float* p, const float* g, float* buf, const UpdateRegion& r, float lr, float momentum,
-                float dampening, float weight_decay, bool nesterov, bool first_step) {
+bool sgd_update(float* p, const float* g, float* buf, const UpdateRegion& r, float lr, float momentum,
+                float dampening, float weight_decay, bool nesterov, bool first_step, bool check_finite) {
+  if (check_finite && region_has_nonfinite(g, r)) return false;
   const float wd = weight_decay;
   const float mom = momentum;
   const float damp1 = static_cast<float>(1.0 - static_cast<double>(dampening));
@@ -130,13 +152,15 @@ void sgd_update(float* p, const float* g, float* buf, const UpdateRegion& r, flo
 #undef PK_SGD_CASE
     }
   });
+  return true;
 }
 
 // torch.optim.AdamW (amsgrad=False, maximize=False), step is 1-based:
 //   p *= 1 - lr*wd;  m = lerp(m, g, 1-b1);  v = v*b2 + (1-b2)*g*g;
 //   p += -(lr/bc1) * m / (sqrt(v)/sqrt(bc2) + eps)
-void adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegion& r, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, i64 step) {
+bool adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegion& r, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, i64 step, bool check_finite) {
+  if (check_finite && region_has_nonfinite(g, r)) return false;
   const double lr_d = lr, b1 = as_decimal(beta1), b2 = as_decimal(beta2);
   const double bc1 = 1.0 - std::pow(b1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(b2, static_cast<double>(step));
@@ -178,6 +202,7 @@ void adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegi
       for (i64 j = 0; j < nb; ++j) pb[j] = pb[j] * decay + neg_step_size * (mb[j] / (den[j] / bc2_sqrt + feps));
     }
   });
+  return true;
 }
 
 }  // namespace pk

@@ -62,6 +62,7 @@ class Emit:
         self.arena_offset = arena_offset  # Value -> int
         self.state_offset = state_offset  # name -> int
         self.namer = namer
+        self.exact_skip = False  # the training step's guard mode (codegen.render sets it; see _update)
 
     def p(self, v: Value | None) -> str:
         if v is None:
@@ -637,26 +638,36 @@ def _assign(e, n, dst, src):
 
 
 def finite_guard(n: Node, g: str) -> str:
-    """The non-finite guard before an update: a NaN/inf gradient skips this update and
-    every later one of the step (ctx->updates_done counts the ones already run)."""
+    """The non-finite check of an update's gradient on its own, for the exact guard
+    (codegen._blocks emits it right after the gradient is computed, and every update of
+    an exact step runs after all of them, so a skipped step changes nothing)."""
     what = cstr(f"the gradient of {n.inputs[0].name!r}")
-    if not NONFINITE_GUARD:
-        return ""
-    return f"if (!pk::all_finite({g}, {_n(n.inputs[1])})) return pock_nonfinite({what}, ctx->updates_done);"
+    return f"if (!pk::all_finite({g}, {_n(n.inputs[1])})) return pock_nonfinite({what}, 0);"
+
+
+def _update(e, n, call: str) -> tuple[str, ...]:
+    """An update node's lines.  Exact guard (e.exact_skip, the default): the gradient was
+    checked earlier (finite_guard), the update runs unchecked.  Otherwise the check is
+    folded into the update kernel: a NaN/inf gradient skips this update and every later
+    one of the step (ctx->updates_done counts the ones already run)."""
+    if not NONFINITE_GUARD or getattr(e, "exact_skip", False):
+        return f"{call});", "++ctx->updates_done;"
+    what = cstr(f"the gradient of {n.inputs[0].name!r}")
+    return f"if (!{call}, true)) return pock_nonfinite({what}, ctx->updates_done);", "++ctx->updates_done;"
 
 
 @emitter("sgd_update")
 def _sgd(e, n, p, g, buf):
     a = n.attrs
-    return finite_guard(n, g), "++ctx->updates_done;", (f"pk::sgd_update({p}, {g}, {buf}, {arr(a['region'])}, ctx->lr, {fl(a['momentum'])}, "
-            f"{fl(a['dampening'])}, {fl(a['weight_decay'])}, {b(a['nesterov'])}, ctx->step == 0);")
+    return _update(e, n, f"pk::sgd_update({p}, {g}, {buf}, {arr(a['region'])}, ctx->lr, {fl(a['momentum'])}, "
+                   f"{fl(a['dampening'])}, {fl(a['weight_decay'])}, {b(a['nesterov'])}, ctx->step == 0")
 
 
 @emitter("adamw_update")
 def _adamw(e, n, p, g, m, v):
     a = n.attrs
-    return finite_guard(n, g), "++ctx->updates_done;", (f"pk::adamw_update({p}, {g}, {m}, {v}, {arr(a['region'])}, ctx->lr, {fl(a['beta1'])}, "
-            f"{fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}, ctx->step + 1);")
+    return _update(e, n, f"pk::adamw_update({p}, {g}, {m}, {v}, {arr(a['region'])}, ctx->lr, {fl(a['beta1'])}, "
+                   f"{fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}, ctx->step + 1")
 
 
 def check_coverage():
