@@ -174,7 +174,7 @@ def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:
     def visit(root: Value, v: Value):
         for n in users.get(id(v), []):
             # value-preserving ops: every index of the output is one of the input's (cat: of each input's)
-            if n.op in ("reshape", "cat") or (n.op in ("slice", "permute", "expand") and n.inputs[0] is v):
+            if n.op in ("reshape", "cat", "transfer") or (n.op in ("slice", "permute", "expand") and n.inputs[0] is v):
                 visit(root, n.outputs[0])
             elif n.op == "embedding" and n.inputs[1] is v:
                 merge(root, 0, n.inputs[0].shape[0], None)

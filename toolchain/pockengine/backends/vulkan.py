@@ -234,8 +234,15 @@ def _full(e, n):
 
 
 # ---- embedding, LayerNorm, cross-entropy: forward and backward side by side ---------------------------
-def embedding_dispatch(mode, count, w=NONE, idx=NONE, y=NONE, n=0, V=0, D=0, k=0, pad=-1, dy=NONE, dw=NONE):
-    return Dispatch("embedding", grid(count), [mode, w, idx, y, n, V, D, k, ibits(pad), dy, dw])
+def embedding_dispatch(mode, count, w=NONE, idx=NONE, y=NONE, n=0, V=0, D=0, k=0, pad=-1, dy=NONE, dw=NONE,
+                       err=NONE):
+    return Dispatch("embedding", grid(count), [mode, w, idx, y, n, V, D, k, ibits(pad), dy, dw, err])
+
+
+def index_word(e, n) -> int:
+    """The scalars-block word where gather n's shader records an index out of range (the
+    host checks it after the segment: render), or NONE outside a rendered step."""
+    return e.index_slot(n) if hasattr(e, "index_slot") else NONE
 
 
 @emitter("embedding")
@@ -245,7 +252,8 @@ def _embedding(e, n):        # y[i] = w[idx[i]]
     V, D = w.shape
     if idx.dtype != "i64":
         raise NotImplementedError("embedding indices must be int64 on Vulkan")
-    return [embedding_dispatch(0, _n(idx) * D, w=e.w(w), idx=e.w(idx), y=e.w(n.outputs[0]), n=_n(idx), V=V, D=D)]
+    return [embedding_dispatch(0, _n(idx) * D, w=e.w(w), idx=e.w(idx), y=e.w(n.outputs[0]), n=_n(idx), V=V, D=D,
+                               err=index_word(e, n))]
 
 
 @emitter("embedding_bwd")
@@ -288,8 +296,8 @@ def _ln_bwd(e, n):           # dx per row; dw, db per column
     return out
 
 
-def ce_dispatch(mode, count, logits, target, out, N, C, a, dloss=NONE):
-    push = [mode, logits, target, out, N, C, ibits(a["ignore_index"]), fbits(a["label_smoothing"]), dloss]
+def ce_dispatch(mode, count, logits, target, out, N, C, a, dloss=NONE, err=NONE):
+    push = [mode, logits, target, out, N, C, ibits(a["ignore_index"]), fbits(a["label_smoothing"]), dloss, err]
     return Dispatch("cross_entropy", (1, 1, 1) if mode == 0 else grid(count), push)
 
 
@@ -299,7 +307,7 @@ def _ce(e, n):               # loss = mean over valid rows of logsumexp - logit[
     if target.dtype != "i64":
         raise NotImplementedError("cross-entropy targets must be int64 on Vulkan")
     N, C = logits.shape
-    return [ce_dispatch(0, 1, e.w(logits), e.w(target), e.w(n.outputs[0]), N, C, n.attrs)]
+    return [ce_dispatch(0, 1, e.w(logits), e.w(target), e.w(n.outputs[0]), N, C, n.attrs, err=index_word(e, n))]
 
 
 @emitter("cross_entropy_bwd")
@@ -340,6 +348,21 @@ def _adamw(e, n):
 
 
 # ---- rendering the step ---------------------------------------------------------------------------------
+GATHERS = {"embedding": ("embedding", lambda n: n.inputs[0].shape[0]),
+           "cross_entropy": ("cross_entropy target", lambda n: n.inputs[0].shape[1])}
+
+
+def gather_check(n: Node, err_byte: int, ids_byte: int) -> str:
+    """The host's check after the segment that ran gather n: its shader recorded the first
+    index out of range (and read nothing with it); the step fails as the CPU's would."""
+    from .cpu import _origin, cstr
+    what, hi = GATHERS[n.op]
+    where = f"{what} in {n.source}" if n.source else what
+    return (f"if (const uint32_t bad = *reinterpret_cast<const uint32_t*>(D + {err_byte}); bad != 0xFFFFFFFFu) "
+            f"return pock_index_error({cstr(where)}, {cstr(_origin(n.inputs[1]))}, "
+            f"reinterpret_cast<const int64_t*>(D + {ids_byte}), bad, 0, {hi(n)});")
+
+
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -389,7 +412,10 @@ def render(prog, part):
     dev = plans.get("vulkan")
     so = prog.state_offsets
     adamw_nodes = [n for n in pg.nodes if part.backend[id(n)] == "vulkan" and n.op == "adamw_update"]
-    scalars = _align(4 * (ADAMW_SLOT0 + 8 * len(adamw_nodes)))
+    # gathers on Vulkan: one error word each after the AdamW slots (see index_word)
+    gathers = [n for n in pg.nodes if part.backend[id(n)] == "vulkan" and n.op in GATHERS]
+    index_slot0 = ADAMW_SLOT0 + 8 * len(adamw_nodes)
+    scalars = _align(4 * (index_slot0 + len(gathers)))
     arena_base = scalars
     state_base = arena_base + _align(dev.arena_bytes if dev else 0)
     device_bytes = state_base + max(prog.state_bytes, 64)
@@ -430,10 +456,14 @@ def render(prog, part):
         def adamw_slot(self, n):
             return ADAMW_SLOT0 + 8 * adamw_nodes.index(n)
 
+        def index_slot(self, n):
+            return index_slot0 + gathers.index(n)
+
     vk, cpu = Emitter(shader_word), Emit(host.offset, so)
     shaders: list[str] = []
     dispatches, segments, blocks = [], [], []
     pending = 0  # dispatches recorded since the last submission
+    pending_gathers: list[Node] = []  # gathers in them: their error words are checked after the run
 
     def flush(lines: list[str]) -> None:
         nonlocal pending
@@ -443,6 +473,9 @@ def render(prog, part):
             lines.append(f"if (!pvk::run(vk, {k})) {{ *F32(A, {host.offset(pg.loss)}) = NAN; "
                          f"return pock_rt::fail(POCK_ERR_BACKEND, \"Vulkan segment {k} failed\"); }}"
                          f"  // Vulkan segment {k}: {pending} dispatches")
+            lines += [gather_check(g, 4 * (index_slot0 + gathers.index(g)), 4 * word(g.inputs[1]))
+                      for g in pending_gathers]
+            pending_gathers.clear()
             pending = 0
 
     for i, n in enumerate(pg.nodes):
@@ -476,6 +509,8 @@ def render(prog, part):
                 dispatches.append({"node": i, "shader": shaders.index(d.shader), "groups": list(d.groups),
                                    "push": [f"{int(x) & 0xFFFFFFFF}u" for x in push]})
             pending += len(ds)
+            if n.op in GATHERS:
+                pending_gathers.append(n)
             names = ", ".join(sorted({d.shader for d in ds})) or "none (a view)"
             lines.append(f"// vulkan: {len(ds)} dispatch(es) #{len(dispatches) - len(ds)}.. ({names})")
             kernel = "vk:" + "+".join(dict.fromkeys(d.shader for d in ds)) if ds else "view"
@@ -504,7 +539,8 @@ def render(prog, part):
         "arena_bytes": host.arena_bytes,
         "arena_bytes_total": max(host.arena_bytes, prog.forward_plan.arena_bytes, 64),
         "state_bytes": max(prog.state_bytes, 64), "state": state,
-        "inputs": _io(pg.inputs, host, int_ranges(prog.graph)), "targets": _io(pg.targets, host, int_ranges(prog.graph)),
+        # the entry check's ranges from the partitioned graph itself (its inputs are clones)
+        "inputs": _io(pg.inputs, host, int_ranges(pg)), "targets": _io(pg.targets, host, int_ranges(pg)),
         "forward_inputs": _io(fg.inputs, prog.forward_plan, int_ranges(fg)),
         "outputs": _io(fg.outputs, prog.forward_plan, {}),
         "loss_offset": host.offset(pg.loss), "default_lr": repr(float(prog.optimizer.lr)),
@@ -512,6 +548,7 @@ def render(prog, part):
         "device_arena_base": arena_base, "device_state_base": state_base, "device_bytes": device_bytes,
         "windows": windows,
         "shaders": shader_rows, "dispatches": dispatches, "segments": segments, "adamw": adamw,
+        "index_words": [4 * (index_slot0 + i) for i in range(len(gathers))],
     }
     return finish(_env().get_template("model_vulkan.cpp.j2"), ctx)
 

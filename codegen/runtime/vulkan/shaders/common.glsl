@@ -85,6 +85,18 @@ const uint NONE = 0xFFFFFFFFu;  // an absent optional operand
 float pf(int i) { return uintBitsToFloat(pc.p[i]); }
 int pi(int i) { return int(pc.p[i]); }
 int i64lo(uint word) { return ldi(word); }  // the value of an int64 that fits 32 bits
+// Whether the int64 at `word` lies in [0, hi) (hi < 2^31): both words, so -1, 2^32 + 3 and
+// INT64_MIN/MAX are all out (a gather must never read with them).
+bool i64_below(uint word, uint hi) { return ldu(word + 1u) == 0u && ldu(word) < hi; }
+// Whether the int64 at `word` equals the 32-bit signed value v (sign-extended).
+bool i64_is(uint word, int v) { return ldi(word) == v && ldi(word + 1u) == (v < 0 ? -1 : 0); }
+// A gather's error record: the word (in the scalars block, window 0) keeps the smallest
+// flat position of an index out of range; the host set it to NONE before the segment.
+#if POCK_WINDOWS == 1
+void flag_index(uint word, uint pos) { if (word != NONE) atomicMin(U[word], pos); }
+#else
+void flag_index(uint word, uint pos) { if (word != NONE) atomicMin(U0[word & 0x0FFFFFFFu], pos); }
+#endif
 
 // e^x as kernels/fast_math.h's fast_exp (Cody-Waite reduction and the Cephes
 // polynomial, within 1 ulp), so activations and losses round like the CPU's.

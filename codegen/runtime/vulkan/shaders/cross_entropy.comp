@@ -7,12 +7,22 @@
 #include "common.glsl"
 layout(local_size_x = 64) in;
 // p: 0 mode (0 fwd, 1 bwd), 1 logits0, 2 target0 (int64), 3 out0 (loss | dlogits), 4 N, 5 C,
-//    6 ignore_index, 7 label_smoothing, 8 dloss0
+//    6 ignore_index, 7 label_smoothing, 8 dloss0, 9 error word (NONE: none)
+// A target that is neither ignore_index nor in [0, C) (any of its 64 bits) is never read
+// with: its row counts as ignored and its position goes to the error word (flag_index);
+// the step fails.
 shared float s_nll[64];
 shared float s_smo[64];
 shared uint s_cnt[64];
 
-bool valid(int t, int C) { return t != pi(6) && t >= 0 && t < C; }
+// Whether row r's target is a class (not ignore_index, in range); flags it when it is neither.
+bool valid_row(int r, int C) {
+  uint w = pc.p[2] + 2 * r;
+  if (i64_is(w, pi(6))) return false;
+  if (i64_below(w, uint(C))) return true;
+  flag_index(pc.p[9], uint(r));
+  return false;
+}
 
 float row_lse(uint row, int C) {
   float m = -1.0 / 0.0;
@@ -30,8 +40,8 @@ void main() {
     float nll = 0.0, smo = 0.0;
     uint cnt = 0;
     for (int i = int(tid); i < N; i += 64) {
+      if (!valid_row(i, C)) continue;
       int t = i64lo(pc.p[2] + 2 * i);
-      if (!valid(t, C)) continue;
       uint row = pc.p[1] + i * C;
       float lse = row_lse(row, C);
       nll += lse - ldf(row + t);
@@ -57,10 +67,10 @@ void main() {
   int i = int(flat_id());
   if (i >= N) return;
   uint cnt = 0;
-  for (int r = 0; r < N; ++r) cnt += valid(i64lo(pc.p[2] + 2 * r), C) ? 1u : 0u;
+  for (int r = 0; r < N; ++r) cnt += valid_row(r, C) ? 1u : 0u;
   uint d = pc.p[3] + i * C, row = pc.p[1] + i * C;
   int t = i64lo(pc.p[2] + 2 * i);
-  if (cnt == 0u || !valid(t, C)) {
+  if (cnt == 0u || !valid_row(i, C)) {
     for (int c = 0; c < C; ++c) stf(d + c, 0.0);
     return;
   }
