@@ -57,8 +57,9 @@ void linear_fwd_lowp(const float* x, const void* w, LowpDtype dt, const float* s
                      i64 M, i64 N, i64 K, Act act);
 void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
                            i64 N, i64 K);
-void embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
-                        i64 V, i64 D);
+// Rows whose index is outside [0, V) become zeros; returns the first such i, or -1.
+i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
+                       i64 V, i64 D);
 
 // ---------------------------------------------------------------- conv2d.cpp
 // x[N,C,H,W], w[O, C/groups, KH, KW], b[O] (nullable), y[N,O,OH,OW]
@@ -95,10 +96,12 @@ void adaptive_avg_pool2d_fwd(const float* x, float* y, i64 N, i64 C, i64 H, i64 
 void adaptive_avg_pool2d_bwd(const float* dy, float* dx, i64 N, i64 C, i64 H, i64 W, i64 OH, i64 OW);
 
 // ---------------------------------------------------------------- embedding.cpp
-// y[n, D] = w[idx[n], :]   (indices are validated by the C API before a step)
-void embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i64 D);
-// dw[V, k] = 0; dw[idx[i], 0:k] += dy[i, 0:k]  (skipping idx == padding_idx; -1 = none)
-void embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k, i64 padding_idx);
+// y[n, D] = w[idx[n], :]   (the generated step checks the indices first; a row whose
+// index is outside [0, V) is zeros, never read with, and the first such n is returned, -1 if none)
+i64 embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i64 D);
+// dw[V, k] = 0; dw[idx[i], 0:k] += dy[i, 0:k]  (skipping idx == padding_idx; -1 = none;
+// and skipping an idx outside [0, V): the first such i is returned, -1 if none)
+i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k, i64 padding_idx);
 
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
@@ -222,14 +225,16 @@ void log_softmax_bwd(const float* dy, const float* y, float* dx, i64 outer, i64 
 // ---------------------------------------------------------------- loss.cpp
 // Mean over the targets that are != ignore_index (PyTorch reduction="mean").
 // label_smoothing as in F.cross_entropy. loss is a single float.
-void cross_entropy_fwd(const float* logits, const int64_t* target, float* loss, i64 N, i64 C,
-                       i64 ignore_index, float label_smoothing);
+// These four skip a target that is neither ignore_index nor in [0, C) (never read with)
+// and return the first such row, -1 when none.
+i64 cross_entropy_fwd(const float* logits, const int64_t* target, float* loss, i64 N, i64 C,
+                      i64 ignore_index, float label_smoothing);
 // dlogits = dloss[0] * d(loss)/d(logits)
-void cross_entropy_bwd(const float* dloss, const float* logits, const int64_t* target, float* dlogits,
-                       i64 N, i64 C, i64 ignore_index, float label_smoothing);
+i64 cross_entropy_bwd(const float* dloss, const float* logits, const int64_t* target, float* dlogits,
+                      i64 N, i64 C, i64 ignore_index, float label_smoothing);
 // nll_loss on log-probabilities logp[N,C], mean reduction
-void nll_loss_fwd(const float* logp, const int64_t* target, float* loss, i64 N, i64 C, i64 ignore_index);
-void nll_loss_bwd(const float* dloss, const int64_t* target, float* dlogp, i64 N, i64 C, i64 ignore_index);
+i64 nll_loss_fwd(const float* logp, const int64_t* target, float* loss, i64 N, i64 C, i64 ignore_index);
+i64 nll_loss_bwd(const float* dloss, const int64_t* target, float* dlogp, i64 N, i64 C, i64 ignore_index);
 // loss = mean((a-b)^2) over n elements; da = dloss*2(a-b)/n (db = -da, nullable)
 void mse_loss_fwd(const float* a, const float* b, float* loss, i64 n);
 void mse_loss_bwd(const float* dloss, const float* a, const float* b, float* da, float* db, i64 n);

@@ -5,26 +5,43 @@
 
 namespace pk {
 
-// y[i, 0:D] = w[idx[i], 0:D] for i in [0, n).  Indices were validated by the C
-// API (0 <= idx < V) before the step runs.
-void embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i64 D) {
-  (void)V;
-  for (i64 i = 0; i < n; ++i)
-    std::memcpy(y + i * D, w + idx[i] * D, sizeof(float) * static_cast<size_t>(D));
+// y[i, 0:D] = w[idx[i], 0:D] for i in [0, n).  The generated step checks the
+// indices before (first_bad_index); the kernel never reads with one outside
+// [0, V) either: that row of y becomes zeros and the first such i is returned
+// (-1 when every index is in range).
+i64 embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i64 D) {
+  i64 bad = -1;
+  for (i64 i = 0; i < n; ++i) {
+    const int64_t row = idx[i];
+    if (row < 0 || row >= V) {
+      std::memset(y + i * D, 0, sizeof(float) * static_cast<size_t>(D));
+      if (bad < 0) bad = i;
+      continue;
+    }
+    std::memcpy(y + i * D, w + row * D, sizeof(float) * static_cast<size_t>(D));
+  }
+  return bad;
 }
 
 // dw[V, k] = 0, then dw[idx[i], 0:k] += dy[i, 0:k] in index order, skipping
-// rows whose index is padding_idx (-1 = no padding index).  dy rows are D long.
-void embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k,
+// rows whose index is padding_idx (-1 = no padding index) or outside [0, V)
+// (the first such i is returned, -1 when none).  dy rows are D long.
+i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k,
                    i64 padding_idx) {
   for (i64 i = 0; i < V * k; ++i) dw[i] = 0.0f;
+  i64 bad = -1;
   for (i64 i = 0; i < n; ++i) {
     const i64 row = idx[i];
-    if (row == padding_idx || row < 0 || row >= V) continue;
+    if (padding_idx >= 0 && row == padding_idx) continue;  // -1: no padding index (not index -1)
+    if (row < 0 || row >= V) {
+      if (bad < 0) bad = i;
+      continue;
+    }
     const float* src = dy + i * D;
     float* dst = dw + row * k;
     for (i64 j = 0; j < k; ++j) dst[j] += src[j];
   }
+  return bad;
 }
 
 }  // namespace pk

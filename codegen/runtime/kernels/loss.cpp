@@ -6,8 +6,9 @@
 // Deviation from PyTorch: when every target is ignored PyTorch returns NaN
 // (0/0); here the loss is 0 and every gradient is 0, so one all-padding batch
 // cannot poison the parameters.  Targets outside [0, C) that are not
-// ignore_index are invalid input (the C API validates them); they are skipped
-// like ignored rows instead of reading out of bounds.
+// ignore_index are invalid input (the generated step checks them first); the
+// kernels skip them like ignored rows instead of reading out of bounds and
+// return the first such row (-1 when none).
 //
 // Speed: the row max, the sum of exponentials and the backward's softmax run
 // over the native vector of simd.h with vec_math.h's vexp (1 ulp; AVX-512,
@@ -51,6 +52,14 @@ i64 count_valid(const int64_t* target, i64 N, i64 C, i64 ignore_index) {
   return cnt;
 }
 
+// The first i whose target is neither ignore_index nor in [0, C) (what the kernels
+// report: such rows are skipped, never read with), -1 when none.
+i64 first_invalid(const int64_t* target, i64 N, i64 C, i64 ignore_index) {
+  for (i64 i = 0; i < N; ++i)
+    if (target[i] != ignore_index && !valid_target(target[i], C, ignore_index)) return i;
+  return -1;
+}
+
 // The fixed partition of [0, n) into parts (depends on n only): part k is
 // [n*k/np, n*(k+1)/np).  f(k, b, e) runs for every part, threaded; returns np.
 template <class F>
@@ -68,8 +77,8 @@ i64 for_parts(i64 n, i64 cost_per_item, F&& f) {
 }  // namespace
 
 // loss[0] = F.cross_entropy(logits[N,C], target[N], ignore_index, label_smoothing)
-void cross_entropy_fwd(const float* logits, const int64_t* target, float* loss, i64 N, i64 C,
-                       i64 ignore_index, float label_smoothing) {
+i64 cross_entropy_fwd(const float* logits, const int64_t* target, float* loss, i64 N, i64 C,
+                      i64 ignore_index, float label_smoothing) {
   double nll_p[kParts], smooth_p[kParts];
   i64 cnt_p[kParts];
   const i64 np = for_parts(N, C, [&](i64 k, i64 b, i64 e) {
@@ -97,20 +106,21 @@ void cross_entropy_fwd(const float* logits, const int64_t* target, float* loss, 
   }
   if (cnt == 0) {  // PyTorch: NaN; we return 0 (see the file comment)
     loss[0] = 0.f;
-    return;
+    return first_invalid(target, N, C, ignore_index);
   }
   const double ls = label_smoothing;
   loss[0] = static_cast<float>(((1.0 - ls) * nll + ls / C * smooth) / cnt);
+  return first_invalid(target, N, C, ignore_index);
 }
 
 // dlogits[i,c] = dloss/cnt * (softmax[i,c] - (1-ls)*[c==t_i] - ls/C) on valid rows, 0 elsewhere.
-void cross_entropy_bwd(const float* dloss, const float* logits, const int64_t* target, float* dlogits,
-                       i64 N, i64 C, i64 ignore_index, float label_smoothing) {
+i64 cross_entropy_bwd(const float* dloss, const float* logits, const int64_t* target, float* dlogits,
+                      i64 N, i64 C, i64 ignore_index, float label_smoothing) {
   const i64 cnt = count_valid(target, N, C, ignore_index);
   const float g = cnt > 0 ? static_cast<float>(static_cast<double>(dloss[0]) / cnt) : 0.f;
   const float off = g * label_smoothing / static_cast<float>(C);
   const float on = g * (1.f - label_smoothing);
-  if (C <= 0) return;
+  if (C <= 0) return first_invalid(target, N, C, ignore_index);
   const i64 grain = C >= kGrain ? 1 : kGrain / C;
   parallel_for(N, grain, [&](i64 b, i64 e) {
     for (i64 i = b; i < e; ++i) {
@@ -136,10 +146,11 @@ void cross_entropy_bwd(const float* dloss, const float* logits, const int64_t* t
       d[t] -= on;
     }
   });
+  return first_invalid(target, N, C, ignore_index);
 }
 
 // loss[0] = -mean over valid rows of logp[i, t_i]
-void nll_loss_fwd(const float* logp, const int64_t* target, float* loss, i64 N, i64 C, i64 ignore_index) {
+i64 nll_loss_fwd(const float* logp, const int64_t* target, float* loss, i64 N, i64 C, i64 ignore_index) {
   double s = 0;
   i64 cnt = 0;
   for (i64 i = 0; i < N; ++i) {
@@ -149,18 +160,20 @@ void nll_loss_fwd(const float* logp, const int64_t* target, float* loss, i64 N, 
     s -= logp[i * C + t];
   }
   loss[0] = cnt > 0 ? static_cast<float>(s / cnt) : 0.f;  // PyTorch: NaN when cnt == 0
+  return first_invalid(target, N, C, ignore_index);
 }
 
 // dlogp = 0 except dlogp[i, t_i] = -dloss/cnt on valid rows.
-void nll_loss_bwd(const float* dloss, const int64_t* target, float* dlogp, i64 N, i64 C, i64 ignore_index) {
+i64 nll_loss_bwd(const float* dloss, const int64_t* target, float* dlogp, i64 N, i64 C, i64 ignore_index) {
   const i64 cnt = count_valid(target, N, C, ignore_index);
   for (i64 i = 0; i < N * C; ++i) dlogp[i] = 0.f;
-  if (cnt == 0) return;
+  if (cnt == 0) return first_invalid(target, N, C, ignore_index);
   const float g = -static_cast<float>(static_cast<double>(dloss[0]) / cnt);
   for (i64 i = 0; i < N; ++i) {
     const int64_t t = target[i];
     if (valid_target(t, C, ignore_index)) dlogp[i * C + t] = g;
   }
+  return first_invalid(target, N, C, ignore_index);
 }
 
 // loss[0] = mean((a-b)^2), accumulated in double (fixed partition, see the file comment).

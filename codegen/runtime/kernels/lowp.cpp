@@ -126,16 +126,25 @@ void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const f
 }
 
 // y[i, :] = dequant(w)[idx[i], :]  (indices validated by the C API)
-void embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
-                        i64 V, i64 D) {
-  (void)V;
+// As embedding_fwd: a row whose index is outside [0, V) becomes zeros (never read
+// with); returns the first such i, -1 when none.
+i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
+                       i64 V, i64 D) {
   auto run = [&](i64 b, i64 e) {
-    for (i64 i = b; i < e; ++i) dequant_rows(w, dt, scale, idx[i], 1, D, y + i * D);
+    for (i64 i = b; i < e; ++i) {
+      if (idx[i] < 0 || idx[i] >= V)
+        std::memset(y + i * D, 0, sizeof(float) * static_cast<size_t>(D));
+      else
+        dequant_rows(w, dt, scale, idx[i], 1, D, y + i * D);
+    }
   };
   if (n * D >= (i64(1) << 15))
     parallel_for(n, 8, run);
   else
     run(0, n);
+  for (i64 i = 0; i < n; ++i)
+    if (idx[i] < 0 || idx[i] >= V) return i;
+  return -1;
 }
 
 }  // namespace pk
