@@ -363,6 +363,11 @@ def gather_check(n: Node, err_byte: int, ids_byte: int) -> str:
             f"reinterpret_cast<const int64_t*>(D + {ids_byte}), bad, 0, {hi(n)});")
 
 
+def NONFINITE_GUARD_ON() -> bool:  # noqa: N802  (cpu.NONFINITE_GUARD, read when rendering: the bench flips it)
+    from . import cpu
+    return cpu.NONFINITE_GUARD
+
+
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -460,6 +465,53 @@ def render(prog, part):
             return index_slot0 + gathers.index(n)
 
     vk, cpu = Emitter(shader_word), Emit(host.offset, so)
+    # The non-finite guard (nonfinite_guard), by the host, reading the device buffer where the
+    # values are there.  exact_skip (every update after the whole backward): once, before the
+    # first update, for the loss and every gradient, so a skipped step changes nothing.
+    # Otherwise before each update (the segment before it submitted first), for its own
+    # gradient: a NaN/inf one skips it and every later update, as on the CPU ("partial").
+    guard = NONFINITE_GUARD_ON()
+    exact = getattr(prog, "exact_skip", True)
+    cpu.exact_skip = True  # CPU updates of this step are checked here, not by their kernels
+    position = {id(n): i for i, n in enumerate(pg.nodes)}
+    update_nodes = [n for n in pg.nodes if n.op in ("sgd_update", "adamw_update")]
+    first_update = next((i for i, n in enumerate(pg.nodes) if n.phase == "update"), None)
+    applied: set[str] = set()
+
+    def value_ptr(v: Value) -> str:  # where the host reads v (the device buffer is host-visible)
+        r = root_of(v)
+        if r.in_state:
+            return f"F32(S, {so[r.name]})"
+        if part.space.get(id(v), part.space.get(id(r), ALWAYS)) == ALWAYS:
+            return f"F32(A, {host.offset(v)})"
+        return f"reinterpret_cast<const float*>(D + {4 * word(v)})"
+
+    def computed(v: Value) -> Value | None:  # v, or its copy on the other side, once computed
+        p = v.producer
+        if p is None or position[id(p)] < first_update:
+            return v
+        if p.op == "transfer" and computed(p.inputs[0]) is not None:
+            return p.inputs[0]
+        return None
+
+    def nonfinite_guard(updates: list[Node], done: int, with_loss: bool) -> list[str]:
+        """The non-finite guard, run by the host after the segment before it: the loss (at the
+        first update), then the gradients of `updates`; `done` updates of the step ran before."""
+        from .cpu import cstr
+        out = []
+        loss = computed(pg.loss)
+        # a skipped step still returns its loss: copy it to the host's loss slot first when it is
+        # still on the device (only on the way out: that slot may hold something else until then)
+        ret = "" if loss is None or loss is pg.loss else f"*F32(A, {host.offset(pg.loss)}) = *{value_ptr(loss)}; "
+        if loss is not None and with_loss:
+            out.append(f"if (!pk::all_finite({value_ptr(loss)}, 1)) {{ {ret}return pock_nonfinite(\"the loss\", 0); }}")
+        for u in updates:
+            g = computed(u.inputs[1]) if exact else u.inputs[1]
+            if g is not None:
+                what = cstr(f"the gradient of {u.inputs[0].name!r}")
+                out.append(f"if (!pk::all_finite({value_ptr(g)}, {_n(g)})) {{ {ret}return pock_nonfinite({what}, "
+                           f"{done}); }}")
+        return out
     shaders: list[str] = []
     dispatches, segments, blocks = [], [], []
     pending = 0  # dispatches recorded since the last submission
@@ -482,6 +534,17 @@ def render(prog, part):
         b = part.backend[id(n)]
         lines: list[str] = []
         kernel = None
+        if guard and exact and i == first_update:
+            flush(lines)
+            lines += nonfinite_guard(update_nodes, 0, True)
+        elif guard and not exact and n in update_nodes:
+            flush(lines)
+            lines += nonfinite_guard([n], len(applied), i == first_update)
+        # the updates that reached the host's state so far (CPU updates; Vulkan ones update the
+        # mirror, which is copied back at the end: a step stopped before changes nothing there)
+        if n.op in ("sgd_update", "adamw_update") and b == ALWAYS or \
+                n.op == "state_transfer" and n.attrs["dst"] == ALWAYS and n.inputs[0].kind == "param":
+            applied.add(n.inputs[0].name)
         if n.op == "transfer":
             flush(lines)
             v, out = n.inputs[0], n.outputs[0]
