@@ -40,7 +40,13 @@ def main() -> None:
     ap.add_argument("--no-build", action="store_true")
     ap.add_argument("--cprofile", default="", help="write a cProfile of the Python stages here")
     ap.add_argument("--warm-runtime", action="store_true", help="keep the default cache (runtime objects built)")
+    ap.add_argument("--old-codegen", action="store_true",
+                    help="as before chunking: the step in one function, the model TU at -O3 (for before/after)")
     args = ap.parse_args()
+    if args.old_codegen:
+        from pockengine import codegen
+        from pockengine.build import host
+        codegen.CHUNK_NODES, host.MODEL_OPT = 10 ** 9, "-O3"
     if not args.warm_runtime:
         os.environ["POCK_CACHE_DIR"] = tempfile.mkdtemp(prefix="pock-prof-")
     import torch
@@ -109,7 +115,19 @@ def main() -> None:
         prof.dump_stats(args.cprofile)
         pstats.Stats(args.cprofile).sort_stats("cumulative").print_stats(40)
     if not args.no_build:
+        from pockengine.build import host
+        real_run, gxx = host._run, {}
+
+        def timed_run(cmd, what):  # per-object compiler time (the model TU is the long one)
+            t = time.perf_counter()
+            real_run(cmd, what)
+            gxx[Path(cmd[-3]).name] = time.perf_counter() - t
+        host._run = timed_run
         trainer = stage("build", P.build, prog, source)
+        host._run = real_run
+        model_tu = next((v for k, v in gxx.items() if k.startswith("smollm2_prof")), 0.0)
+        print(f"  g++ model TU {model_tu:.2f} s; runtime+kernels objects {sum(gxx.values()) - model_tu:.2f} s "
+              f"(sum over {len(gxx)} commands, 2 at a time)")
         t = time.perf_counter()
         loss = trainer.step((x.numpy(),), (y.numpy(),))
         print(f"  first step {time.perf_counter() - t:.2f} s, loss {loss:.4f}")
