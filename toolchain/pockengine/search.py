@@ -39,15 +39,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch.nn as nn
 
-from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
 from .errors import PockError
-from .frontends.torch_export import check_example, export_graph, resolve_loss, tied_aliases
-from .ir.verify import verify
+from .frontends.torch_export import check_example, resolve_loss, tied_aliases
 from .optim.optimizers import SGD, Optimizer
-from .passes.dce import eliminate_dead_code
-from .passes.fuse import fuse_activations
-from .program import Program, _c_name, resolve_update
+from .program import Program, _c_name, export, lower, resolve_update
 
 RATIOS = (0.125, 0.25, 0.5, 1.0)
 NORMS = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -169,16 +165,11 @@ class SchemeCompiler:
         self.loss = loss
         self.name = name or _c_name(type(model).__name__)
         self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+        # frozen by the user (requires_grad=False) stays frozen, as in pe.compile
+        self.frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
         self.aliases = tied_aliases(model)
-        was_training = model.training
-        self.train_graph = export_graph(model, self.inputs, self.targets, loss, self.name)
-        try:
-            model.eval()
-            fwd = export_graph(model, self.inputs, name=self.name)
-        finally:
-            model.train(was_training)
-        verify(eliminate_dead_code(fwd), "dead-code elimination (inference)")
-        self.forward_graph = verify(fuse_activations(fwd), "activation fusion (inference)")
+        # the same export stage as pe.compile: every module's own mode is restored after it
+        self.train_graph, self.forward_graph = export(model, self.inputs, self.targets, loss, self.name)
         self._stats: dict[tuple, dict] = {}
         self.compiles = 0
 
@@ -187,21 +178,20 @@ class SchemeCompiler:
         return tuple(sorted((n, -1 if k is FULL else int(k)) for n, k in trained.items()))
 
     def program(self, update) -> Program:
-        trained = resolve_update(self.shapes, update)
+        """The scheme's Program, by pe.compile's own stages (lower, schedule, plan)."""
+        trained = self.trained(update)
         graph, _ = self.train_graph.clone()
-        grads = build_backward(graph, trained)
-        for pname, grad in grads.items():
-            k = trained[pname]
-            self.optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
-        verify(graph, "autodiff")
-        verify(eliminate_dead_code(graph), "dead-code elimination")
-        verify(fuse_activations(graph), "activation fusion")
+        forward_graph, _ = self.forward_graph.clone()
+        lower(graph, forward_graph, trained, self.optimizer)
         self.compiles += 1
-        return Program(self.name, graph, self.forward_graph.clone()[0], self.optimizer, trained, self.aliases)
+        return Program(self.name, graph, forward_graph, self.optimizer, trained, self.aliases)
+
+    def trained(self, update) -> dict:
+        return {n: k for n, k in resolve_update(self.shapes, update).items() if n not in self.frozen}
 
     def stats(self, update) -> dict:
         """prog.stats() of the scheme's compiled program (cached by what it trains)."""
-        key = self.key(resolve_update(self.shapes, update))
+        key = self.key(self.trained(update))
         if key not in self._stats:
             self._stats[key] = self.program(update).stats()
         return self._stats[key]
@@ -274,6 +264,7 @@ class Contributions:
     steps: int
     ms_per_flop: float                    # measured on the full-update step
     full_delta: float                     # loss drop of the full update, same steps
+    complete: bool = True                 # False: max_seconds ran out, unmeasured options count 0
 
 
 def _eval_loss(trainer, batches) -> float:
@@ -286,45 +277,77 @@ def _eval_loss(trainer, batches) -> float:
         trainer.learning_rate = lr
 
 
+class Evaluator:
+    """Measured held-out loss drops of update schemes: each scheme is fine-tuned for `steps`
+    steps (cycling the training batches) from the same start by the compiled full-update step,
+    putting back every element outside the scheme after each step, which is exactly the
+    scheme's own sparse step (SGD and AdamW update every element independently); its value is
+    the drop of the mean loss on the held-out batches.  Results are cached per scheme."""
+
+    def __init__(self, compiler: SchemeCompiler, batches, steps: int):
+        self.compiler, self.steps = compiler, steps
+        self.train, self.evalb = split_batches(batches)
+        prog = compiler.program("full")
+        self.flops_full = prog.stats()["flops_per_step"]
+        self.trainer = prog.build()
+        self.original = {n: self.trainer.get_tensor(n).copy() for n in compiler.shapes}
+        self._tmp = tempfile.TemporaryDirectory()
+        self.ckpt = os.path.join(self._tmp.name, "start.pockckpt")
+        self.trainer.save(self.ckpt)
+        self.base = _eval_loss(self.trainer, self.evalb)
+        self.step_s, self.nsteps, self.evaluations = 0.0, 0, 0
+        self._cache: dict[tuple, float] = {}
+
+    def delta(self, update: dict | None) -> float:
+        """Held-out loss drop after fine-tuning `update` (None: the full update)."""
+        keep = None if update is None else self.compiler.trained(update)
+        key = ("full",) if keep is None else self.compiler.key(keep)
+        if key not in self._cache:
+            self.trainer.load(self.ckpt)
+            for i in range(self.steps):
+                x, y = self.train[i % len(self.train)]
+                t0 = time.perf_counter()
+                self.trainer.step(x, y)
+                self.step_s, self.nsteps = self.step_s + time.perf_counter() - t0, self.nsteps + 1
+                if keep is not None:
+                    _restore_outside(self.trainer, self.original, keep)
+            self._cache[key] = self.base - _eval_loss(self.trainer, self.evalb)
+            self.evaluations += 1
+        return self._cache[key]
+
+    @property
+    def ms_per_flop(self) -> float:
+        return self.step_s * 1e3 / max(self.nsteps, 1) / max(self.flops_full, 1)
+
+    def close(self) -> None:
+        self.trainer.close()
+        self._tmp.cleanup()
+
+
 def measure_contributions(compiler: SchemeCompiler, groups: list[Group], batches, steps: int = 10,
-                          progress: bool = True) -> Contributions:
-    """Fine-tune every option alone for `steps` steps (cycling the training batches) with the
-    compiled full-update step, putting back everything outside the option after each step."""
+                          progress: bool = True, evaluator: Evaluator | None = None,
+                          deadline: float | None = None) -> Contributions:
+    """Fine-tune every option alone for `steps` steps with the compiled full-update step
+    (Evaluator).  Past `deadline` (time.monotonic()) the options not yet measured count 0."""
     from tqdm import tqdm
 
-    train, evalb = split_batches(batches)
-    prog = compiler.program("full")
-    flops_full = prog.stats()["flops_per_step"]
-    trainer = prog.build()
-    original = {n: trainer.get_tensor(n).copy() for n in compiler.shapes}
-    delta, step_s, nsteps = {}, 0.0, 0
+    own = evaluator is None
+    ev = evaluator if evaluator is not None else Evaluator(compiler, batches, steps)
     options = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.ratios) + 1)]
-    with tempfile.TemporaryDirectory() as tmp:
-        ckpt = os.path.join(tmp, "start.pockckpt")
-        trainer.save(ckpt)
-        base = _eval_loss(trainer, evalb)
-
-        def run(update: dict | None) -> float:
-            nonlocal step_s, nsteps
-            trainer.load(ckpt)
-            keep = None if update is None else resolve_update(compiler.shapes, update)
-            for i in range(steps):
-                x, y = train[i % len(train)]
-                t0 = time.perf_counter()
-                trainer.step(x, y)
-                step_s, nsteps = step_s + time.perf_counter() - t0, nsteps + 1
-                if keep is not None:
-                    _restore_outside(trainer, original, keep)
-            return base - _eval_loss(trainer, evalb)
-
-        full_delta = run(None)
+    delta, complete = {}, True
+    try:
+        full_delta = ev.delta(None)
         bar = tqdm(options, desc="contribution analysis", unit="option", disable=not progress)
         for gi, o in bar:
+            if deadline is not None and time.monotonic() > deadline:
+                delta[(gi, o)], complete = 0.0, False
+                continue
             bar.set_postfix_str(f"{groups[gi].name} x{groups[gi].ratios[o - 1]:g}", refresh=False)
-            delta[(gi, o)] = run(groups[gi].update(o))
-    trainer.close()
-    ms_per_flop = step_s * 1e3 / max(nsteps, 1) / max(flops_full, 1)
-    return Contributions(base, delta, steps, ms_per_flop, full_delta)
+            delta[(gi, o)] = ev.delta(groups[gi].update(o))
+    finally:
+        if own:
+            ev.close()
+    return Contributions(ev.base, delta, steps, ev.ms_per_flop, full_delta, complete)
 
 
 def _restore_outside(trainer, original: dict, keep: dict) -> None:
@@ -357,20 +380,30 @@ class SearchResult:
     seed: int
     compiles: int
     history: list = field(default_factory=list)  # best predicted contribution per refinement generation
+    measured_delta: float | None = None  # held-out loss drop of the chosen scheme, measured
+    baselines: list = field(default_factory=list)  # search_baselines.Measured, the hand baselines
+    seconds: float = 0.0                 # wall time of the search
+    cached: bool = False                 # contributions came from the cache
 
     def table(self) -> str:
-        """Markdown: chosen vs full vs last layer."""
-        rows = [("searched", self.cost), ("full update", self.full), ("last layer", self.last)]
-        lines = ["| scheme | arena + state MiB | arena + optimizer state MiB | MFLOP/step | trainable |",
-                 "|---|---|---|---|---|"]
-        for label, c in rows:
+        """Markdown: chosen vs full vs last layer vs the hand baselines (measured loss drops)."""
+        rows = [("searched", self.cost, self.measured_delta, True),
+                ("full update", self.full, self.contributions.full_delta, False),
+                ("last layer", self.last, None, fits(self.last, self.budget.limits()))]
+        rows += [(f"baseline: {b.name}", b.cost, b.delta, b.fits) for b in self.baselines]
+        lines = ["| scheme | arena + state MiB | arena + optimizer state MiB | MFLOP/step | trainable "
+                 "| fits budget | measured loss drop |", "|---|---|---|---|---|---|---|"]
+        for label, c, d, ok in rows:
             lines.append(f"| {label} | {c['memory_bytes'] / MIB:.3f} | {c['training_bytes'] / MIB:.3f} | "
-                         f"{c['flops_per_step'] / 1e6:.2f} | {c['trainable_elements']} |")
+                         f"{c['flops_per_step'] / 1e6:.2f} | {c['trainable_elements']} | "
+                         f"{'yes' if ok else 'no'} | {'' if d is None else f'{d:.4f}'} |")
         return "\n".join(lines)
 
     def describe(self) -> str:
         chosen = ", ".join(f"{n}: {r:g}" for n, r in self.update.items())
         return (f"searched scheme for budget {self.budget.describe()} (seed {self.seed}):\n  {{{chosen}}}\n"
+                + (f"  measured loss drop {self.measured_delta:.4f}; " if self.measured_delta is not None else "  ")
+                + f"search {self.seconds:.1f} s\n"
                 f"  predicted loss drop {self.predicted_delta:.4f} (full update: "
                 f"{self.contributions.full_delta:.4f}, {self.contributions.steps} steps on the sample batches)\n"
                 + self.table())
@@ -476,33 +509,61 @@ class _Searcher:
 def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer | None = None,
            budget: Budget | None = None, seed: int = 0, steps: int = 10, generations: int = 8,
            population: int = 12, progress: bool = True, compiler: SchemeCompiler | None = None,
-           contributions: Contributions | None = None) -> SearchResult:
-    """search_update's work, returning everything the report shows (see the module docstring)."""
+           contributions: Contributions | None = None, refine: bool = True, max_seconds: float | None = None,
+           max_evaluations: int = 24, cache: bool = True) -> SearchResult:
+    """search_update's work, returning everything the report shows (see the module docstring).
+    refine: measure the hand baselines and the additive pick with real steps and refine by
+    measured moves (search_baselines); max_seconds bounds the whole search (the contribution
+    analysis gets at most 60% of it); cache: reuse contribution results of the same model,
+    data, optimizer and steps (pock cache dir, search/)."""
+    t0 = time.monotonic()
     if not isinstance(budget, Budget):
         raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise PockError(f"steps must be a positive integer, got {steps!r}")
+    if max_seconds is not None and (isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float))
+                                    or not max_seconds > 0 or not math.isfinite(max_seconds)):
+        raise PockError(f"max_seconds must be a positive number of seconds, got {max_seconds!r}")
+    deadline = None if max_seconds is None else t0 + max_seconds
     if compiler is None:
         if not isinstance(batches, (list, tuple)) or not batches or not isinstance(batches[0], (list, tuple)) \
                 or len(batches[0]) != 2:
             raise PockError("batches must be a non-empty list of (inputs, targets) tuples")
         compiler = SchemeCompiler(model, batches[0][0], batches[0][1], loss, optimizer)
     batches = _check_batches(batches, compiler)
-    groups = candidate_groups(model)
+    groups = [g for g in candidate_groups(model) if not all(p in compiler.frozen for p in g.params)]
     if not groups:
         raise PockError("the model has no parameters to update")
     limits = budget.limits()
     if "step_ms" not in limits and contributions is None:
         # the budget is checkable before any C++ build: fail fast if no option fits
         _check_cheapest(compiler, groups, budget, None)
-    if contributions is None:
-        contributions = measure_contributions(compiler, groups, batches, steps, progress)
-    _check_cheapest(compiler, groups, budget, contributions.ms_per_flop)
-    s = _Searcher(compiler, groups, contributions, budget)
-    best = s.greedy()
-    history: list = []
-    if any(best):
-        best = s.evolve(best, np.random.default_rng(seed), generations, population, progress, history)
+    evaluator, cached = None, False
+    try:
+        if contributions is None and cache:
+            contributions = _load_cached(compiler, batches, steps, groups)
+            cached = contributions is not None
+        if contributions is None or refine:
+            evaluator = Evaluator(compiler, batches, contributions.steps if contributions else steps)
+        if contributions is None:
+            contributions = measure_contributions(compiler, groups, batches, steps, progress, evaluator,
+                                                  None if deadline is None else t0 + 0.6 * max_seconds)
+            if cache and contributions.complete:
+                _store_cached(compiler, batches, steps, groups, contributions)
+        _check_cheapest(compiler, groups, budget, contributions.ms_per_flop)
+        s = _Searcher(compiler, groups, contributions, budget)
+        best = s.greedy()
+        history: list = []
+        if any(best):
+            best = s.evolve(best, np.random.default_rng(seed), generations, population, progress, history)
+        measured, baselines = None, []
+        if refine:
+            from .search_baselines import refine as refine_measured
+            best, measured, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations,
+                                                        progress)
+    finally:
+        if evaluator is not None:
+            evaluator.close()
     if not any(best):
         raise PockError(f"no option with a positive contribution fits the budget {budget.describe()} "
                         "(every option tried made the sample loss worse); try more sample batches or steps")
@@ -513,7 +574,55 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     last_update = last_layer_update(compiler)
     last = cost_of(compiler.stats(last_update), contributions.ms_per_flop)
     return SearchResult(update, best, groups, contributions, budget, cost, s.value(best), full, last,
-                        last_update, seed, compiler.compiles, history)
+                        last_update, seed, compiler.compiles, history, measured, baselines,
+                        time.monotonic() - t0, cached)
+
+
+# -- contribution cache (per model, data, optimizer and steps) ------------------------------------
+def _cache_key(compiler: SchemeCompiler, batches, steps: int, groups) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    h.update(repr((compiler.name, compiler.loss, repr(compiler.optimizer), steps,
+                   [(g.name, g.params, g.ratios) for g in groups], sorted(compiler.frozen))).encode())
+    for name, v in sorted(compiler.train_graph.state.items()):
+        if v.data is not None:
+            h.update(name.encode())
+            h.update(np.ascontiguousarray(v.data).tobytes())
+    h.update(str([n.op for n in compiler.train_graph.nodes]).encode())
+    for x, y in batches:
+        for t in (*x, *y):
+            h.update(t.detach().cpu().numpy().tobytes())
+    return h.hexdigest()[:32]
+
+
+def _cache_path(key: str):
+    from .build.host import cache_dir
+    return cache_dir() / "search" / f"{key}.json"
+
+
+def _load_cached(compiler, batches, steps, groups) -> Contributions | None:
+    import json
+    try:
+        d = json.loads(_cache_path(_cache_key(compiler, batches, steps, groups)).read_text())
+        delta = {(int(k.split(":")[0]), int(k.split(":")[1])): float(v) for k, v in d["delta"].items()}
+        return Contributions(d["base_loss"], delta, d["steps"], d["ms_per_flop"], d["full_delta"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _store_cached(compiler, batches, steps, groups, c: Contributions) -> None:
+    import json
+    try:
+        path = _cache_path(_cache_key(compiler, batches, steps, groups))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{id(c)}")
+        tmp.write_text(json.dumps({"base_loss": c.base_loss, "steps": c.steps, "ms_per_flop": c.ms_per_flop,
+                                   "full_delta": c.full_delta,
+                                   "delta": {f"{g}:{o}": v for (g, o), v in c.delta.items()}}))
+        os.replace(tmp, path)
+    except OSError:
+        pass  # a read-only cache only costs the next search its contribution analysis
 
 
 def _check_cheapest(compiler, groups, budget: Budget, ms_per_flop) -> None:

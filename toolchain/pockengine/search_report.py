@@ -2,7 +2,7 @@
 next to full update and last-layer update, as pictures.
 
     write_report(result, "out.html")   # one self-contained page (PNGs inlined)
-    write_report(result, "out.md")     # Markdown + out_contrib.png + out_cost.png beside it
+    write_report(result, "out.md")     # Markdown + out_contrib/_cost/_sensitivity.png beside it
 """
 from __future__ import annotations
 
@@ -40,6 +40,36 @@ def contribution_figure(result):
     ax.set_title("Contribution of each candidate fine-tuned alone (red edge: chosen)", fontsize=9)
     handles = [plt.Rectangle((0, 0), 1, 1, color=colors[r]) for r in ratios]
     ax.legend(handles, [f"ratio {r:g}" for r in ratios], fontsize=7, loc="lower right")
+    fig.tight_layout()
+    return fig
+
+
+def sensitivity_figure(result, title: str | None = None):
+    """The paper's sensitivity curves (PockEngine 4.2): held-out loss drop against the ratio of
+    input channels updated, one line per weight layer (darker: later in the model)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    groups, delta = result.groups, result.contributions.delta
+    weights = [(gi, g) for gi, g in enumerate(groups) if g.kind == "weight"]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    cmap = plt.get_cmap("viridis")
+    for rank, (gi, g) in enumerate(weights):
+        color = cmap(rank / max(len(weights) - 1, 1))
+        xs = [0.0, *g.ratios]
+        ys = [0.0, *(delta[(gi, o)] for o in range(1, len(g.ratios) + 1))]
+        ax.plot(xs, ys, marker="o", markersize=3, color=color, linewidth=1.2, label=g.name)
+    for gi, g in enumerate(groups):
+        if g.kind != "weight":
+            ax.scatter([1.0], [delta[(gi, 1)]], marker="x", s=18, color="#d62728")
+    ax.axhline(result.contributions.full_delta, color="black", linestyle="--", linewidth=0.8,
+               label="full update")
+    ax.set_xlabel("ratio of input channels updated")
+    ax.set_ylabel(f"held-out loss drop after {result.contributions.steps} steps")
+    ax.set_title(title or "Which layers matter: loss drop vs update ratio per layer (x: biases/norms)", fontsize=9)
+    if len(weights) <= 16:
+        ax.legend(fontsize=6, ncol=2)
     fig.tight_layout()
     return fig
 
@@ -94,7 +124,7 @@ def _contrib_table(result) -> str:
     return "\n".join(lines)
 
 
-def markdown(result, contrib_png: str, cost_png: str) -> str:
+def markdown(result, contrib_png: str, cost_png: str, sens_png: str | None = None) -> str:
     c = result.contributions
     return "\n".join([
         "# PockEngine update-scheme search", "",
@@ -102,10 +132,14 @@ def markdown(result, contrib_png: str, cost_png: str) -> str:
         f"{result.compiles} schemes compiled for their costs.", "",
         f"Sample loss before fine-tuning {c.base_loss:.4f}; drop with the full update {c.full_delta:.4f}; "
         f"predicted drop of the searched scheme (sum of its candidates) {result.predicted_delta:.4f}.", "",
+        f"Measured held-out loss drop of the searched scheme {result.measured_delta:.4f}; search "
+        f"{result.seconds:.1f} s{' (contributions from the cache)' if result.cached else ''}." if result.measured_delta
+        is not None else f"Search {result.seconds:.1f} s.", "",
         "## Chosen scheme", "", "```python", "update = " + repr(result.update), "```", "",
         result.table(), "", f"![cost]({cost_png})", "",
         "## Contribution of each candidate", "", f"![contributions]({contrib_png})", "",
-        _contrib_table(result), ""])
+        _contrib_table(result), "",
+        *(["## Which layers matter (sensitivity curves)", "", f"![sensitivity]({sens_png})", ""] if sens_png else [])])
 
 
 def write_report(result, path) -> Path:
@@ -116,16 +150,21 @@ def write_report(result, path) -> Path:
         raise PockError(f"search report must be .html or .md, got {str(path)!r}")
     path.parent.mkdir(parents=True, exist_ok=True)
     contrib, cost = _png(contribution_figure(result)), _png(cost_figure(result))
+    sens = _png(sensitivity_figure(result))
     if suffix == ".md":
         cp, kp = path.with_name(path.stem + "_contrib.png"), path.with_name(path.stem + "_cost.png")
+        sp = path.with_name(path.stem + "_sensitivity.png")
         cp.write_bytes(contrib)
         kp.write_bytes(cost)
-        path.write_text(markdown(result, cp.name, kp.name))
+        sp.write_bytes(sens)
+        path.write_text(markdown(result, cp.name, kp.name, sp.name))
         return path
-    uri = {k: "data:image/png;base64," + base64.b64encode(v).decode() for k, v in (("c", contrib), ("k", cost))}
-    body = html.escape(markdown(result, "CONTRIB", "COST"))
+    uri = {k: "data:image/png;base64," + base64.b64encode(v).decode()
+           for k, v in (("c", contrib), ("k", cost), ("s", sens))}
+    body = html.escape(markdown(result, "CONTRIB", "COST", "SENS"))
     body = body.replace("![contributions](CONTRIB)", f'<img alt="contributions" src="{uri["c"]}">')
     body = body.replace("![cost](COST)", f'<img alt="cost" src="{uri["k"]}">')
+    body = body.replace("![sensitivity](SENS)", f'<img alt="sensitivity" src="{uri["s"]}">')
     path.write_text("<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>PockEngine scheme search</title>"
                     "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}pre{white-space:pre-wrap}"
                     "</style></head>\n<body><pre>" + body + "</pre></body></html>\n")

@@ -1,0 +1,214 @@
+"""Hand baselines and the measured refinement of the scheme search.
+
+A searched scheme is only worth having if it trains at least as well as the schemes a user
+would pick by hand at the same budget.  `hand_baselines` names those schemes for any model:
+
+- **last layer**: the parameters the forward pass reads last (the classifier);
+- **last k blocks**: every parameter of the last k repeated blocks (a ModuleList/Sequential
+  of same-typed children; else the top-level children with parameters) and of what follows them;
+- **paper rule** (PockEngine, MICRO 2023, 4.2): in the later half of the blocks, every
+  linear layer but the block's last one (transformers: attention and the first FFN linear,
+  not the second) or only the first pointwise convolution (CNNs: not the depthwise or the
+  second pointwise), plus every norm and bias there and what follows the blocks;
+- **one layer of the last block**: one of its weight layers plus what follows the blocks;
+- **biases + norms**: every bias and normalisation parameter.
+
+`refine` measures them (and the additive search's pick) with the same compiled trainer
+(search.Evaluator: real steps at the user's optimizer, held-out loss), keeps the best that fits
+the budget as the incumbent and improves it by measured joint evaluations of local moves
+(add, widen, swap), accepting a move only when its measured loss drop is larger.  The result
+is therefore never worse, on the measurement, than the best baseline that fits.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch.nn as nn
+
+from .search import NORMS, Group, fits, last_layer_update, scheme_update
+
+WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding)
+
+
+@dataclass
+class Measured:
+    """One scheme measured by the Evaluator."""
+    name: str
+    scheme: tuple[int, ...]
+    update: dict
+    cost: dict
+    fits: bool
+    delta: float | None  # held-out loss drop; None when over budget (not trained)
+
+
+def _blocks(model: nn.Module) -> list[str]:
+    """Module names of the repeated blocks: the ModuleList/Sequential with the most parameters
+    whose children (>= 2) share one type; else the top-level children that hold parameters."""
+    best, best_n = None, 0
+    for name, mod in model.named_modules():
+        if isinstance(mod, (nn.ModuleList, nn.Sequential)):
+            kids = list(mod.named_children())
+            if len(kids) >= 2 and len({type(k) for _, k in kids}) == 1:
+                n = sum(p.numel() for p in mod.parameters())
+                if n > best_n and any(True for _ in kids[0][1].parameters()):
+                    best, best_n = [f"{name}.{k}" if name else k for k, _ in kids], n
+    if best:
+        return best
+    return [n for n, m in model.named_children() if any(True for _ in m.parameters())]
+
+
+def _under(param: str, module: str) -> bool:
+    return param.startswith(module + ".")
+
+
+def _tail(names: list[str], blocks: list[str]) -> list[str]:
+    """Parameters after the last block in named_parameters order, outside every block."""
+    last = max((i for i, n in enumerate(names) if any(_under(n, b) for b in blocks)), default=-1)
+    return [n for n in names[last + 1:] if not any(_under(n, b) for b in blocks)]
+
+
+def hand_baselines(model: nn.Module, compiler) -> dict[str, dict[str, float]]:
+    """{baseline name: update dict} (see the module docstring); duplicates dropped."""
+    names = list(compiler.shapes)
+    modules = dict(model.named_modules())
+    blocks = _blocks(model)
+    tail = _tail(names, blocks)
+    out: dict[str, dict[str, float]] = {"last layer": last_layer_update(compiler)}
+    for k in range(1, len(blocks) + 1):
+        chosen = blocks[-k:]
+        out[f"last {k} block{'s' if k > 1 else ''}"] = {
+            n: 1.0 for n in names if any(_under(n, b) for b in chosen) or n in tail}
+
+    def owner(p):
+        return modules.get(p.rsplit(".", 1)[0]) if "." in p else None
+
+    later = blocks[len(blocks) // 2:] if len(blocks) > 1 else blocks
+    for label, chosen in (("paper rule, later half", later), ("paper rule, last block", blocks[-1:])):
+        upd = {n: 1.0 for n in tail}
+        for b in chosen:
+            params = [n for n in names if _under(n, b)]
+            layers = []
+            for n in params:
+                m = owner(n)
+                if isinstance(m, WEIGHTED) and n.endswith(".weight") and m not in [x for _, x in layers]:
+                    layers.append((n.rsplit(".", 1)[0], m))
+            convs = [(mn, m) for mn, m in layers if isinstance(m, (nn.Conv1d, nn.Conv2d, nn.Conv3d))]
+            if convs:  # CNN block: only the first pointwise (1x1, ungrouped) convolution
+                pw = [(mn, m) for mn, m in convs if all(s == 1 for s in m.kernel_size) and m.groups == 1]
+                keep = pw[:1]
+            else:      # transformer block: every linear but the last (the second FFN linear)
+                keep = layers[:-1] if len(layers) >= 3 else layers
+            for mn, _ in keep:
+                upd[f"{mn}.weight"] = 1.0
+            for n in params:  # norms and biases of the block
+                if n.endswith(".bias") or isinstance(owner(n), NORMS):
+                    upd[n] = 1.0
+        out[label] = upd
+    last_layers = []
+    for n in names:
+        m = owner(n)
+        if blocks and _under(n, blocks[-1]) and isinstance(m, WEIGHTED) and n.endswith(".weight"):
+            last_layers.append(n)
+    for n in last_layers:
+        out[f"last block {n.rsplit('.', 1)[0][len(blocks[-1]) + 1:]} + tail"] = {n: 1.0, **{t: 1.0 for t in tail}}
+    out["biases + norms"] = {n: 1.0 for n in names
+                             if len(compiler.shapes[n]) == 1 and (n.endswith("bias") or isinstance(owner(n), NORMS))}
+    unique, seen = {}, set()
+    for label, upd in out.items():
+        key = tuple(sorted(upd))
+        if upd and key not in seen:
+            seen.add(key)
+            unique[label] = upd
+    return unique
+
+
+def to_scheme(groups: list[Group], update: dict[str, float]) -> tuple[int, ...]:
+    """The scheme (one option per group) that trains at least `update`'s parameters."""
+    scheme = []
+    for g in groups:
+        rs = [update[p] for p in g.params if p in update]
+        if not rs:
+            scheme.append(0)
+            continue
+        r = max(rs)
+        scheme.append(next((i + 1 for i, gr in enumerate(g.ratios) if gr >= r - 1e-12), len(g.ratios)))
+    return tuple(scheme)
+
+
+def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float | None,
+           max_evaluations: int = 24, progress: bool = True) -> tuple[tuple, float, list[Measured]]:
+    """(best scheme, its measured loss drop, the baselines as measured): the incumbent is the best
+    of the additive search's `start` and the hand baselines that fit; then measured local moves."""
+    from tqdm import tqdm
+
+    groups = searcher.groups
+    limits = searcher.limits
+    baselines = []
+    for label, upd in hand_baselines(model, searcher.compiler).items():
+        scheme = to_scheme(groups, upd)
+        cost = searcher.cost(scheme)
+        ok = fits(cost, limits)
+        baselines.append(Measured(label, scheme, scheme_update(groups, scheme), cost, ok, None))
+    todo = [b for b in baselines if b.fits]
+    bar = tqdm(total=len(todo) + 1 + max_evaluations, desc="measured refinement", unit="eval",
+               disable=not progress)
+
+    def measure(scheme):
+        bar.update(1)
+        return evaluator.delta(scheme_update(groups, scheme))
+
+    best, best_delta = start, measure(start) if any(start) else float("-inf")
+    for b in todo:
+        if deadline is not None and time.monotonic() > deadline and best_delta > float("-inf"):
+            break
+        b.delta = measure(b.scheme)
+        if b.delta > best_delta:
+            best, best_delta = b.scheme, b.delta
+    evals = 0
+    while evals < max_evaluations and (deadline is None or time.monotonic() < deadline):
+        moves = _moves(searcher, best)
+        improved = False
+        for nxt in moves:
+            if evals >= max_evaluations or (deadline is not None and time.monotonic() > deadline):
+                break
+            evals += 1
+            d = measure(nxt)
+            if d > best_delta + 1e-9:
+                best, best_delta, improved = nxt, d, True
+                break
+        if not improved:
+            break
+    bar.close()
+    return best, best_delta, baselines
+
+
+def _moves(searcher, cur: tuple, limit: int = 6) -> list[tuple]:
+    """Feasible neighbours of `cur`, most promising first by the single-option contributions:
+    add or widen a group; swap the least contributing group for a better one."""
+    delta = searcher.contrib.delta
+    groups = searcher.groups
+    cands = []
+    for gi, g in enumerate(groups):
+        for o in range(cur[gi] + 1, len(g.ratios) + 1):
+            gain = delta[(gi, o)] - (delta[(gi, cur[gi])] if cur[gi] else 0.0)
+            if gain > 0:
+                cands.append((gain, cur[:gi] + (o,) + cur[gi + 1:]))
+    chosen = [gi for gi, o in enumerate(cur) if o]
+    if chosen:
+        worst = min(chosen, key=lambda gi: delta[(gi, cur[gi])])
+        dropped = cur[:worst] + (0,) + cur[worst + 1:]
+        for gi, g in enumerate(groups):
+            if dropped[gi] == 0 and gi != worst:
+                for o in range(1, len(g.ratios) + 1):
+                    gain = delta[(gi, o)] - delta[(worst, cur[worst])]
+                    if gain > 0:
+                        cands.append((gain, dropped[:gi] + (o,) + dropped[gi + 1:]))
+    cands.sort(key=lambda c: -c[0])
+    out = []
+    for _, s in cands:
+        if s not in out and searcher.feasible(s):
+            out.append(s)
+            if len(out) >= limit:
+                break
+    return out
