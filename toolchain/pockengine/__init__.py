@@ -6,8 +6,9 @@ from .program import Program, compile
 from .frontends.onnx import export_onnx
 from .frontends.jax import from_jax, jax_params
 from .frontends.keras import export_keras
+from .frontends.tflite import export_tflite
 from .search import Budget, search_update
 
 __version__ = "0.1.0"
-__all__ = ["compile", "export_onnx", "from_jax", "jax_params", "export_keras", "Program", "SGD", "AdamW", "PockError",
+__all__ = ["compile", "export_onnx", "from_jax", "jax_params", "export_keras", "export_tflite", "Program", "SGD", "AdamW", "PockError",
            "LoRA", "Budget", "search_update", "__version__"]

@@ -1,7 +1,7 @@
 """Frontends: every model format becomes a torch module whose parameters carry the
 format's own names, then goes through the PyTorch path (torch_export.py + aten.py).
 
-    as_torch_module(model)  # ONNX (path or ModelProto), keras.Model, pe.from_jax(...); .tflite: not yet
+    as_torch_module(model)  # ONNX (path or ModelProto), .tflite (path), keras.Model, pe.from_jax(...)
 """
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ def as_torch_module(model) -> nn.Module:
             from .onnx import OnnxModule
             return OnnxModule(model)
         if suffix == ".tflite":
-            raise PockError(f"model file {str(model)!r}: the TFLite frontend is not built yet (issue 19); "
-                            "compile the PyTorch/Keras source or its ONNX export")
+            from .tflite import TFLiteModule
+            return TFLiteModule(model)
         raise PockError(f"model file {str(model)!r}: PockEngine reads .onnx and .tflite files")
     kind = type(model).__module__ + "." + type(model).__name__
     if kind.startswith("onnx.") and type(model).__name__ == "ModelProto":

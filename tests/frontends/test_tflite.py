@@ -1,0 +1,24 @@
+"""The TFLite frontend's cases (tflite_cases.py) run in a child pytest process: TensorFlow makes
+the files and runs the interpreter there, and TensorFlow's LLVM cannot share a process with
+Mesa lavapipe's (see test_keras.py). Compiling a .tflite itself never imports TensorFlow."""
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_tflite_frontend_cases_in_their_own_process():
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "tflite_cases.py")],
+                       capture_output=True, text=True, timeout=1800, cwd=HERE.parents[1])
+    assert r.returncode == 0, f"tflite_cases.py failed:\n{r.stdout[-6000:]}\n{r.stderr[-2000:]}"
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+
+
+def test_compiling_a_tflite_never_imports_tensorflow(tmp_path):
+    code = ("import sys, pockengine.frontends.tflite as t\n"
+            "try:\n    t.TFLiteModule(b'\\x00' * 64)\nexcept Exception as e:\n    print(type(e).__name__)\n"
+            "print('tensorflow' in sys.modules)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                       cwd=HERE.parents[1] / "toolchain")
+    assert r.stdout.split() == ["PockError", "False"], r.stdout + r.stderr
