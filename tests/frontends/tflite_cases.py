@@ -47,9 +47,20 @@ def cnn():
                              L.GlobalAveragePooling2D(), L.Dense(10)])
 
 
-SHAPES = {"mlp": (8, 16), "cnn": (4, 8, 8, 3)}
-CLASSES = {"mlp": 5, "cnn": 10}
-MAKERS = {"mlp": mlp, "cnn": cnn}
+def transformer():
+    """A pre-norm transformer block (Keras MultiHeadAttention, GELU MLP) and a classifier over 6
+    tokens of width 16. The converter writes its batch-dependent reshapes as SHAPE/GATHER/PACK
+    arithmetic, which the frontend folds at compile time."""
+    x = keras.Input((6, 16))
+    h = L.LayerNormalization()(x)
+    x2 = x + L.MultiHeadAttention(2, 8)(h, h)
+    y = x2 + L.Dense(16)(L.Dense(32, activation="gelu")(L.LayerNormalization()(x2)))
+    return keras.Model(x, L.Dense(10)(L.GlobalAveragePooling1D()(y)))
+
+
+SHAPES = {"mlp": (8, 16), "cnn": (4, 8, 8, 3), "transformer": (4, 6, 16)}
+CLASSES = {"mlp": 5, "cnn": 10, "transformer": 10}
+MAKERS = {"mlp": mlp, "cnn": cnn, "transformer": transformer}
 
 
 def convert(name, tmp_path):
@@ -67,7 +78,7 @@ def batches(name, n=3):
              (torch.randint(0, CLASSES[name], (SHAPES[name][0],), generator=g),)) for _ in range(n)]
 
 
-@pytest.mark.parametrize("name", ["mlp", "cnn"])
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_the_file_predicts_what_keras_predicts(name, tmp_path):
     model, path = convert(name, tmp_path)
     x = batches(name)[0][0][0]
@@ -84,7 +95,8 @@ def _sparse(module):
     return {weights[-1]: 0.5, **{n: 1.0 for n, p in module.named_parameters() if p.dim() == 1}}, names
 
 
-@pytest.mark.parametrize("name,scheme", [("mlp", "full"), ("mlp", "sparse"), ("cnn", "full"), ("cnn", "sparse")])
+@pytest.mark.parametrize("name,scheme", [("mlp", "full"), ("mlp", "sparse"), ("cnn", "full"), ("cnn", "sparse"),
+                                         ("transformer", "full"), ("transformer", "sparse")])
 def test_tflite_trains_like_pytorch_and_round_trips(name, scheme, tmp_path):
     _, path = convert(name, tmp_path)
     data = batches(name)

@@ -176,9 +176,9 @@ class TFLiteModule(nn.Module):
         self._inputs, self._outputs = f.inputs, f.outputs
         self._ops = f.ops
         for name, _, _, _, i in self._ops:
-            if name not in OPS:
+            if name not in OPS and name not in _FOLD:
                 raise PockError(f"TFLite operator {i} ({name}, output {self._out_name(i)!r}) is not supported by "
-                                f"PockEngine's TFLite frontend (supported: {', '.join(sorted(OPS))})")
+                                f"PockEngine's TFLite frontend (supported: {', '.join(sorted(set(OPS) | set(_FOLD)))})")
         layout = {}
         for name, ins, _, _, _ in self._ops:
             for k, t in enumerate(ins):
@@ -227,11 +227,23 @@ class TFLiteModule(nn.Module):
         for t, pname in self._param_of.items():
             env[t] = self.get_parameter(pname)
         batch = args[0].shape[0] if args and args[0].dim() else None
+        static = dict(self._static)  # + shape bookkeeping computed from the (static) input shapes
         for name, ins, outs, opts, i in self._ops:
-            vals = [None if t < 0 else env[t] if t in env else self._consts[t] for t in ins]
+            if name in _FOLD and (name == "SHAPE" or all(t < 0 or t in static for t in ins)):
+                shapes = [tuple(env[t].shape) if t in env else None for t in ins]
+                try:
+                    r = _FOLD[name]([None if t < 0 else static.get(t) for t in ins], shapes, opts)
+                except PockError:
+                    raise
+                except Exception as e:
+                    raise PockError(f"TFLite operator {i} ({name}, output {self._out_name(i)!r}) failed on "
+                                    f"constants: {type(e).__name__}: {e}") from e
+                static[outs[0]] = r
+                continue
+            vals = [None if t < 0 else env[t] if t in env else self._const(static, t) for t in ins]
             try:
                 res = OPS[name](self, vals, opts, dict(ins=ins, batch=batch,
-                                                       static=[self._static.get(t) for t in ins]))
+                                                       static=[static.get(t) for t in ins]))
             except PockError:
                 raise
             except Exception as e:
@@ -239,8 +251,13 @@ class TFLiteModule(nn.Module):
                                 f"{type(e).__name__}: {e}") from e
             for t, r in zip(outs, res if isinstance(res, (tuple, list)) else (res,)):
                 env[t] = r
-        res = [env[t] for t in self._outputs]
+        res = [env[t] if t in env else self._const(static, t) for t in self._outputs]
         return res[0] if len(res) == 1 else tuple(res)
+
+    def _const(self, static, t):
+        if t in self._consts:
+            return self._consts[t]
+        return torch.from_numpy(np.array(static[t]))
 
 
 # -- operators -------------------------------------------------------------------------------
@@ -443,6 +460,45 @@ OPS = {
     "BATCH_MATMUL": _batch_matmul,
     "GATHER": _gather,
     "STRIDED_SLICE": _strided_slice,
+}
+
+
+# Shape bookkeeping (SHAPE and what computes on its result, e.g. the batch-dependent RESHAPE
+# targets a converter emits for Keras attention) is evaluated in numpy while tracing: the values
+# depend only on static shapes and constants, so the traced step carries none of it.
+def _fold_reduce(fn):
+    def run(v, shapes, o):
+        axes = tuple(int(a) for a in np.asarray(v[1]).reshape(-1))
+        return fn(v[0], axis=axes, keepdims=bool(o.get("KeepDims", False)))
+    return run
+
+
+def _fold_slice(v, shapes, o):
+    x = v[0]
+    begin, end, strides = (np.asarray(t).reshape(-1) for t in v[1:4])
+    idx = []
+    for d in range(len(begin)):
+        b = None if o.get("BeginMask", 0) >> d & 1 else int(begin[d])
+        e = None if o.get("EndMask", 0) >> d & 1 else int(end[d])
+        idx.append(int(begin[d]) if o.get("ShrinkAxisMask", 0) >> d & 1 else slice(b, e, int(strides[d])))
+    return np.asarray(x[tuple(idx)])
+
+
+_FOLD = {
+    "SHAPE": lambda v, shapes, o: np.array(shapes[0], np.int32),
+    "GATHER": lambda v, shapes, o: np.take(v[0], np.asarray(v[1]).astype(np.int64), axis=o.get("Axis", 0)),
+    "REDUCE_PROD": _fold_reduce(np.prod),
+    "PACK": lambda v, shapes, o: np.stack([np.asarray(a) for a in v], axis=o.get("Axis", 0)),
+    "CONCATENATION": lambda v, shapes, o: np.concatenate([np.asarray(a).reshape(-1) if np.ndim(a) == 0 else a
+                                                          for a in v], axis=o.get("Axis", 0)),
+    "STRIDED_SLICE": _fold_slice,
+    "ADD": lambda v, shapes, o: np.asarray(v[0] + v[1]),
+    "SUB": lambda v, shapes, o: np.asarray(v[0] - v[1]),
+    "MUL": lambda v, shapes, o: np.asarray(v[0] * v[1]),
+    "CAST": lambda v, shapes, o: np.asarray(v[0]),
+    "RESHAPE": lambda v, shapes, o: np.reshape(v[0], [int(s) for s in np.asarray(v[1]).reshape(-1)]),
+    "SQUEEZE": lambda v, shapes, o: np.squeeze(v[0]),
+    "EXPAND_DIMS": lambda v, shapes, o: np.expand_dims(v[0], int(np.asarray(v[1]).reshape(-1)[0])),
 }
 
 
