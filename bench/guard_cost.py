@@ -86,6 +86,11 @@ def main():
                 print(f"{w.key} {args.scheme} {m:9s} ({stat.__name__} of {args.rounds} rounds x {args.steps} steps): "
                       f"{t:.3f} ms/step, {(t - base) / base * 100:+.2f}% vs off, arena {arena / 2**20:.2f} MiB",
                       flush=True)
+        # paired: each round's time over the same round's "off" (drifting load cancels), median over rounds
+        for m in MODES:
+            ratios = [a / b - 1 for a, b in zip(times[m], times["off"])]
+            print(f"{w.key} {args.scheme} {m:9s} (median of per-round ratios to off): "
+                  f"{statistics.median(ratios) * 100:+.2f}%, arena {runs[m][3] / 2**20:.2f} MiB", flush=True)
 
 
 if __name__ == "__main__":
