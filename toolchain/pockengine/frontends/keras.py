@@ -43,6 +43,8 @@ class KerasModule(nn.Module):
             names = {}
             for v in layer.variables:
                 arr = np.asarray(v.numpy())
+                if not v.trainable and arr.dtype.kind in "iu" and "seed_generator" in v.path:
+                    continue  # a dropout layer's RNG state, not a tensor of the model's maths
                 if arr.dtype != np.float32:
                     raise PockError(f"Keras variable {v.path!r} is {arr.dtype}; PockEngine trains float32 models")
                 set_named_tensor(self, v.path, torch.from_numpy(arr.copy()), parameter=v.trainable)
@@ -122,7 +124,73 @@ def _pool(m, layer, var, x, fn):
     return y.permute(0, 2, 3, 1)
 
 
+def _recurrent_checks(layer, cell: str):
+    for attr, ok in (("go_backwards", False), ("stateful", False), ("return_state", False)):
+        if getattr(layer, attr, ok) != ok:
+            raise PockError(f"Keras layer {layer.name!r}: {cell} with {attr}={not ok} is not supported")
+    acts = (getattr(layer.activation, "__name__", "?"), getattr(layer.recurrent_activation, "__name__", "?"))
+    if acts != ("tanh", "sigmoid"):
+        raise PockError(f"Keras layer {layer.name!r}: {cell} activations {acts} are not supported "
+                        "(tanh and sigmoid are)")
+    if getattr(layer, "dropout", 0) or getattr(layer, "recurrent_dropout", 0):
+        if getattr(layer, "recurrent_dropout", 0):
+            raise PockError(f"Keras layer {layer.name!r}: recurrent_dropout is not supported")
+
+
+def _lstm(m, layer, var, x):
+    """Keras LSTM (gates i, f, c, o; zero initial state), unrolled over the time axis."""
+    _recurrent_checks(layer, "LSTM")
+    k, rk, b = var("kernel"), var("recurrent_kernel"), var("bias")
+    hidden = rk.shape[0]
+    xw = torch.matmul(x, k)  # every time step's input projection at once: (B, T, 4H)
+    if b is not None:
+        xw = xw + b
+    h = c = x.new_zeros(x.shape[0], hidden)
+    outs = []
+    for t in range(x.shape[1]):
+        z = xw[:, t] + torch.matmul(h, rk)
+        i, f, g, o = (z[:, j * hidden:(j + 1) * hidden] for j in range(4))
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outs.append(h)
+    return torch.stack(outs, 1) if layer.return_sequences else h
+
+
+def _gru(m, layer, var, x):
+    """Keras GRU (gates z, r, h; reset_after as Keras' default, or before), unrolled over time."""
+    _recurrent_checks(layer, "GRU")
+    k, rk, b = var("kernel"), var("recurrent_kernel"), var("bias")
+    hidden = rk.shape[0]
+    after = getattr(layer, "reset_after", True)
+    bi, bh = (b[0], b[1]) if b is not None and b.dim() == 2 else (b, None)
+    xw = torch.matmul(x, k)
+    if bi is not None:
+        xw = xw + bi
+    h = x.new_zeros(x.shape[0], hidden)
+    outs = []
+    for t in range(x.shape[1]):
+        xz, xr, xh = (xw[:, t, j * hidden:(j + 1) * hidden] for j in range(3))
+        if after:
+            hw = torch.matmul(h, rk)
+            if bh is not None:
+                hw = hw + bh
+            hz, hr, hh = (hw[:, j * hidden:(j + 1) * hidden] for j in range(3))
+            z, r = torch.sigmoid(xz + hz), torch.sigmoid(xr + hr)
+            cand = torch.tanh(xh + r * hh)
+        else:
+            hz = torch.matmul(h, rk[:, :hidden])
+            hr = torch.matmul(h, rk[:, hidden:2 * hidden])
+            z, r = torch.sigmoid(xz + hz), torch.sigmoid(xr + hr)
+            cand = torch.tanh(xh + torch.matmul(r * h, rk[:, 2 * hidden:]))
+        h = z * h + (1.0 - z) * cand
+        outs.append(h)
+    return torch.stack(outs, 1) if layer.return_sequences else h
+
+
 LAYERS = {
+    "LSTM": _lstm,
+    "GRU": _gru,
+    "GlobalAveragePooling1D": lambda m, layer, var, x: x.mean(dim=1),
     "InputLayer": lambda m, layer, var, x: x,
     "Dropout": lambda m, layer, var, x: F.dropout(x, layer.rate, m.training),
     "Dense": _dense,
