@@ -413,6 +413,103 @@ def _trilu(m, a, at):
     return torch.triu(a[0], k) if at.get("upper", 1) else torch.tril(a[0], k)
 
 
+def _rnn_direction(at, label: str) -> list[bool]:
+    """[reverse?] per direction of an ONNX LSTM/GRU node."""
+    d = at.get("direction", b"forward")
+    d = d.decode() if isinstance(d, bytes) else d
+    if d not in ("forward", "reverse", "bidirectional"):
+        raise PockError(f"{label}: direction {d!r} is not supported")
+    return {"forward": [False], "reverse": [True], "bidirectional": [False, True]}[d]
+
+
+def _rnn_checks(at, op, defaults):
+    acts = [x.decode() if isinstance(x, bytes) else x for x in at.get("activations", [])]
+    if acts and [a.lower() for a in acts] != [a.lower() for a in defaults * (len(acts) // len(defaults))]:
+        raise PockError(f"ONNX {op}: activations {acts} are not supported (the defaults are)")
+    if at.get("clip") is not None or at.get("input_forget", 0):
+        raise PockError(f"ONNX {op}: clip and input_forget are not supported")
+    if at.get("layout", 0) != 0:
+        raise PockError(f"ONNX {op}: layout=1 (batch first) is not supported; export with layout 0")
+
+
+def _run_directions(a, at, hidden, cell, op):
+    """Y (T, D, B, H), Y_h (D, B, H) [, Y_c] of an unrolled ONNX recurrent node; `cell(x_t, state, d)`
+    returns the new state tuple (h first)."""
+    x = a[0]
+    if len(a) > 4 and a[4] is not None:
+        raise PockError(f"ONNX {op}: sequence_lens is not supported (pad to one length)")
+    outs, finals = [], []
+    for d, reverse in enumerate(_rnn_direction(at, f"ONNX {op}")):
+        state = []
+        for k in range(5, 5 + (2 if op == "LSTM" else 1)):
+            init = a[k] if len(a) > k and a[k] is not None else None
+            state.append(init[d] if init is not None else x.new_zeros(x.shape[1], hidden))
+        state = tuple(state)
+        steps = range(x.shape[0] - 1, -1, -1) if reverse else range(x.shape[0])
+        ys = [None] * x.shape[0]
+        for t in steps:
+            state = cell(x[t], state, d)
+            ys[t] = state[0]
+        outs.append(torch.stack(ys, 0))
+        finals.append(state)
+    y = torch.stack(outs, 1)
+    res = [y, torch.stack([f[0] for f in finals], 0)]
+    if op == "LSTM":
+        res.append(torch.stack([f[1] for f in finals], 0))
+    return tuple(res)
+
+
+@op("LSTM")
+def _lstm(m, a, at):
+    """ONNX LSTM (gates i, o, f, c; B = [Wb, Rb]), unrolled over the sequence."""
+    _rnn_checks(at, "LSTM", ["Sigmoid", "Tanh", "Tanh"])
+    if len(a) > 7 and a[7] is not None:
+        raise PockError("ONNX LSTM: peephole weights (input P) are not supported")
+    w, r = a[1], a[2]
+    b = a[3] if len(a) > 3 and a[3] is not None else None
+    hidden = r.shape[-1]
+
+    def cell(xt, state, d):
+        h, c = state
+        z = torch.matmul(xt, w[d].t()) + torch.matmul(h, r[d].t())
+        if b is not None:
+            z = z + b[d, :4 * hidden] + b[d, 4 * hidden:]
+        i, o, f, g = (z[:, j * hidden:(j + 1) * hidden] for j in range(4))
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        return torch.sigmoid(o) * torch.tanh(c), c
+
+    return _run_directions(a, at, hidden, cell, "LSTM")
+
+
+@op("GRU")
+def _gru(m, a, at):
+    """ONNX GRU (gates z, r, h; B = [Wb, Rb]; linear_before_reset 0 or 1), unrolled."""
+    _rnn_checks(at, "GRU", ["Sigmoid", "Tanh"])
+    w, r = a[1], a[2]
+    b = a[3] if len(a) > 3 and a[3] is not None else None
+    hidden = r.shape[-1]
+    before = at.get("linear_before_reset", 0)
+
+    def cell(xt, state, d):
+        (h,) = state
+        xw = torch.matmul(xt, w[d].t())
+        if b is not None:
+            xw = xw + b[d, :3 * hidden]
+        rb = b[d, 3 * hidden:] if b is not None else None
+        xz, xr, xh = (xw[:, j * hidden:(j + 1) * hidden] for j in range(3))
+        rz, rr, rh = (r[d, j * hidden:(j + 1) * hidden] for j in range(3))
+        bz, br, bh = (rb[j * hidden:(j + 1) * hidden] for j in range(3)) if rb is not None else (0.0, 0.0, 0.0)
+        z = torch.sigmoid(xz + torch.matmul(h, rz.t()) + bz)
+        rg = torch.sigmoid(xr + torch.matmul(h, rr.t()) + br)
+        if before:
+            cand = torch.tanh(xh + rg * (torch.matmul(h, rh.t()) + bh))
+        else:
+            cand = torch.tanh(xh + torch.matmul(rg * h, rh.t()) + bh)
+        return ((1.0 - z) * cand + z * h,)
+
+    return _run_directions(a, at, hidden, cell, "GRU")
+
+
 @op("Gelu")
 def _gelu(m, a, at):
     return F.gelu(a[0], approximate=at.get("approximate", "none"))
