@@ -92,10 +92,35 @@ def gpt(p, idx):
     return x @ p["head"]["kernel"]
 
 
-MODELS = {"mlp": (mlp_init, mlp), "cnn": (cnn_init, cnn), "gpt": (gpt_init, gpt)}
+def rnn_init(k):
+    ks = jax.random.split(k, 5)
+    n = lambda k, s, std: jax.random.normal(k, s) * std  # noqa: E731
+    return {"embed": n(ks[0], (V, D), 0.5), "cell": {"wx": n(ks[1], (D, 2 * D), 0.3),
+                                                      "wh": n(ks[2], (D, 2 * D), 0.3), "b": n(ks[3], (2 * D,), 0.1)},
+            "head": {"kernel": n(ks[4], (D, V), 0.25)}}
+
+
+def rnn(p, idx):
+    """A gated RNN over time by lax.scan; jnp.maximum of two tensors and a comparison in the cell."""
+    x = p["embed"][idx].transpose(1, 0, 2)  # (T, B, D)
+
+    def cell(h, xt):
+        z = xt @ p["cell"]["wx"] + h @ p["cell"]["wh"] + p["cell"]["b"]
+        gate, cand = jax.nn.sigmoid(z[:, :D]), jnp.tanh(z[:, D:])
+        cand = jnp.where(cand > 0, cand, 0.1 * cand)  # a comparison
+        h = jnp.maximum(gate * h + (1 - gate) * cand, -0.9 * jnp.abs(h))  # max of two tensors
+        return h, h
+
+    h0 = jnp.zeros((idx.shape[0], D), x.dtype)
+    _, hs = lax.scan(cell, h0, x)
+    return hs.transpose(1, 0, 2) @ p["head"]["kernel"]
+
+
+MODELS = {"mlp": (mlp_init, mlp), "cnn": (cnn_init, cnn), "gpt": (gpt_init, gpt), "rnn": (rnn_init, rnn)}
 SPARSE = {"mlp": {"dense2.kernel": 0.5, "out.*": 1.0},
           "cnn": {"conv2.kernel": 0.5, "bn2.*": 1.0, "head.*": 1.0},
-          "gpt": {"attn.qkv": 0.5, "mlp.*": 1.0, "ln2.*": 1.0, "embed": 0.25}}
+          "gpt": {"attn.qkv": 0.5, "mlp.*": 1.0, "ln2.*": 1.0, "embed": 0.25},
+          "rnn": {"cell.wh": 0.5, "cell.b": 1.0, "head.*": 1.0}}
 
 
 def batches(name, n=3):
@@ -155,7 +180,7 @@ def jax_train(apply, params, data, update, opt, steps, dtype):
 OPTIMIZERS = {"sgd": lambda: pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
               "adamw": lambda: pe.AdamW(lr=1e-3, weight_decay=0.01)}
 CASES = [("mlp", "full", "adamw"), ("mlp", "sparse", "sgd"), ("cnn", "full", "sgd"), ("cnn", "sparse", "adamw"),
-         ("gpt", "full", "sgd"), ("gpt", "sparse", "adamw")]
+         ("gpt", "full", "sgd"), ("gpt", "sparse", "adamw"), ("rnn", "full", "sgd"), ("rnn", "sparse", "adamw")]
 
 
 @pytest.mark.parametrize("name,scheme,opt", CASES)

@@ -308,7 +308,32 @@ def _max(v):
         return torch.relu(a)
     if _static(a) and not np.any(a):
         return torch.relu(b)
-    raise PockError("max of two tensors is not supported (max(x, 0) is: relu)")
+    return torch.maximum(_tensor(a), _tensor(b))
+
+
+@prim("min")
+def _min(v):
+    return torch.minimum(_tensor(v[0]), _tensor(v[1]))
+
+
+for _n, _f in (("gt", torch.gt), ("lt", torch.lt), ("ge", torch.ge), ("le", torch.le), ("eq", torch.eq),
+               ("ne", torch.ne)):
+    PRIMITIVES[_n] = (lambda f: lambda v, **p: f(_tensor(v[0]), _tensor(v[1])))(_f)
+
+
+@prim("scan")
+def _scan(v, jaxpr, length, reverse=False, num_consts=0, num_carry=0, **p):
+    """lax.scan unrolled: `length` calls of the body, carries threaded through, outputs stacked."""
+    consts, carry, xs = v[:num_consts], list(v[num_consts:num_consts + num_carry]), v[num_consts + num_carry:]
+    ys = [None] * length
+    for i in (range(length - 1, -1, -1) if reverse else range(length)):
+        outs = _inline(jaxpr, [*consts, *carry, *(x[i] for x in xs)])
+        carry, ys[i] = list(outs[:num_carry]), outs[num_carry:]
+    stacked = []
+    for k in range(len(ys[0]) if length else 0):
+        col = [y[k] for y in ys]
+        stacked.append(np.stack(col) if all(_static(c) for c in col) else torch.stack([_tensor(c) for c in col]))
+    return [*carry, *stacked]
 
 
 @prim("convert_element_type")
