@@ -285,8 +285,9 @@ def run_task(task, steps: int, search_steps: int, seed: int, out: Path) -> dict:
     frac, ffrac = task.get("overhead_fraction", 1 / 3), task.get("flops_fraction", 0.5)
     budget = Budget(memory_mb=(frozen_bytes + full_training * frac) / MIB,
                     flops=None if ffrac is None else full["flops_per_step"] * ffrac)
+    # the finalists are re-trained for as many steps as the user will train (verify_steps)
     result = search(model, sample, optimizer=opt, budget=budget, seed=seed, steps=search_steps,
-                    compiler=compiler)
+                    compiler=compiler, verify_steps=steps)
     search_s = time.time() - t0
     print(result.describe())
     write_report(result, out / f"{task['name']}_report.md")

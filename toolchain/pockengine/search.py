@@ -298,19 +298,21 @@ class Evaluator:
         self.step_s, self.nsteps, self.evaluations = 0.0, 0, 0
         self._cache: dict[tuple, float] = {}
 
-    def delta(self, update: dict | None) -> float:
-        """Held-out loss drop after fine-tuning `update` (None: the full update)."""
-        keep = None if update is None else self.compiler.trained(update)
-        key = ("full",) if keep is None else self.compiler.key(keep)
+    def delta(self, update: dict | None, steps: int | None = None) -> float:
+        """Held-out loss drop after fine-tuning `update` (None: the full update) for `steps`
+        steps (default: the evaluator's)."""
+        steps = self.steps if steps is None else steps
+        keep = None if update is None else self.compiler.key(self.compiler.trained(update))
+        key = (steps, keep)
         if key not in self._cache:
             self.trainer.load(self.ckpt)
-            for i in range(self.steps):
+            for i in range(steps):
                 x, y = self.train[i % len(self.train)]
                 t0 = time.perf_counter()
                 self.trainer.step(x, y)
                 self.step_s, self.nsteps = self.step_s + time.perf_counter() - t0, self.nsteps + 1
-                if keep is not None:
-                    _restore_outside(self.trainer, self.original, keep)
+                if update is not None:
+                    _restore_outside(self.trainer, self.original, self.compiler.trained(update))
             self._cache[key] = self.base - _eval_loss(self.trainer, self.evalb)
             self.evaluations += 1
         return self._cache[key]
@@ -510,12 +512,15 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
            budget: Budget | None = None, seed: int = 0, steps: int = 10, generations: int = 8,
            population: int = 12, progress: bool = True, compiler: SchemeCompiler | None = None,
            contributions: Contributions | None = None, refine: bool = True, max_seconds: float | None = None,
-           max_evaluations: int = 24, cache: bool = True) -> SearchResult:
+           max_evaluations: int = 24, cache: bool = True, verify_steps: int | None = None) -> SearchResult:
     """search_update's work, returning everything the report shows (see the module docstring).
     refine: measure the hand baselines and the additive pick with real steps and refine by
     measured moves (search_baselines); max_seconds bounds the whole search (the contribution
     analysis gets at most 60% of it); cache: reuse contribution results of the same model,
-    data, optimizer and steps (pock cache dir, search/)."""
+    data, optimizer and steps (pock cache dir, search/); verify_steps (default 3 x steps): the
+    finalists (the refined scheme and the two best baselines that fit) are trained again for
+    this many steps and the best held-out loss wins, so a scheme that only looks good over a
+    short horizon does not."""
     t0 = time.monotonic()
     if not isinstance(budget, Budget):
         raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
@@ -560,7 +565,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
         if refine:
             from .search_baselines import refine as refine_measured
             best, measured, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations,
-                                                        progress)
+                                                        progress, verify_steps or 3 * evaluator.steps)
     finally:
         if evaluator is not None:
             evaluator.close()

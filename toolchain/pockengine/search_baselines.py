@@ -111,7 +111,9 @@ def hand_baselines(model: nn.Module, compiler) -> dict[str, dict[str, float]]:
         if blocks and _under(n, blocks[-1]) and isinstance(m, WEIGHTED) and n.endswith(".weight"):
             last_layers.append(n)
     for n in last_layers:
-        out[f"last block {n.rsplit('.', 1)[0][len(blocks[-1]) + 1:]} + tail"] = {n: 1.0, **{t: 1.0 for t in tail}}
+        layer = n.rsplit(".", 1)[0][len(blocks[-1]) + 1:]
+        if layer:  # (a block that is one layer is already "last 1 block")
+            out[f"last block {layer} + tail"] = {n: 1.0, **{t: 1.0 for t in tail}}
     out["biases + norms"] = {n: 1.0 for n in names
                              if len(compiler.shapes[n]) == 1 and (n.endswith("bias") or isinstance(owner(n), NORMS))}
     unique, seen = {}, set()
@@ -137,9 +139,12 @@ def to_scheme(groups: list[Group], update: dict[str, float]) -> tuple[int, ...]:
 
 
 def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float | None,
-           max_evaluations: int = 24, progress: bool = True) -> tuple[tuple, float, list[Measured]]:
+           max_evaluations: int = 24, progress: bool = True,
+           verify_steps: int | None = None) -> tuple[tuple, float, list[Measured]]:
     """(best scheme, its measured loss drop, the baselines as measured): the incumbent is the best
-    of the additive search's `start` and the hand baselines that fit; then measured local moves."""
+    of the additive search's `start` and the hand baselines that fit; then measured local moves;
+    then the finalists (the incumbent and the two best fitting baselines) trained again for
+    `verify_steps` steps, the best of them winning."""
     from tqdm import tqdm
 
     groups = searcher.groups
@@ -180,6 +185,13 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
         if not improved:
             break
     bar.close()
+    if verify_steps and verify_steps > evaluator.steps and (deadline is None or time.monotonic() < deadline):
+        ranked = sorted((b for b in todo if b.delta is not None), key=lambda b: -b.delta)
+        finalists = [best] + [b.scheme for b in ranked if b.scheme != best][:2]
+        longer = {f: evaluator.delta(scheme_update(groups, f), verify_steps) for f in finalists}
+        winner = max(finalists, key=lambda f: (longer[f], f == best))
+        if winner != best:
+            best, best_delta = winner, evaluator.delta(scheme_update(groups, winner))
     return best, best_delta, baselines
 
 
