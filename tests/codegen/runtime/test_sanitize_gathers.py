@@ -4,7 +4,8 @@
 hostile indices (-1, vocab, 10**6, 2**32, 2**40, INT64_MIN/MAX) in arrays of exactly their
 size.  Each kernel must never read with a bad index (any out-of-bounds read is a sanitizer
 report), must return the first bad position, and must give the other rows what good
-indices give.  (Before: embedding_fwd read w[10**6 * D], an ASan SEGV, and the kernels
+indices give.  The driver also checks the update kernels' check_finite flag (a NaN/inf in
+the gradient leaves parameter and optimizer state bit-identical).  (Before: embedding_fwd read w[10**6 * D], an ASan SEGV, and the kernels
 reported nothing.)  It runs as its own process: nothing preloads ASan into Python."""
 import os
 import shutil
@@ -16,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "codegen" / "runtime"
 DRIVER = Path(__file__).resolve().parent / "sanitize" / "gather_kernels.cpp"
-SOURCES = [RUNTIME / "kernels" / f for f in ("embedding.cpp", "loss.cpp", "lowp.cpp", "guards.cpp", "gemm.cpp")] + \
-    [RUNTIME / "threadpool.cpp"]
+KERNELS = ("embedding.cpp", "loss.cpp", "lowp.cpp", "guards.cpp", "gemm.cpp", "optimizer.cpp")
+SOURCES = [RUNTIME / "kernels" / f for f in KERNELS] + [RUNTIME / "threadpool.cpp"]
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1",
        "UBSAN_OPTIONS": "halt_on_error=1:print_stacktrace=1"}
