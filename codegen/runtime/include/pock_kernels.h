@@ -185,6 +185,11 @@ template <typename T> void compare(Compare op, const T* a, const T* b, uint8_t* 
 template <typename S, typename D> void cast(const S* x, D* y, i64 n);
 enum class Trig { Cos, Sin };
 void trig(Trig op, const float* x, float* y, i64 n);
+// out = a op b on integer tensors (position ids, masks) with broadcasting; Div is not used.
+template <typename T> void ibinary(Binary op, const T* a, const T* b, T* out, const Broadcast& p);
+// y = running sum of x along the middle dim of [outer, n, inner] (reverse: from the end),
+// accumulated in D (int64 for integer x, float for float x).
+template <typename S, typename D> void cumsum(const S* x, D* y, i64 outer, i64 n, i64 inner, bool reverse);
 
 // ---------------------------------------------------------------- reduce.cpp
 // y = scale * sum of x over the dims with reduce[d] = true.

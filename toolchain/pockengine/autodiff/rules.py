@@ -194,6 +194,8 @@ RULES["compare"] = lambda b, n, g, need: [None, None]  # a boolean result carrie
 RULES["cast"] = lambda b, n, g, need: [None]  # only integer/boolean casts are emitted
 RULES["cos"] = lambda b, n, g, need: [b.add("neg", [b.add("mul", [g[0], b.add("sin", [n.inputs[0]])])])]
 RULES["sin"] = lambda b, n, g, need: [b.add("mul", [g[0], b.add("cos", [n.inputs[0]])])]
+RULES["cumsum"] = lambda b, n, g, need: [  # d(prefix sums) = suffix sums of the gradient
+    b.add("cumsum", [g[0]], {"dim": n.attrs["dim"], "reverse": not n.attrs.get("reverse", False)})]
 
 
 @rule("where")

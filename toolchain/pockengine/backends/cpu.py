@@ -385,6 +385,9 @@ def _binary(e, n, a, c, y):
     out = n.outputs[0].shape
     nd, shape, (sa, sc) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
     op = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div"}[n.op]
+    if n.inputs[0].dtype != "f32":  # integer bookkeeping (position ids from masks)
+        return (f"pk::ibinary<{CTYPE[n.inputs[0].dtype]}>(pk::Binary::{op}, {a}, {c}, {y}, "
+                f"{{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});")
     return f"pk::binary(pk::Binary::{op}, {a}, {c}, {y}, {{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});"
 
 
@@ -411,6 +414,9 @@ def _cast(e, n, x, y):
 
 EMITTERS["cos"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Cos, {x}, {y}, {_n(n.inputs[0])});"
 EMITTERS["sin"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Sin, {x}, {y}, {_n(n.inputs[0])});"
+EMITTERS["cumsum"] = lambda e, n, x, y: (
+    f"pk::cumsum<{CTYPE[n.inputs[0].dtype]}, {CTYPE[n.outputs[0].dtype]}>({x}, {y}, "
+    f"{_odi(n.inputs[0], n.attrs['dim'])}, {b(n.attrs.get('reverse', False))});")
 
 
 def _reduce_call(x_shape, reduce_flags, scale, x, y):

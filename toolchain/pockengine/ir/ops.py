@@ -185,6 +185,7 @@ _op("compare", lambda i, a: [(broadcast_shapes(i[0].shape, i[1].shape), "u8")], 
 _op("cast", lambda i, a: [(i[0].shape, a["dtype"])], _ew)
 for _name in ("cos", "sin"):
     _op(_name, _same, lambda i, o, a: 8 * numel(o[0]))
+_op("cumsum", lambda i, a: [(i[0].shape, "f32" if i[0].dtype == "f32" else "i64")], _ew)
 
 
 # ---- reductions ---------------------------------------------------------------
