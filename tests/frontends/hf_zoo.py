@@ -121,11 +121,11 @@ def whisper(attn="sdpa"):
     return m, {"input_features": feats, "decoder_input_ids": _ids(2)}, (_ids(1),), "cross_entropy", "logits"
 
 
-def _img(model, classes=10):
+def _img(model, classes=10, batch=B):
     model.train()
     g = torch.Generator().manual_seed(0)
-    x = torch.randn(B, 3, 32, 32, generator=g)
-    y = torch.randint(0, classes, (B,), generator=g)
+    x = torch.randn(batch, 3, 32, 32, generator=g)
+    y = torch.randint(0, classes, (batch,), generator=g)
     return model, (x,), (y,), "cross_entropy", "logits"
 
 
@@ -140,7 +140,9 @@ def mobilenet_v2(tf_padding=True):
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
     cfg = MobileNetV2Config(image_size=32, depth_multiplier=0.25, num_labels=10, tf_padding=tf_padding,
                             classifier_dropout_prob=0.0)
-    return _img(MobileNetV2ForImageClassification(cfg))
+    # batch 8: with 2 images, batch norm over the 1x1 late maps is too ill-conditioned for a fair
+    # fp64 judgement (PyTorch fp32 itself drifts by 3e-3 in the loss); the test also lowers lr
+    return _img(MobileNetV2ForImageClassification(cfg), batch=8)
 
 
 def efficientnet():

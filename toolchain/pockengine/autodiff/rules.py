@@ -99,6 +99,12 @@ def _layer_norm(b, n, g, need):
                  wanted=[bool(need[0]), bool(need[1]), bool(need[2])])
 
 
+@rule("rms_norm")
+def _rms_norm(b, n, g, need):
+    x, w = n.inputs
+    return b.add("rms_norm_bwd", [g[0], x, n.outputs[1], w], {}, wanted=[bool(need[0]), bool(need[1])])
+
+
 @rule("batch_norm_train")
 def _bn_train(b, n, g, need):
     x, w = n.inputs[:2]

@@ -240,6 +240,13 @@ def _ln(e, n, x, w, bias, y, mean, rstd):
     return f"pk::layer_norm_fwd({x}, {w}, {bias}, {y}, {mean}, {rstd}, {rows}, {cols}, {fl(n.attrs['eps'])});"
 
 
+EMITTERS["rms_norm"] = lambda e, n, x, w, y, rstd: (
+    f"pk::rms_norm_fwd({x}, {w}, {y}, {rstd}, {n.outputs[1].shape[0]}, {n.inputs[0].shape[-1]}, "
+    f"{fl(n.attrs['eps'])});")
+EMITTERS["rms_norm_bwd"] = lambda e, n, dy, x, rstd, w, dx, dw: (
+    f"pk::rms_norm_bwd({dy}, {x}, {rstd}, {w}, {dx}, {dw}, {n.inputs[2].shape[0]}, {n.inputs[1].shape[-1]});")
+
+
 @emitter("layer_norm_bwd")
 def _ln_bwd(e, n, dy, x, mean, rstd, w, dx, dw, db):
     rows, cols = _rows_cols(n.inputs[1], len(n.attrs["w_shape"]))
