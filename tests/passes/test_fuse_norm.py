@@ -77,3 +77,39 @@ def test_rms_norm_weight_frozen_or_input_frozen():
         got = trainer.state_dict()
         for (n, p), gr in zip([(n, p) for n, p in ref.named_parameters() if n in update], grads):
             np.testing.assert_allclose(got[n], (p - 0.1 * gr).detach().numpy(), rtol=1e-5, atol=1e-6, err_msg=n)
+
+
+class SwiGLU(torch.nn.Module):  # LlamaMLP
+    def __init__(self, d=16, h=40, up_first=False):
+        super().__init__()
+        self.gate_proj = torch.nn.Linear(d, h, bias=False)
+        self.up_proj = torch.nn.Linear(d, h, bias=False)
+        self.down_proj = torch.nn.Linear(h, d, bias=False)
+        self.up_first = up_first
+
+    def forward(self, x):
+        g, u = torch.nn.functional.silu(self.gate_proj(x)), self.up_proj(x)
+        return self.down_proj(u * g if self.up_first else g * u)
+
+
+@pytest.mark.parametrize("up_first", [False, True])
+def test_swiglu_fused_and_trains_like_torch(up_first):
+    torch.manual_seed(2)
+    model = SwiGLU(up_first=up_first)
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(3, 5, 16) * 2, torch.randn(3, 5, 16)
+    prog = pe.compile(model, (x,), (y,), loss="mse", optimizer=pe.SGD(lr=0.2))
+    ops = [n.op for n in prog.graph.nodes]
+    assert ops.count("swiglu") == 1 and ops.count("swiglu_bwd") == 1 and "silu" not in ops, ops
+    trainer = prog.build()
+    np.testing.assert_allclose(trainer.forward((x,)), ref(x).detach().numpy(), rtol=1e-5, atol=1e-6)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.2)
+    for _ in range(2):
+        loss = torch.nn.functional.mse_loss(ref(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert abs(trainer.step((x,), (y,)) - loss.item()) < 1e-5
+    got = trainer.state_dict()
+    for name, p in ref.state_dict().items():
+        np.testing.assert_allclose(got[name], p.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)

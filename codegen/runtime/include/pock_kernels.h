@@ -110,6 +110,11 @@ void rms_norm_fwd(const float* x, const float* w, float* y, float* rstd, i64 row
 void rms_norm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dx, float* dw, i64 rows,
                   i64 cols);
 
+// ---------------------------------------------------------------- swiglu.cpp
+// y = silu(gate) * up;  backward: dgate, dup (either nullable).
+void swiglu_fwd(const float* gate, const float* up, float* y, i64 n);
+void swiglu_bwd(const float* dy, const float* gate, const float* up, float* dgate, float* dup, i64 n);
+
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
 void layer_norm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,

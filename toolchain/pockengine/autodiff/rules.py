@@ -105,6 +105,12 @@ def _rms_norm(b, n, g, need):
     return b.add("rms_norm_bwd", [g[0], x, n.outputs[1], w], {}, wanted=[bool(need[0]), bool(need[1])])
 
 
+@rule("swiglu")
+def _swiglu(b, n, g, need):
+    gate, up = n.inputs
+    return b.add("swiglu_bwd", [g[0], gate, up], {}, wanted=[bool(need[0]), bool(need[1])])
+
+
 @rule("batch_norm_train")
 def _bn_train(b, n, g, need):
     x, w = n.inputs[:2]

@@ -247,6 +247,11 @@ EMITTERS["rms_norm_bwd"] = lambda e, n, dy, x, rstd, w, dx, dw: (
     f"pk::rms_norm_bwd({dy}, {x}, {rstd}, {w}, {dx}, {dw}, {n.inputs[2].shape[0]}, {n.inputs[1].shape[-1]});")
 
 
+EMITTERS["swiglu"] = lambda e, n, gate, up, y: f"pk::swiglu_fwd({gate}, {up}, {y}, {_n(n.inputs[0])});"
+EMITTERS["swiglu_bwd"] = lambda e, n, dy, gate, up, dgate, dup: \
+    f"pk::swiglu_bwd({dy}, {gate}, {up}, {dgate}, {dup}, {_n(n.inputs[1])});"
+
+
 @emitter("layer_norm_bwd")
 def _ln_bwd(e, n, dy, x, mean, rstd, w, dx, dw, db):
     rows, cols = _rows_cols(n.inputs[1], len(n.attrs["w_shape"]))

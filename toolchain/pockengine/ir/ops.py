@@ -130,6 +130,8 @@ def _ln(i, a):
 _op("layer_norm", _ln, lambda i, o, a: 8 * numel(i[0]))
 _op("rms_norm", lambda i, a: [(i[0].shape, "f32"), ((math.prod(i[0].shape[:-1]),), "f32")],
     lambda i, o, a: 4 * numel(i[0]))
+_op("swiglu", lambda i, a: [(i[0].shape, "f32")], lambda i, o, a: 6 * numel(i[0]))
+_op("swiglu_bwd", lambda i, a: [(i[1].shape, "f32"), (i[2].shape, "f32")], lambda i, o, a: 10 * numel(i[0]))
 _op("rms_norm_bwd", lambda i, a: [(i[1].shape, "f32"), (i[1].shape[-1:], "f32")], lambda i, o, a: 8 * numel(i[0]))
 _op("layer_norm_bwd", lambda i, a: [(i[1].shape, "f32"), (a["w_shape"], "f32"), (a["w_shape"], "f32")],
     lambda i, o, a: 10 * numel(i[0]))

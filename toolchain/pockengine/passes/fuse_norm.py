@@ -2,7 +2,8 @@
 `x.to(float32); x * rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)` then `weight * ...`,
 the fp32 upcast casts already dropped by the frontend) becomes one `rms_norm` node whose
 gradient is one `rms_norm_bwd` (kernels/rms_norm.cpp): one pass over x instead of six,
-and none of the intermediates saved for the backward."""
+and none of the intermediates saved for the backward. Likewise `silu(gate) * up` (SwiGLU MLPs)
+becomes one `swiglu` node (kernels/swiglu.cpp) with `swiglu_bwd`."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
@@ -61,4 +62,28 @@ def fuse_rms_norm(g: Graph) -> Graph:
     return g
 
 
-__all__ = ["fuse_rms_norm"]
+def fuse_swiglu(g: Graph) -> Graph:
+    users = g.users()
+    drop, place = set(), {}
+    for n in g.nodes:
+        if n.op != "silu" or n.phase != "forward" or n.outputs[0] in g.outputs:
+            continue
+        us = users.get(id(n.outputs[0]), [])
+        if len(us) != 1 or us[0].op != "mul" or us[0].phase != "forward":
+            continue
+        mul = us[0]
+        gate, up = n.inputs[0], _other(mul, n.outputs[0])
+        if up is None or up is n.outputs[0] or up.shape != gate.shape or up.dtype != "f32" \
+                or mul.outputs[0].shape != gate.shape:
+            continue
+        y = mul.outputs[0]
+        fused = Node("swiglu", [gate, up], [y], {}, mul.source, "forward")
+        y.producer = fused
+        drop.add(id(n))
+        place[id(mul)] = fused
+    if place:
+        g.nodes = [place.get(id(n), n) for n in g.nodes if id(n) not in drop]
+    return g
+
+
+__all__ = ["fuse_rms_norm", "fuse_swiglu"]
