@@ -1,6 +1,6 @@
-"""ms/step of a tiny Llama with and without the RMSNorm fusion (passes/fuse_norm.py).
+"""ms/step of a tiny Llama with and without the RMSNorm and SwiGLU fusions (passes/fuse_norm.py).
 
-PYTHONPATH=toolchain .venv/bin/python bench/rms_norm_fusion.py [steps]
+PYTHONPATH=toolchain .venv/bin/python bench/rms_norm_fusion.py [steps] [hidden]
 Both variants are built first, then timed interleaved (A B A B ...) so machine load hits both alike.
 """
 from __future__ import annotations
@@ -14,26 +14,30 @@ from transformers import LlamaConfig, LlamaForCausalLM
 import pockengine as pe
 import pockengine.passes.fuse_norm as fuse_norm
 
+HIDDEN = 128
+
 
 def build(fused: bool):
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+    cfg = LlamaConfig(vocab_size=256, hidden_size=HIDDEN, intermediate_size=2 * HIDDEN, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, use_cache=False)
     model = LlamaForCausalLM(cfg).train()
     ids = torch.randint(0, 256, (4, 64))
-    real = fuse_norm.fuse_rms_norm
+    real = fuse_norm.fuse_rms_norm, fuse_norm.fuse_swiglu
     if not fused:
-        fuse_norm.fuse_rms_norm = lambda g: g
+        fuse_norm.fuse_rms_norm = fuse_norm.fuse_swiglu = lambda g: g
     try:
         prog = pe.compile(model, (ids,), (ids,), loss="cross_entropy", output="logits", optimizer=pe.SGD(lr=1e-3))
     finally:
-        fuse_norm.fuse_rms_norm = real
-    n = sum(node.op == "rms_norm" for node in prog.graph.nodes)
+        fuse_norm.fuse_rms_norm, fuse_norm.fuse_swiglu = real
+    n = sum(node.op in ("rms_norm", "swiglu") for node in prog.graph.nodes)
     return prog.build(), ids, n
 
 
 def main():
     steps = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    global HIDDEN
+    HIDDEN = int(sys.argv[2]) if len(sys.argv) > 2 else HIDDEN
     runs = {name: build(fused) for name, fused in (("unfused", False), ("fused", True))}
     times = {name: [] for name in runs}
     for name, (t, ids, _) in runs.items():
@@ -46,7 +50,7 @@ def main():
             times[name].append(time.perf_counter() - t0)
     for name, (_, _, n) in runs.items():
         ts = sorted(times[name])
-        print(f"{name}: {n} rms_norm nodes, median {1e3 * ts[len(ts) // 2]:.2f} ms/step, min {1e3 * ts[0]:.2f}")
+        print(f"{name}: {n} rms_norm/swiglu nodes, median {1e3 * ts[len(ts) // 2]:.2f} ms/step, min {1e3 * ts[0]:.2f}")
 
 
 if __name__ == "__main__":
