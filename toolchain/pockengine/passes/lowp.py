@@ -6,13 +6,14 @@ through a frozen layer) and embedding (table). The decision is made by name
 over the training and the inference graph together, so both hold the same
 state tensor. The state Value changes dtype (so the state layout, the
 checkpoint and prog.stats() shrink) and int8 adds a per-row fp32 scale
-constant "<name>:scale". Other frozen tensors (norm weights, position
+constant "<name>:scale" (q4: its per-block (d, m), and the weight's Value
+takes the packed shape [N, K / 2]; rows not a multiple of 32 stay fp32). Other frozen tensors (norm weights, position
 tables) and every trained tensor and optimizer state stay fp32.
 """
 from __future__ import annotations
 
 from ..ir.graph import Graph
-from ..quant import quantize
+from ..quant import Q4_BLOCK, quantize
 
 DEQUANT_USES = {("linear", 1), ("linear_bwd_input", 1), ("embedding", 0)}
 
@@ -37,6 +38,8 @@ def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str) -> list[str]:
         shapes = {g.state[name].shape for g in graphs if name in g.state}
         if name in trained or not u <= DEQUANT_USES or len(next(iter(shapes))) != 2:
             continue
+        if ir_dtype == "q4" and next(iter(shapes))[1] % Q4_BLOCK:
+            continue  # rows not whole blocks of 32: stays fp32
         names.append(name)
         stored = scale = None
         for g in graphs:
@@ -46,6 +49,7 @@ def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str) -> list[str]:
             if stored is None:
                 stored, scale = quantize(v.data, ir_dtype)
             v.dtype, v.data = ir_dtype, stored
+            v.shape = tuple(stored.shape)  # q4: the packed [N, K / 2]
             if scale is not None:
                 g.add_state(f"{name}:scale", scale.shape, "f32", "const", data=scale)
     return names
