@@ -1,5 +1,5 @@
 """A tiny 2-layer Llama (hf_zoo.llama: RoPE, GQA, RMSNorm, SwiGLU) fine-tuned with LoRA on
-q_proj/v_proj over frozen weights in fp32, bf16 and int8: the same steps as a PyTorch LoRA
+q_proj/v_proj over frozen weights in fp32, bf16, int8 and q4: the same steps as a PyTorch LoRA
 reference (test_lora.ref_lora) holding the same rounded weights, judged against fp64."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pockengine.quant import round_trip  # noqa: E402
 from test_lora import ref_lora  # noqa: E402
 
 
-@pytest.mark.parametrize("frozen_dtype", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("frozen_dtype", ["fp32", "bf16", "int8", "q4"])
 def test_tiny_llama_lora_matches_pytorch_lora(frozen_dtype):
     torch.manual_seed(0)
     model, x, y, loss, output = llama()
