@@ -14,12 +14,18 @@ from numerics import assert_losses_close, assert_outputs_close, assert_state_clo
 from pockengine.quant import dequantize, quantize, round_trip
 
 
+STORED = {"bf16": "bf16", "f16": "fp16", "i8": "int8", "q4": "q4"}  # IR dtype -> frozen_dtype
+BYTES = {"bf16": 2, "fp16": 2, "int8": 1, "q4": 0.5}
+
+
 def rounded(model, names, frozen_dtype):
+    """frozen_dtype: one for every name, or {name: the frozen_dtype it is stored in}."""
     model = copy.deepcopy(model)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n in names:
-                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), frozen_dtype)))
+                d = frozen_dtype[n] if isinstance(frozen_dtype, dict) else frozen_dtype
+                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), d)))
     return model
 
 
@@ -67,14 +73,18 @@ def test_lowp_frozen_weights_train_like_pytorch_on_rounded_weights(frozen_dtype)
     # the frozen linear/embedding weights (tok.weight is tied to the head) are stored low precision
     assert {"tok.weight", "blocks.0.qkv.weight", "blocks.0.fc1.weight", "blocks.0.fc2.weight"} <= lowp
     assert not any(n.startswith("blocks.1.") or "lora" in n for n in lowp)
+    stored = {n: STORED[prog.state[n].dtype] for n in lowp}
+    # q4 keeps the embedding table (tied to the head) in int8, as GGUF Q4_1 models keep token_embd in Q8_0
+    assert stored["tok.weight"] == ("int8" if frozen_dtype == "q4" else frozen_dtype)
+    assert stored["blocks.0.fc1.weight"] == frozen_dtype
     saved = sum(base.state[n].nbytes - prog.state[n].nbytes for n in lowp)
-    assert saved == sum(base.state[n].numel for n in lowp) * {"int8": 3, "q4": 3.5}.get(frozen_dtype, 2)
+    assert saved == sum(base.state[n].numel * (4 - BYTES[stored[n]]) for n in lowp)
     s, b = prog.stats(), base.stats()
     assert s["param_bytes"] == b["param_bytes"] - saved
     assert s["optimizer_state_bytes"] == b["optimizer_state_bytes"]
 
     trainer = prog.build()
-    ref_model = rounded(base.lora_model, lowp, frozen_dtype)
+    ref_model = rounded(base.lora_model, lowp, stored)
     original = copy.deepcopy(ref_model).state_dict()
     steps = 3
     ref_update = dict(update, **{"*.lora_A": 1.0, "*.lora_B": 1.0})

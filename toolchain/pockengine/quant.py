@@ -11,7 +11,9 @@ rounding done at compile time, and the exact fp32 values the kernels see.
           m = min, d = (max - min) / 15 (fp32; a constant block has d = 0),
           q = clip(rint((w - m) / d), 0, 15), w' = float(q) * d + m (two roundings, no FMA);
           stored as uint8 [N, K / 2] (byte j of a block: q[j] | q[j + 16] << 4, as in
-          GGUF) with scale f32 [N, K / 32, 2] = (d, m) per block
+          GGUF) with scale f32 [N, K / 32, 2] = (d, m) per block.  With frozen_dtype="q4" an
+          embedding table (and a head tied to it) is stored in int8 (passes/lowp.py), as
+          GGUF Q4_1 models keep token_embd in Q8_0
 
 `dequantize(stored, d, scale)` of `quantize(w, d)` is what the kernels compute (codegen/runtime/
 kernels/lowp.cpp), so a torch model holding `round_trip(w, d)` in fp32 is the
