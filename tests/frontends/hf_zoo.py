@@ -94,11 +94,12 @@ def whisper(attn="sdpa"):
     return m, {"input_features": feats, "decoder_input_ids": _ids(2)}, (_ids(1),), "cross_entropy", "logits"
 
 
-def _img(model, classes=10):
+def _img(model, classes=10, batch=None, seed=0):
     model.train()
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(B, 3, 32, 32, generator=g)
-    y = torch.randint(0, classes, (B,), generator=g)
+    g = torch.Generator().manual_seed(seed)
+    batch = batch or B
+    x = torch.randn(batch, 3, 32, 32, generator=g)
+    y = torch.randint(0, classes, (batch,), generator=g)
     return model, (x,), (y,), "cross_entropy", "logits"
 
 
@@ -113,7 +114,12 @@ def mobilenet_v2(tf_padding=True):
     from transformers import MobileNetV2Config, MobileNetV2ForImageClassification
     cfg = MobileNetV2Config(image_size=32, depth_multiplier=0.25, num_labels=10, tf_padding=tf_padding,
                             classifier_dropout_prob=0.0)
-    return _img(MobileNetV2ForImageClassification(cfg))
+    # batch 8: its last BatchNorms see a 1x1 plane, and over 2 samples each normalizes two values to
+    # +-1 (an ill-conditioned judgement in which any rounding difference is amplified). Seed 1: with
+    # seed 0 one pre-activation of conv_1x1's ReLU6 is 1.9e-5, the conv output under it 1.4e-6 summed
+    # from terms of ~0.1, so fp32 rounding may put it on either side of the kink (PyTorch fp32 happens
+    # to agree with fp64, ours does not), and that one flipped mask entry moves one BN bias 8%.
+    return _img(MobileNetV2ForImageClassification(cfg), batch=8, seed=1)
 
 
 def efficientnet():

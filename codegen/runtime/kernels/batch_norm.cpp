@@ -74,24 +74,26 @@ inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i
   sdyx += b;
 }
 
-// y[n, c, :] = act(x * scale + shift).
-void channel_affine(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float scale, float shift, Act act) {
+// y[n, c, :] = act((x - center) * scale + shift). Centering first (rather than folding the mean
+// into the shift) keeps the result accurate when |mean| >> std (no cancellation).
+void channel_affine(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float center, float scale, float shift,
+                    Act act) {
   for (i64 n = 0; n < N; ++n) {
     const float* __restrict xp = x + (n * C + c) * S;
     float* __restrict yp = y + (n * C + c) * S;
     switch (act) {
       case Act::None:
-        for (i64 s = 0; s < S; ++s) yp[s] = xp[s] * scale + shift;
+        for (i64 s = 0; s < S; ++s) yp[s] = (xp[s] - center) * scale + shift;
         break;
       case Act::Relu:
         for (i64 s = 0; s < S; ++s) {
-          const float v = xp[s] * scale + shift;
+          const float v = (xp[s] - center) * scale + shift;
           yp[s] = v < 0.0f ? 0.0f : v;
         }
         break;
       case Act::Relu6:
         for (i64 s = 0; s < S; ++s) {
-          float v = xp[s] * scale + shift;
+          float v = (xp[s] - center) * scale + shift;
           v = v < 0.0f ? 0.0f : v;
           yp[s] = v > 6.0f ? 6.0f : v;
         }
@@ -127,8 +129,8 @@ void train_fwd(const float* x, const float* w, const float* b, const float* rm, 
         new_rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + static_cast<double>(momentum) * unbiased);
       }
       const double scale = invstd * (w != nullptr ? w[c] : 1.0f);
-      const double shift = (b != nullptr ? b[c] : 0.0f) - mu * scale;
-      channel_affine(x, y, N, C, S, c, static_cast<float>(scale), static_cast<float>(shift), act);
+      channel_affine(x, y, N, C, S, c, static_cast<float>(mu), static_cast<float>(scale),
+                     b != nullptr ? b[c] : 0.0f, act);
     }
   });
 }
@@ -139,8 +141,7 @@ void eval_fwd(const float* x, const float* w, const float* b, const float* rm, c
     for (i64 c = c0; c < c1; ++c) {
       const float invstd = 1.0f / std::sqrt(rv[c] + eps);
       const float scale = invstd * (w != nullptr ? w[c] : 1.0f);
-      const float shift = (b != nullptr ? b[c] : 0.0f) - rm[c] * scale;
-      channel_affine(x, y, N, C, S, c, scale, shift, act);
+      channel_affine(x, y, N, C, S, c, rm[c], scale, b != nullptr ? b[c] : 0.0f, act);
     }
   });
 }
