@@ -103,6 +103,13 @@ i64 embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i6
 // and skipping an idx outside [0, V): the first such i is returned, -1 if none)
 i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k, i64 padding_idx);
 
+// ---------------------------------------------------------------- rms_norm.cpp
+// y = w * x / sqrt(mean(x^2) + eps) per row of cols (w nullable); rstd [rows] saved.
+void rms_norm_fwd(const float* x, const float* w, float* y, float* rstd, i64 rows, i64 cols, float eps);
+// dx, dw nullable (not wanted); dw overwritten.
+void rms_norm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dx, float* dw, i64 rows,
+                  i64 cols);
+
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
 void layer_norm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,
@@ -185,6 +192,11 @@ template <typename T> void compare(Compare op, const T* a, const T* b, uint8_t* 
 template <typename S, typename D> void cast(const S* x, D* y, i64 n);
 enum class Trig { Cos, Sin };
 void trig(Trig op, const float* x, float* y, i64 n);
+// out = a op b on integer tensors (position ids, masks) with broadcasting; Div is not used.
+template <typename T> void ibinary(Binary op, const T* a, const T* b, T* out, const Broadcast& p);
+// y = running sum of x along the middle dim of [outer, n, inner] (reverse: from the end),
+// accumulated in D (int64 for integer x, float for float x).
+template <typename S, typename D> void cumsum(const S* x, D* y, i64 outer, i64 n, i64 inner, bool reverse);
 
 // ---------------------------------------------------------------- reduce.cpp
 // y = scale * sum of x over the dims with reduce[d] = true.

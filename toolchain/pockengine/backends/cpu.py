@@ -247,6 +247,13 @@ def _ln(e, n, x, w, bias, y, mean, rstd):
     return f"pk::layer_norm_fwd({x}, {w}, {bias}, {y}, {mean}, {rstd}, {rows}, {cols}, {fl(n.attrs['eps'])});"
 
 
+EMITTERS["rms_norm"] = lambda e, n, x, w, y, rstd: (
+    f"pk::rms_norm_fwd({x}, {w}, {y}, {rstd}, {n.outputs[1].shape[0]}, {n.inputs[0].shape[-1]}, "
+    f"{fl(n.attrs['eps'])});")
+EMITTERS["rms_norm_bwd"] = lambda e, n, dy, x, rstd, w, dx, dw: (
+    f"pk::rms_norm_bwd({dy}, {x}, {rstd}, {w}, {dx}, {dw}, {n.inputs[2].shape[0]}, {n.inputs[1].shape[-1]});")
+
+
 @emitter("layer_norm_bwd")
 def _ln_bwd(e, n, dy, x, mean, rstd, w, dx, dw, db):
     rows, cols = _rows_cols(n.inputs[1], len(n.attrs["w_shape"]))
@@ -392,6 +399,9 @@ def _binary(e, n, a, c, y):
     out = n.outputs[0].shape
     nd, shape, (sa, sc) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
     op = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div"}[n.op]
+    if n.inputs[0].dtype != "f32":  # integer bookkeeping (position ids from masks)
+        return (f"pk::ibinary<{CTYPE[n.inputs[0].dtype]}>(pk::Binary::{op}, {a}, {c}, {y}, "
+                f"{{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});")
     return f"pk::binary(pk::Binary::{op}, {a}, {c}, {y}, {{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});"
 
 
@@ -418,6 +428,9 @@ def _cast(e, n, x, y):
 
 EMITTERS["cos"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Cos, {x}, {y}, {_n(n.inputs[0])});"
 EMITTERS["sin"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Sin, {x}, {y}, {_n(n.inputs[0])});"
+EMITTERS["cumsum"] = lambda e, n, x, y: (
+    f"pk::cumsum<{CTYPE[n.inputs[0].dtype]}, {CTYPE[n.outputs[0].dtype]}>({x}, {y}, "
+    f"{_odi(n.inputs[0], n.attrs['dim'])}, {b(n.attrs.get('reverse', False))});")
 
 
 def _reduce_call(x_shape, reduce_flags, scale, x, y):
