@@ -2,18 +2,21 @@
 // spatial dims), per channel c: train mode (batch statistics, running-stat
 // update) and eval mode (running statistics), forward and backward.
 // Channel statistics and gradient sums are accumulated per row [n, c, :] in
-// 16 float lanes (fixed-size chunks the compiler vectorises) and across rows
-// in double.  Every kernel is parallel over channels (pk::parallel_for).
+// two vectors of float lanes (simd.h: AVX-512, AVX2+FMA, NEON) and across rows
+// in double; the elementwise passes run over the same vectors.  The forward
+// writes y = (x - mean) * scale + shift (centered: no cancellation when a
+// channel's mean is large against its spread).  Every kernel is parallel over channels (pk::parallel_for).
 // The *_act forward variants apply relu / relu6 as y is written.
 #include <cmath>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "simd.h"
 
 namespace pk {
 namespace {
 
-constexpr int kLanes = 16;
+using namespace simd;
 
 // Channels per parallel chunk: at least ~32K elements of work.
 inline i64 channel_grain(i64 N, i64 S) {
@@ -21,51 +24,75 @@ inline i64 channel_grain(i64 N, i64 S) {
   return per >= (1 << 15) ? 1 : ((1 << 15) + per - 1) / per;
 }
 
-inline double lanes_total(const float* part) {
-  double t = 0.0;
-  for (int j = 0; j < kLanes; ++j) t += part[j];
-  return t;
-}
+// Row reductions run over two vectors of float lanes (2 * kW partial sums, so
+// two independent add chains), the lanes and the scalar tail then in double.
+inline double lanes_total(V a0, V a1) { return static_cast<double>(vsum(a0)) + static_cast<double>(vsum(a1)); }
 
 // sum of p[0:n)
 inline double row_sum(const float* __restrict p, i64 n) {
-  float part[kLanes] = {};
+  V a0 = vzero(), a1 = vzero();
   i64 i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) part[j] += p[i + j];
-  double t = lanes_total(part);
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    a0 = vadd(a0, vload(p + i));
+    a1 = vadd(a1, vload(p + i + kW));
+  }
+  if (i + kW <= n) {
+    a0 = vadd(a0, vload(p + i));
+    i += kW;
+  }
+  double t = lanes_total(a0, a1);
   for (; i < n; ++i) t += p[i];
   return t;
 }
 
-// sum of (p - m)^2 over p[0:n)
-inline double row_sq_dev(const float* __restrict p, i64 n, float m) {
-  float part[kLanes] = {};
+// sum of d = p - m (into sd) and of d^2 (into sq) over p[0:n)
+inline void row_dev_sums(const float* __restrict p, i64 n, float m, double& sd, double& sq) {
+  const V vm = vbcast(m);
+  V s0 = vzero(), s1 = vzero(), a0 = vzero(), a1 = vzero();
   i64 i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const float d = p[i + j] - m;
-      part[j] += d * d;
-    }
-  double t = lanes_total(part);
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    const V d0 = vsub(vload(p + i), vm), d1 = vsub(vload(p + i + kW), vm);
+    s0 = vadd(s0, d0);
+    s1 = vadd(s1, d1);
+    a0 = vfma(d0, d0, a0);
+    a1 = vfma(d1, d1, a1);
+  }
+  if (i + kW <= n) {
+    const V d0 = vsub(vload(p + i), vm);
+    s0 = vadd(s0, d0);
+    a0 = vfma(d0, d0, a0);
+    i += kW;
+  }
+  double t = lanes_total(s0, s1), u = lanes_total(a0, a1);
   for (; i < n; ++i) {
     const double d = static_cast<double>(p[i]) - m;
-    t += d * d;
+    t += d;
+    u += d * d;
   }
-  return t;
+  sd += t;
+  sq += u;
 }
 
 // sum of dy and of dy * (x - m) over [0:n)
 inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i64 n, float m, double& sdy,
                         double& sdyx) {
-  float p1[kLanes] = {}, p2[kLanes] = {};
+  const V vm = vbcast(m);
+  V p0 = vzero(), p1 = vzero(), q0 = vzero(), q1 = vzero();
   i64 i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      p1[j] += dy[i + j];
-      p2[j] += dy[i + j] * (x[i + j] - m);
-    }
-  double a = lanes_total(p1), b = lanes_total(p2);
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    const V g0 = vload(dy + i), g1 = vload(dy + i + kW);
+    p0 = vadd(p0, g0);
+    p1 = vadd(p1, g1);
+    q0 = vfma(g0, vsub(vload(x + i), vm), q0);
+    q1 = vfma(g1, vsub(vload(x + i + kW), vm), q1);
+  }
+  if (i + kW <= n) {
+    const V g0 = vload(dy + i);
+    p0 = vadd(p0, g0);
+    q0 = vfma(g0, vsub(vload(x + i), vm), q0);
+    i += kW;
+  }
+  double a = lanes_total(p0, p1), b = lanes_total(q0, q1);
   for (; i < n; ++i) {
     a += dy[i];
     b += static_cast<double>(dy[i]) * (x[i] - m);
@@ -74,29 +101,44 @@ inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i
   sdyx += b;
 }
 
-// y[n, c, :] = act(x * scale + shift).
-void channel_affine(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float scale, float shift, Act act) {
+template <Act A>
+inline V act_v(V v) {
+  if (A == Act::None) return v;
+  v = vmax(vzero(), v);  // maxps semantics: NaN comes through
+  return A == Act::Relu ? v : vmin(vbcast(6.0f), v);
+}
+template <Act A>
+inline float act_s(float v) {
+  if (A == Act::None) return v;
+  v = v < 0.0f ? 0.0f : v;
+  return A == Act::Relu ? v : (v > 6.0f ? 6.0f : v);
+}
+
+// y[n, c, :] = act((x - center) * scale + shift), centered so that a channel whose
+// mean dwarfs its spread loses nothing to cancellation (x - center is exact for x
+// within a factor of two of center).
+template <Act A>
+void channel_affine_t(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float center, float scale,
+                      float shift) {
+  const V vc = vbcast(center), vs = vbcast(scale), vb = vbcast(shift);
   for (i64 n = 0; n < N; ++n) {
     const float* __restrict xp = x + (n * C + c) * S;
     float* __restrict yp = y + (n * C + c) * S;
-    switch (act) {
-      case Act::None:
-        for (i64 s = 0; s < S; ++s) yp[s] = xp[s] * scale + shift;
-        break;
-      case Act::Relu:
-        for (i64 s = 0; s < S; ++s) {
-          const float v = xp[s] * scale + shift;
-          yp[s] = v < 0.0f ? 0.0f : v;
-        }
-        break;
-      case Act::Relu6:
-        for (i64 s = 0; s < S; ++s) {
-          float v = xp[s] * scale + shift;
-          v = v < 0.0f ? 0.0f : v;
-          yp[s] = v > 6.0f ? 6.0f : v;
-        }
-        break;
-    }
+    i64 s = 0;
+    for (; s + kW <= S; s += kW) vstore(yp + s, act_v<A>(vfma(vsub(vload(xp + s), vc), vs, vb)));
+    for (; s < S; ++s) yp[s] = act_s<A>((xp[s] - center) * scale + shift);
+  }
+}
+
+void channel_affine(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float center, float scale, float shift,
+                    Act act) {
+  switch (act) {
+    case Act::None:
+      return channel_affine_t<Act::None>(x, y, N, C, S, c, center, scale, shift);
+    case Act::Relu:
+      return channel_affine_t<Act::Relu>(x, y, N, C, S, c, center, scale, shift);
+    case Act::Relu6:
+      return channel_affine_t<Act::Relu6>(x, y, N, C, S, c, center, scale, shift);
   }
 }
 
@@ -108,12 +150,15 @@ void train_fwd(const float* x, const float* w, const float* b, const float* rm, 
     for (i64 c = c0; c < c1; ++c) {
       double total = 0.0;
       for (i64 n = 0; n < N; ++n) total += row_sum(x + (n * C + c) * S, S);
-      const double mu = count > 0 ? total / static_cast<double>(count) : 0.0;
-      double sq = 0.0;
-      for (i64 n = 0; n < N; ++n) sq += row_sq_dev(x + (n * C + c) * S, S, static_cast<float>(mu));
-      // the deviations were taken from mu rounded to float: correct for the offset
-      const double off = static_cast<double>(static_cast<float>(mu)) - mu;
-      sq -= static_cast<double>(count) * off * off;
+      // Two passes: a first mean m (float lanes: off by ~1e-7 relative), then the
+      // deviations d = x - m (exact near m), whose mean corrects m and whose squares
+      // give the variance: sum (x - mu)^2 = sum d^2 - count * (mu - m)^2.
+      const float m = static_cast<float>(count > 0 ? total / static_cast<double>(count) : 0.0);
+      double sd = 0.0, sq = 0.0;
+      for (i64 n = 0; n < N; ++n) row_dev_sums(x + (n * C + c) * S, S, m, sd, sq);
+      const double dm = count > 0 ? sd / static_cast<double>(count) : 0.0;
+      const double mu = static_cast<double>(m) + dm;
+      sq -= static_cast<double>(count) * dm * dm;
       if (sq < 0.0) sq = 0.0;
       const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
       const double invstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
@@ -126,9 +171,11 @@ void train_fwd(const float* x, const float* w, const float* b, const float* rm, 
         const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
         new_rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + static_cast<double>(momentum) * unbiased);
       }
+      // y = (x - m) * scale + (b - (mu - m) * scale): the centered form, the correction
+      // of the first-pass mean m folded into the (small) shift
       const double scale = invstd * (w != nullptr ? w[c] : 1.0f);
-      const double shift = (b != nullptr ? b[c] : 0.0f) - mu * scale;
-      channel_affine(x, y, N, C, S, c, static_cast<float>(scale), static_cast<float>(shift), act);
+      const double shift = (b != nullptr ? b[c] : 0.0f) - dm * scale;
+      channel_affine(x, y, N, C, S, c, m, static_cast<float>(scale), static_cast<float>(shift), act);
     }
   });
 }
@@ -139,8 +186,7 @@ void eval_fwd(const float* x, const float* w, const float* b, const float* rm, c
     for (i64 c = c0; c < c1; ++c) {
       const float invstd = 1.0f / std::sqrt(rv[c] + eps);
       const float scale = invstd * (w != nullptr ? w[c] : 1.0f);
-      const float shift = (b != nullptr ? b[c] : 0.0f) - rm[c] * scale;
-      channel_affine(x, y, N, C, S, c, scale, shift, act);
+      channel_affine(x, y, N, C, S, c, rm[c], scale, b != nullptr ? b[c] : 0.0f, act);
     }
   });
 }
@@ -187,11 +233,15 @@ void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mea
       // xhat * sum(dy*xhat)/cnt = (x - mean) * k with k = invstd^2 * sum(dy*(x-mean))/cnt
       const float k = static_cast<float>(sum_dy_xmu / static_cast<double>(count) * invstd * invstd);
       const float gain = wc * invstd;
+      const V vmu = vbcast(mu), vk = vbcast(k), vmdy = vbcast(mean_dy), vgain = vbcast(gain);
       for (i64 n = 0; n < N; ++n) {
         const float* __restrict dyp = dy + (n * C + c) * S;
         const float* __restrict xp = x + (n * C + c) * S;
         float* __restrict dxp = dx + (n * C + c) * S;
-        for (i64 s = 0; s < S; ++s) dxp[s] = (dyp[s] - mean_dy - (xp[s] - mu) * k) * gain;
+        i64 s = 0;
+        for (; s + kW <= S; s += kW)  // ((dy - mean_dy) + (mu - x) * k) * gain
+          vstore(dxp + s, vmul(vfma(vsub(vmu, vload(xp + s)), vk, vsub(vload(dyp + s), vmdy)), vgain));
+        for (; s < S; ++s) dxp[s] = (dyp[s] - mean_dy - (xp[s] - mu) * k) * gain;
       }
     }
   });
@@ -222,7 +272,9 @@ void batch_norm_eval_bwd(const float* dy, const float* x, const float* rm, const
         for (i64 n = 0; n < N; ++n) {
           const float* __restrict dyp = dy + (n * C + c) * S;
           float* __restrict dxp = dx + (n * C + c) * S;
-          for (i64 s = 0; s < S; ++s) dxp[s] = dyp[s] * gain;
+          i64 s = 0;
+          for (; s + kW <= S; s += kW) vstore(dxp + s, vmul(vload(dyp + s), vbcast(gain)));
+          for (; s < S; ++s) dxp[s] = dyp[s] * gain;
         }
       }
       if (dw != nullptr || db != nullptr) {
