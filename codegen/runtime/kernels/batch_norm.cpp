@@ -1,12 +1,13 @@
 // batch_norm.cpp — batch normalisation over x[N, C, S] (S = product of the
 // spatial dims), per channel c: train mode (batch statistics, running-stat
 // update) and eval mode (running statistics), forward and backward.
-// Channel statistics and gradient sums are accumulated per row [n, c, :] in
-// two vectors of float lanes (simd.h: AVX-512, AVX2+FMA, NEON) and across rows
-// in double; the elementwise passes run over the same vectors.  The forward
-// writes y = (x - mean) * scale + shift (centered: no cancellation when a
-// channel's mean is large against its spread).  Every kernel is parallel over channels (pk::parallel_for).
-// The *_act forward variants apply relu / relu6 as y is written.
+// Channel statistics and gradient sums are accumulated in two vectors of float
+// lanes (simd.h: AVX-512, AVX2+FMA, NEON), moved into double after at most 512
+// elements of the channel (Lanes below); the elementwise passes run over the
+// same vectors.  The forward writes y = (x - mean) * scale + shift, centered:
+// no cancellation when a channel's mean is large against its spread.  Every
+// kernel is parallel over channels (pk::parallel_for).  The *_act forward
+// variants apply relu / relu6 as y is written.
 #include <cmath>
 
 #include "pock_kernels.h"
@@ -24,81 +25,95 @@ inline i64 channel_grain(i64 N, i64 S) {
   return per >= (1 << 15) ? 1 : ((1 << 15) + per - 1) / per;
 }
 
-// Row reductions run over two vectors of float lanes (2 * kW partial sums, so
-// two independent add chains), the lanes and the scalar tail then in double.
-inline double lanes_total(V a0, V a1) { return static_cast<double>(vsum(a0)) + static_cast<double>(vsum(a1)); }
+// Channel sums run over two vectors of float lanes (2 * kW partial sums: two
+// independent add chains), moved into double after every kFlush elements of the
+// channel at most (after each row of a large plane; every few rows of a small one,
+// so a 4x4 plane does not pay a horizontal sum per row); the scalar row tails go
+// into the double directly.
+constexpr i64 kFlush = 512;
 
-// sum of p[0:n)
-inline double row_sum(const float* __restrict p, i64 n) {
+struct Lanes {
   V a0 = vzero(), a1 = vzero();
-  i64 i = 0;
-  for (; i + 2 * kW <= n; i += 2 * kW) {
-    a0 = vadd(a0, vload(p + i));
-    a1 = vadd(a1, vload(p + i + kW));
+  double t = 0.0;
+  void flush() {
+    t += static_cast<double>(vsum(a0)) + static_cast<double>(vsum(a1));
+    a0 = a1 = vzero();
   }
-  if (i + kW <= n) {
-    a0 = vadd(a0, vload(p + i));
-    i += kW;
+};
+
+// Rows of a channel between flushes.
+inline i64 flush_rows(i64 S) { return S >= kFlush ? 1 : kFlush / (S > 0 ? S : 1); }
+
+// Calls row(n) for n in [0, N), flushing the accumulators every flush_rows(S) rows and at the end.
+template <class F, class... L>
+inline void over_rows(i64 N, i64 S, F&& row, L&... acc) {
+  const i64 every = flush_rows(S);
+  for (i64 n = 0; n < N; ++n) {
+    row(n);
+    if ((n + 1) % every == 0 || n + 1 == N) (acc.flush(), ...);
   }
-  double t = lanes_total(a0, a1);
-  for (; i < n; ++i) t += p[i];
-  return t;
 }
 
-// sum of d = p - m (into sd) and of d^2 (into sq) over p[0:n)
-inline void row_dev_sums(const float* __restrict p, i64 n, float m, double& sd, double& sq) {
+// L += sum of p[0:n)
+inline void row_sum(const float* __restrict p, i64 n, Lanes& L) {
+  i64 i = 0;
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    L.a0 = vadd(L.a0, vload(p + i));
+    L.a1 = vadd(L.a1, vload(p + i + kW));
+  }
+  if (i + kW <= n) {
+    L.a0 = vadd(L.a0, vload(p + i));
+    i += kW;
+  }
+  for (; i < n; ++i) L.t += p[i];
+}
+
+// D += sum of d = p - m, Q += sum of d^2, over p[0:n)
+inline void row_dev_sums(const float* __restrict p, i64 n, float m, Lanes& D, Lanes& Q) {
   const V vm = vbcast(m);
-  V s0 = vzero(), s1 = vzero(), a0 = vzero(), a1 = vzero();
   i64 i = 0;
   for (; i + 2 * kW <= n; i += 2 * kW) {
     const V d0 = vsub(vload(p + i), vm), d1 = vsub(vload(p + i + kW), vm);
-    s0 = vadd(s0, d0);
-    s1 = vadd(s1, d1);
-    a0 = vfma(d0, d0, a0);
-    a1 = vfma(d1, d1, a1);
+    D.a0 = vadd(D.a0, d0);
+    D.a1 = vadd(D.a1, d1);
+    Q.a0 = vfma(d0, d0, Q.a0);
+    Q.a1 = vfma(d1, d1, Q.a1);
   }
   if (i + kW <= n) {
     const V d0 = vsub(vload(p + i), vm);
-    s0 = vadd(s0, d0);
-    a0 = vfma(d0, d0, a0);
+    D.a0 = vadd(D.a0, d0);
+    Q.a0 = vfma(d0, d0, Q.a0);
     i += kW;
   }
-  double t = lanes_total(s0, s1), u = lanes_total(a0, a1);
   for (; i < n; ++i) {
     const double d = static_cast<double>(p[i]) - m;
-    t += d;
-    u += d * d;
+    D.t += d;
+    Q.t += d * d;
   }
-  sd += t;
-  sq += u;
 }
 
-// sum of dy and of dy * (x - m) over [0:n)
-inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i64 n, float m, double& sdy,
-                        double& sdyx) {
+// G += sum of dy, Q += sum of dy * (x - m), over [0:n)
+inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i64 n, float m, Lanes& G,
+                        Lanes& Q) {
   const V vm = vbcast(m);
-  V p0 = vzero(), p1 = vzero(), q0 = vzero(), q1 = vzero();
   i64 i = 0;
   for (; i + 2 * kW <= n; i += 2 * kW) {
     const V g0 = vload(dy + i), g1 = vload(dy + i + kW);
-    p0 = vadd(p0, g0);
-    p1 = vadd(p1, g1);
-    q0 = vfma(g0, vsub(vload(x + i), vm), q0);
-    q1 = vfma(g1, vsub(vload(x + i + kW), vm), q1);
+    G.a0 = vadd(G.a0, g0);
+    G.a1 = vadd(G.a1, g1);
+    Q.a0 = vfma(g0, vsub(vload(x + i), vm), Q.a0);
+    Q.a1 = vfma(g1, vsub(vload(x + i + kW), vm), Q.a1);
   }
   if (i + kW <= n) {
     const V g0 = vload(dy + i);
-    p0 = vadd(p0, g0);
-    q0 = vfma(g0, vsub(vload(x + i), vm), q0);
+    G.a0 = vadd(G.a0, g0);
+    Q.a0 = vfma(g0, vsub(vload(x + i), vm), Q.a0);
     i += kW;
   }
-  double a = lanes_total(p0, p1), b = lanes_total(q0, q1);
   for (; i < n; ++i) {
-    a += dy[i];
-    b += static_cast<double>(dy[i]) * (x[i] - m);
+    G.t += dy[i];
+    Q.t += static_cast<double>(dy[i]) * (x[i] - m);
   }
-  sdy += a;
-  sdyx += b;
 }
 
 template <Act A>
@@ -148,14 +163,17 @@ void train_fwd(const float* x, const float* w, const float* b, const float* rm, 
   const i64 count = N * S;
   parallel_for(C, channel_grain(N, S), [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
-      double total = 0.0;
-      for (i64 n = 0; n < N; ++n) total += row_sum(x + (n * C + c) * S, S);
+      Lanes T;
+      over_rows(N, S, [&](i64 n) { row_sum(x + (n * C + c) * S, S, T); }, T);
+      const double total = T.t;
       // Two passes: a first mean m (float lanes: off by ~1e-7 relative), then the
       // deviations d = x - m (exact near m), whose mean corrects m and whose squares
       // give the variance: sum (x - mu)^2 = sum d^2 - count * (mu - m)^2.
       const float m = static_cast<float>(count > 0 ? total / static_cast<double>(count) : 0.0);
-      double sd = 0.0, sq = 0.0;
-      for (i64 n = 0; n < N; ++n) row_dev_sums(x + (n * C + c) * S, S, m, sd, sq);
+      Lanes D, Q;
+      over_rows(N, S, [&](i64 n) { row_dev_sums(x + (n * C + c) * S, S, m, D, Q); }, D, Q);
+      const double sd = D.t;
+      double sq = Q.t;
       const double dm = count > 0 ? sd / static_cast<double>(count) : 0.0;
       const double mu = static_cast<double>(m) + dm;
       sq -= static_cast<double>(count) * dm * dm;
@@ -222,8 +240,9 @@ void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mea
   parallel_for(C, channel_grain(N, 2 * S), [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
       const float mu = save_mean[c], invstd = save_invstd[c];
-      double sum_dy = 0.0, sum_dy_xmu = 0.0;
-      for (i64 n = 0; n < N; ++n) row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, sum_dy, sum_dy_xmu);
+      Lanes G, Q;
+      over_rows(N, S, [&](i64 n) { row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, G, Q); }, G, Q);
+      const double sum_dy = G.t, sum_dy_xmu = Q.t;
       const double sum_dy_xhat = sum_dy_xmu * invstd;
       if (dw != nullptr) dw[c] = static_cast<float>(sum_dy_xhat);
       if (db != nullptr) db[c] = static_cast<float>(sum_dy);
@@ -278,9 +297,10 @@ void batch_norm_eval_bwd(const float* dy, const float* x, const float* rm, const
         }
       }
       if (dw != nullptr || db != nullptr) {
-        double sum_dy = 0.0, sum_dy_xmu = 0.0;
-        for (i64 n = 0; n < N; ++n)
-          row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, rm[c], sum_dy, sum_dy_xmu);
+        Lanes G, Q;
+        over_rows(N, S, [&](i64 n) { row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, rm[c], G, Q); }, G,
+                  Q);
+        const double sum_dy = G.t, sum_dy_xmu = Q.t;
         if (dw != nullptr) dw[c] = static_cast<float>(sum_dy_xmu * invstd);
         if (db != nullptr) db[c] = static_cast<float>(sum_dy);
       }
