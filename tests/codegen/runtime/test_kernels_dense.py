@@ -228,9 +228,11 @@ def test_linear_bwd_weight_partial(lib, M, N, K, k):
     bufs.check_guards()
 
 
-def test_bias_bwd_wide(lib):
+@pytest.mark.parametrize("M,N", [(37, 600),  # more columns than one accumulator block
+                                 (200, 77),  # several row blocks, a column tail
+                                 (130, 3), (1, 1029)])
+def test_bias_bwd_wide(lib, M, N):
     rng = np.random.default_rng(3)
-    M, N = 37, 600  # more columns than one accumulator block
     dy = rand(rng, M, N)
     bufs = Buffers()
     db = bufs(N)

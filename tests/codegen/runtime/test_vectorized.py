@@ -38,6 +38,7 @@ CHECKS = {
     "attention.cpp": {"sdpa_fwd": "exp", "sdpa_bwd_batch": "fma"},
     "layer_norm.cpp": {"layer_norm_fwd": "fma", "layer_norm_bwd": "fma"},
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
+    "linear.cpp": {"bias_bwd": "vec"},
     "batch_norm.cpp": {"train_fwd": "fma", "batch_norm_train_bwd": "fma", "channel_affine": "fma",
                        "batch_norm_eval_bwd": "fma"},
 }
