@@ -40,6 +40,7 @@ CHECKS = {
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
     "linear.cpp": {"bias_bwd": "vec"},
     "lstm.cpp": {"lstm_fwd": "exp", "lstm_bwd": "exp"},
+    "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
     "batch_norm.cpp": {"train_fwd": "fma", "batch_norm_train_bwd": "fma", "channel_affine": "fma",
                        "batch_norm_eval_bwd": "fma"},
 }
