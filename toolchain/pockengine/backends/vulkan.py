@@ -685,3 +685,19 @@ def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports
     if name == "VulkanTrainer":
         return _trainer_class()
     raise AttributeError(name)
+
+
+# ---- registration (backends/__init__.py) -------------------------------------------------------------------
+from . import Backend, Device, register  # noqa: E402
+
+register(Backend(
+    "vulkan",
+    # ten times the CPU's arithmetic; a dispatch inside a recorded command buffer costs little,
+    # a submission and wait costs more
+    Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
+    supports=supports,
+    emit=lambda prog, cost=None: emit_vulkan(prog, cost=cost),  # partitioned over ("vulkan", "cpu")
+    build=lambda prog, source, out_dir=None: build_vulkan(prog, out_dir, source=source),
+    open=open_backend,
+    platforms=("host",),
+    doc="the trainable part of the step as SPIR-V compute shaders (codegen/runtime/vulkan)"))
