@@ -116,3 +116,21 @@ def test_platforms_come_from_the_registry(tmp_path):
         build_android(None, tmp_path, soc="generic-arm64", backends=["htp", "cpu"])
     with pytest.raises(PockError, match="unknown backend"):
         build_android(None, tmp_path, backends=["tpu", "cpu"])
+
+
+def test_one_trainer_class_with_a_device_hook(tmp_path):
+    """Backends open their device through Trainer's open_device hook (Backend.open); there
+    is no per-backend Trainer subclass."""
+    from pockengine.backends.vulkan import VulkanTrainer, open_backend
+    from pockengine.trainer import Trainer
+    assert get("vulkan").open is open_backend and callable(VulkanTrainer)
+    lib = mlp().build(out_dir=tmp_path).lib_path
+    opened = []
+    t = Trainer(lib, open_device=opened.append)
+    assert opened == [lib] and t.describe_partition() == "" and t.partition is None
+    t.close()
+
+    def no_device(path):
+        raise PockError("no device here")
+    with pytest.raises(PockError, match="no device here"):
+        Trainer(lib, open_device=no_device)
