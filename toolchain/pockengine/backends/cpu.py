@@ -694,3 +694,11 @@ def check_coverage():
     """The ops without a CPU emitter (transfers between backends are emitted by the accelerator backend)."""
     missing = sorted(op for op in OPS if op not in EMITTERS and op not in TRANSFER_OPS)
     return missing
+
+
+# ---- registration (backends/__init__.py): cpu runs every op; its step is rendered by codegen.emit_cpu
+from . import Backend, Device, register  # noqa: E402
+
+register(Backend(
+    "cpu", Device(flops_per_s=20e9, dispatch_s=0.3e-6),  # a phone-class core (the partitioner's cost model)
+    platforms=("host", "android", "ios"), doc="every op, as C++ kernels (codegen/runtime/kernels)"))

@@ -25,7 +25,7 @@ from ..errors import PockError
 from ..ir.graph import Node, Value
 from ..ir.ops import flops
 from ..memory.plan import ALIGN, root_of
-from ..passes.partition import ALWAYS, format_partition, partition, plan_spaces
+from ..passes.partition import ALWAYS, partition, plan_spaces
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
 from .cpu import Emit, _fit, bcast_strides, strides
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
@@ -635,7 +635,8 @@ def build_vulkan(prog, out_dir=None, cost=None, source=None):
     src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
     path = write_source(src_dir / f"{prog.name}-vk-{source.hash}.cpp", source.text)
     lib = build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
-    trainer = _trainer_class()(str(lib), aliases=prog.aliases)
+    from ..trainer import Trainer
+    trainer = Trainer(str(lib), aliases=prog.aliases, open_device=open_backend)
     trainer.partition = source.partition
     for name, v in prog.state.items():
         if v.data is not None:
@@ -656,32 +657,23 @@ def open_backend(lib_path) -> None:
         raise PockError(lib.pock_last_error().decode())
 
 
-_CLASS = []
-
-
-def _trainer_class():
-    if _CLASS:
-        return _CLASS[0]
+def VulkanTrainer(lib_path, checkpoint=None, *, aliases=None):  # noqa: N802  (the old class's name)
+    """A Trainer whose library runs part of the step on Vulkan: the device opens first."""
     from ..trainer import Trainer
-
-    class VulkanTrainer(Trainer):
-        """A Trainer whose library runs part of the step on Vulkan: the device opens first."""
-
-        partition = None
-
-        def __init__(self, lib_path, checkpoint=None, *, aliases=None):
-            self._handle = None
-            open_backend(lib_path)
-            super().__init__(lib_path, checkpoint, aliases=aliases)
-
-        def describe_partition(self) -> str:
-            return format_partition(self.partition) if self.partition is not None else ""
-
-    _CLASS.append(VulkanTrainer)
-    return VulkanTrainer
+    return Trainer(lib_path, checkpoint, aliases=aliases, open_device=open_backend)
 
 
-def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports numpy and ctypes)
-    if name == "VulkanTrainer":
-        return _trainer_class()
-    raise AttributeError(name)
+# ---- registration (backends/__init__.py) -------------------------------------------------------------------
+from . import Backend, Device, register  # noqa: E402
+
+register(Backend(
+    "vulkan",
+    # ten times the CPU's arithmetic; a dispatch inside a recorded command buffer costs little,
+    # a submission and wait costs more
+    Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
+    supports=supports,
+    emit=lambda prog, cost=None: emit_vulkan(prog, cost=cost),  # partitioned over ("vulkan", "cpu")
+    build=lambda prog, source, out_dir=None: build_vulkan(prog, out_dir, source=source),
+    open=open_backend,
+    platforms=("host",),
+    doc="the trainable part of the step as SPIR-V compute shaders (codegen/runtime/vulkan)"))
