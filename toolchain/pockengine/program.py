@@ -99,6 +99,9 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
 def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
     """Stage `lower` (in place, each step verified): the backward pass for the trained
     parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
+    from .passes.fuse_norm import fuse_rms_norm
+    verify(fuse_rms_norm(graph), "RMSNorm fusion")
+    verify(fuse_rms_norm(forward_graph), "RMSNorm fusion (inference)")
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]

@@ -410,10 +410,12 @@ class Trainer:
         (compile(frozen_dtype=...)) comes back dequantized to fp32."""
         arr = self.get_tensor(t.name)
         lowp = self._LOWP.get(np.dtype(t.dtype))
+        if lowp is None and np.dtype(t.dtype) == np.uint8 and t.name + ":scale" in self._tensor_by_name:
+            lowp = "q4"  # packed nibbles with per-block (d, m) (frozen_dtype="q4")
         if lowp is None:
             return arr
         from .quant import dequantize
-        scale = self.get_tensor(t.name + ":scale") if lowp == "i8" else None
+        scale = self.get_tensor(t.name + ":scale") if lowp in ("i8", "q4") else None
         return dequantize(arr, lowp, scale)
 
     def merged_state_dict(self) -> dict[str, np.ndarray]:

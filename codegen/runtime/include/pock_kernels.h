@@ -52,7 +52,7 @@ void bias_bwd(const float* dy, float* db, i64 M, i64 N);
 // ---------------------------------------------------------------- lowp.cpp
 // A frozen weight stored in low precision (compile(frozen_dtype=...)),
 // dequantized inside the kernel; scale[N] is used by I8 only (nullable otherwise).
-enum class LowpDtype { BF16 = 0, F16 = 1, I8 = 2 };
+enum class LowpDtype { BF16 = 0, F16 = 1, I8 = 2, Q4 = 3 };  // Q4: scale = per-block (d, m), see lowp.cpp
 void linear_fwd_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
                      i64 M, i64 N, i64 K, Act act);
 void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
@@ -102,6 +102,13 @@ i64 embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i6
 // dw[V, k] = 0; dw[idx[i], 0:k] += dy[i, 0:k]  (skipping idx == padding_idx; -1 = none;
 // and skipping an idx outside [0, V): the first such i is returned, -1 if none)
 i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k, i64 padding_idx);
+
+// ---------------------------------------------------------------- rms_norm.cpp
+// y = w * x / sqrt(mean(x^2) + eps) per row of cols (w nullable); rstd [rows] saved.
+void rms_norm_fwd(const float* x, const float* w, float* y, float* rstd, i64 rows, i64 cols, float eps);
+// dx, dw nullable (not wanted); dw overwritten.
+void rms_norm_bwd(const float* dy, const float* x, const float* rstd, const float* w, float* dx, float* dw, i64 rows,
+                  i64 cols);
 
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
@@ -185,6 +192,11 @@ template <typename T> void compare(Compare op, const T* a, const T* b, uint8_t* 
 template <typename S, typename D> void cast(const S* x, D* y, i64 n);
 enum class Trig { Cos, Sin };
 void trig(Trig op, const float* x, float* y, i64 n);
+// out = a op b on integer tensors (position ids, masks) with broadcasting; Div is not used.
+template <typename T> void ibinary(Binary op, const T* a, const T* b, T* out, const Broadcast& p);
+// y = running sum of x along the middle dim of [outer, n, inner] (reverse: from the end),
+// accumulated in D (int64 for integer x, float for float x).
+template <typename S, typename D> void cumsum(const S* x, D* y, i64 outer, i64 n, i64 inner, bool reverse);
 
 // ---------------------------------------------------------------- reduce.cpp
 // y = scale * sum of x over the dims with reduce[d] = true.

@@ -1,5 +1,6 @@
 // compare.cpp — the integer/boolean bookkeeping kernels of Hugging Face-style models:
-// broadcasting comparisons and boolean and/or (uint8 0/1 out), dtype casts, cos/sin.
+// broadcasting comparisons and boolean and/or (uint8 0/1 out), dtype casts, cos/sin,
+// integer add/sub/mul and cumsum (RoBERTa-style position ids from input_ids).
 //
 // Comparisons walk the broadcast index space with an odometer over Broadcast's strides
 // (masks are small: [B, T] or [B, 1, T, T]); casts and trig are flat loops.
@@ -65,6 +66,51 @@ PK_CAST(int64_t, float) PK_CAST(int64_t, int32_t) PK_CAST(int64_t, uint8_t)
 PK_CAST(int32_t, float) PK_CAST(int32_t, int64_t) PK_CAST(int32_t, uint8_t)
 PK_CAST(uint8_t, float) PK_CAST(uint8_t, int64_t) PK_CAST(uint8_t, int32_t)
 #undef PK_CAST
+
+template <typename T>
+void ibinary(Binary op, const T* a, const T* b, T* out, const Broadcast& p) {
+  i64 idx[kMaxDims] = {0};
+  i64 total = 1;
+  for (int d = 0; d < p.ndim; ++d) total *= p.shape[d];
+  i64 oa = 0, ob = 0;
+  for (i64 i = 0; i < total; ++i) {
+    const T x = a[oa], z = b[ob];
+    out[i] = op == Binary::Add ? T(x + z) : op == Binary::Sub ? T(x - z) : T(x * z);
+    for (int d = p.ndim - 1; d >= 0; --d) {  // odometer step
+      ++idx[d];
+      oa += p.sa[d];
+      ob += p.sb[d];
+      if (idx[d] < p.shape[d]) break;
+      oa -= p.sa[d] * p.shape[d];
+      ob -= p.sb[d] * p.shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+template void ibinary<int64_t>(Binary, const int64_t*, const int64_t*, int64_t*, const Broadcast&);
+template void ibinary<int32_t>(Binary, const int32_t*, const int32_t*, int32_t*, const Broadcast&);
+template void ibinary<uint8_t>(Binary, const uint8_t*, const uint8_t*, uint8_t*, const Broadcast&);
+
+template <typename S, typename D>
+void cumsum(const S* x, D* y, i64 outer, i64 n, i64 inner, bool reverse) {
+  for (i64 o = 0; o < outer; ++o) {
+    for (i64 j = 0; j < inner; ++j) {
+      D acc = D(0);
+      for (i64 t = 0; t < n; ++t) {
+        const i64 k = reverse ? n - 1 - t : t;
+        const i64 at = (o * n + k) * inner + j;
+        acc += static_cast<D>(x[at]);
+        y[at] = acc;
+      }
+    }
+  }
+}
+
+template void cumsum<float, float>(const float*, float*, i64, i64, i64, bool);
+template void cumsum<int64_t, int64_t>(const int64_t*, int64_t*, i64, i64, i64, bool);
+template void cumsum<int32_t, int64_t>(const int32_t*, int64_t*, i64, i64, i64, bool);
+template void cumsum<uint8_t, int64_t>(const uint8_t*, int64_t*, i64, i64, i64, bool);
 
 void trig(Trig op, const float* x, float* y, i64 n) {
   if (op == Trig::Cos) {

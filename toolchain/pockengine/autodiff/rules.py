@@ -99,6 +99,12 @@ def _layer_norm(b, n, g, need):
                  wanted=[bool(need[0]), bool(need[1]), bool(need[2])])
 
 
+@rule("rms_norm")
+def _rms_norm(b, n, g, need):
+    x, w = n.inputs
+    return b.add("rms_norm_bwd", [g[0], x, n.outputs[1], w], {}, wanted=[bool(need[0]), bool(need[1])])
+
+
 @rule("batch_norm_train")
 def _bn_train(b, n, g, need):
     x, w = n.inputs[:2]
@@ -194,6 +200,8 @@ RULES["compare"] = lambda b, n, g, need: [None, None]  # a boolean result carrie
 RULES["cast"] = lambda b, n, g, need: [None]  # only integer/boolean casts are emitted
 RULES["cos"] = lambda b, n, g, need: [b.add("neg", [b.add("mul", [g[0], b.add("sin", [n.inputs[0]])])])]
 RULES["sin"] = lambda b, n, g, need: [b.add("mul", [g[0], b.add("cos", [n.inputs[0]])])]
+RULES["cumsum"] = lambda b, n, g, need: [  # d(prefix sums) = suffix sums of the gradient
+    b.add("cumsum", [g[0]], {"dim": n.attrs["dim"], "reverse": not n.attrs.get("reverse", False)})]
 
 
 @rule("where")

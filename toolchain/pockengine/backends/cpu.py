@@ -9,8 +9,8 @@ from ..ir.ops import OPS, TRANSFER_OPS
 from ..memory.plan import root_of
 
 CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t", "bf16": "uint16_t", "f16": "uint16_t",
-         "i8": "int8_t"}
-MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8", "bf16": "BF16", "f16": "F16", "i8": "I8"}
+         "i8": "int8_t", "q4": "uint8_t"}
+MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8", "bf16": "BF16", "f16": "F16", "i8": "I8", "q4": "U8"}
 def cstr(s: str) -> str:
     """s as a C string literal: printable ASCII as is, any other byte of its
     UTF-8 as an octal escape (never a trigraph: '?' is escaped too)."""
@@ -98,18 +98,25 @@ def _act(n: Node) -> tuple[str, str]:
     return ("_act", f", {ACT[act]}") if act else ("", "")
 
 
-LOWP = {"bf16": "pk::LowpDtype::BF16", "f16": "pk::LowpDtype::F16", "i8": "pk::LowpDtype::I8"}
+LOWP = {"bf16": "pk::LowpDtype::BF16", "f16": "pk::LowpDtype::F16", "i8": "pk::LowpDtype::I8",
+        "q4": "pk::LowpDtype::Q4"}
 
 
 def _lowp(e, w: Value) -> str:
     """'w, dtype, scale' for a frozen weight stored in low precision (passes/lowp.py)."""
-    scale = f"F32(S, {e.state_offset[w.name + ':scale']})" if w.dtype == "i8" else "nullptr"
+    scale = f"F32(S, {e.state_offset[w.name + ':scale']})" if w.dtype in ("i8", "q4") else "nullptr"
     return f"{e.p(w)}, {LOWP[w.dtype]}, {scale}"
+
+
+def _wshape(w: Value) -> tuple[int, int]:
+    """(rows, columns) of a weight as the model sees it (q4 stores two columns a byte)."""
+    rows, cols = w.shape
+    return (rows, 2 * cols) if w.dtype == "q4" else (rows, cols)
 
 
 @emitter("linear")
 def _linear(e, n, x, w, bias, y):
-    N, K = n.inputs[1].shape
+    N, K = _wshape(n.inputs[1])
     if n.inputs[1].dtype in LOWP:
         act = ACT[n.attrs["act"]] if n.attrs.get("act") else "pk::Act::None"
         return (f"pk::linear_fwd_lowp({x}, {_lowp(e, n.inputs[1])}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, "
@@ -120,7 +127,7 @@ def _linear(e, n, x, w, bias, y):
 
 @emitter("linear_bwd_input")
 def _linear_bi(e, n, dy, w, dx):
-    N, K = n.inputs[1].shape
+    N, K = _wshape(n.inputs[1])
     if n.inputs[1].dtype in LOWP:
         return f"pk::linear_bwd_input_lowp({dy}, {_lowp(e, n.inputs[1])}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
     return f"pk::linear_bwd_input({dy}, {w}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
@@ -212,7 +219,7 @@ def index_check(n: Node, idx: str, what: str, hi: int, ignore: int | None = None
 
 @emitter("embedding")
 def _embedding(e, n, w, idx, y):
-    V, D = n.inputs[0].shape
+    V, D = _wshape(n.inputs[0])
     if n.inputs[0].dtype in LOWP:
         return [index_check(n, idx, "embedding", V),
                 f"pk::embedding_fwd_lowp({_lowp(e, n.inputs[0])}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"]
@@ -238,6 +245,13 @@ def _rows_cols(x: Value, nd: int):
 def _ln(e, n, x, w, bias, y, mean, rstd):
     rows, cols = _rows_cols(n.inputs[0], n.attrs["normalized_ndim"])
     return f"pk::layer_norm_fwd({x}, {w}, {bias}, {y}, {mean}, {rstd}, {rows}, {cols}, {fl(n.attrs['eps'])});"
+
+
+EMITTERS["rms_norm"] = lambda e, n, x, w, y, rstd: (
+    f"pk::rms_norm_fwd({x}, {w}, {y}, {rstd}, {n.outputs[1].shape[0]}, {n.inputs[0].shape[-1]}, "
+    f"{fl(n.attrs['eps'])});")
+EMITTERS["rms_norm_bwd"] = lambda e, n, dy, x, rstd, w, dx, dw: (
+    f"pk::rms_norm_bwd({dy}, {x}, {rstd}, {w}, {dx}, {dw}, {n.inputs[2].shape[0]}, {n.inputs[1].shape[-1]});")
 
 
 @emitter("layer_norm_bwd")
@@ -385,6 +399,9 @@ def _binary(e, n, a, c, y):
     out = n.outputs[0].shape
     nd, shape, (sa, sc) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
     op = {"add": "Add", "sub": "Sub", "mul": "Mul", "div": "Div"}[n.op]
+    if n.inputs[0].dtype != "f32":  # integer bookkeeping (position ids from masks)
+        return (f"pk::ibinary<{CTYPE[n.inputs[0].dtype]}>(pk::Binary::{op}, {a}, {c}, {y}, "
+                f"{{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});")
     return f"pk::binary(pk::Binary::{op}, {a}, {c}, {y}, {{{nd}, {arr(shape)}, {arr(sa)}, {arr(sc)}}});"
 
 
@@ -411,6 +428,9 @@ def _cast(e, n, x, y):
 
 EMITTERS["cos"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Cos, {x}, {y}, {_n(n.inputs[0])});"
 EMITTERS["sin"] = lambda e, n, x, y: f"pk::trig(pk::Trig::Sin, {x}, {y}, {_n(n.inputs[0])});"
+EMITTERS["cumsum"] = lambda e, n, x, y: (
+    f"pk::cumsum<{CTYPE[n.inputs[0].dtype]}, {CTYPE[n.outputs[0].dtype]}>({x}, {y}, "
+    f"{_odi(n.inputs[0], n.attrs['dim'])}, {b(n.attrs.get('reverse', False))});")
 
 
 def _reduce_call(x_shape, reduce_flags, scale, x, y):

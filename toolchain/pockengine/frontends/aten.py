@@ -269,6 +269,10 @@ def _binary(c, op, a, b):
         if op == "sub":
             return c.add("rsub_scalar", [b], {"c": float(a)})
         return c.add("mul_scalar", [c.add("reciprocal", [b])], {"c": float(a)})
+    if a.dtype != "f32" and b.dtype != "f32" and op != "div":  # integer bookkeeping (position ids)
+        if a.dtype != b.dtype:
+            a, b = (v if v.dtype == "i64" else c.add("cast", [v], {"dtype": "i64"}) for v in (a, b))
+        return c.add(op, [a, b])
     if a.dtype != b.dtype or a.dtype != "f32":
         raise PockError(f"{op} needs two float32 tensors in {c.source}, got {a.dtype} and {b.dtype}")
     return c.add(op, [a, b])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from ..errors import PockError
@@ -161,14 +162,81 @@ def _trig(c, x):
 
 
 # ---- integer indexing ------------------------------------------------------------------------------
+@conv(aten.cumsum.default)
+def _cumsum(c, x, dim, dtype=None):
+    """Running sum along dim (RoBERTa's position ids: cumsum of input_ids.ne(pad)); integer
+    inputs accumulate in int64 like torch, floats in float32 (gradient: the reverse cumsum)."""
+    y = c.add("cumsum", [x], {"dim": _dim(dim, len(x.shape)), "reverse": False})
+    return y if dtype is None else cast(c, y, to_ir_dtype(dtype, f"the cumsum in {c.source}"))
+
+
+def _const_index(c, x, indices):
+    """x[i0, i1, ...] with compile-time index tensors (e.g. the padding-mask lookup
+    `mask[batch_idx, kv_idx]` of transformers' mask functions): the flat row ids are computed
+    here, range-checked, and the lookup becomes the embedding gather."""
+    k = len(indices)
+    idx = np.broadcast_arrays(*[np.asarray(getattr(i, "data", i), dtype=np.int64) for i in indices])
+    flat = np.zeros(idx[0].shape, np.int64)
+    for d, i in enumerate(idx):
+        n = x.shape[d]
+        if i.size and (i.min() < -n or i.max() >= n):
+            raise PockError(f"index ids out of range [0, {n}) along dim {d} in {c.source}: "
+                            f"min {i.min()}, max {i.max()}")
+        flat = flat * n + np.where(i < 0, i + n, i)
+    name = f"const:{c.source.split(' ')[0] or 'model'}.index"
+    name += str(sum(n.startswith(name) for n in c.g.state))
+    ids = c.g.add_state(name, flat.shape, "i64", "const", data=flat.copy())
+    rest = x.shape[k:]
+    table = x if x.dtype == "f32" else cast(c, x, "f32")
+    rows = _reshape(c, table, (math.prod(x.shape[:k]), math.prod(rest)))
+    y = _reshape(c, c.add("embedding", [rows, ids], {"padding_idx": -1}), flat.shape + rest)
+    return y if x.dtype == "f32" else cast(c, y, x.dtype)
+
+
+@conv(aten.gather.default)
+def _gather(c, x, dim, index, sparse_grad=False):
+    """torch.gather with input-dependent ids (RoBERTa's token-type lookup by position ids):
+    the table with `dim` first is read by the embedding gather (the ids range-checked against
+    x.shape[dim], naming the input they come from), then each output keeps the column of its
+    own coordinates (a compile-time index)."""
+    nd = len(x.shape)
+    d = _dim(dim, nd)
+    if index.dtype != "i64" or len(index.shape) != nd or x.dtype not in ("f32", "u8", "i64", "i32") or \
+            any(index.shape[j] > x.shape[j] for j in range(nd) if j != d):
+        raise PockError(f"gather needs int64 ids with x's rank and sizes ({c.source}), got x {x.shape} {x.dtype}, "
+                        f"ids {index.shape} {index.dtype}")
+    if x.dtype in ("i64", "i32") and (x.data is None or np.abs(x.data).max(initial=0) >= 2 ** 24):
+        raise PockError(f"gather from an integer tensor is supported for compile-time tables of small "
+                        f"values only ({c.source})")
+    others = [j for j in range(nd) if j != d]
+    table = cast(c, x, "f32")
+    if d != 0:
+        table = c.add("permute", [table], {"perm": tuple([d] + others)})
+    cols = math.prod(x.shape[j] for j in others)
+    rows = c.add("embedding", [_reshape(c, table, (x.shape[d], cols)), _reshape(c, index, (index.numel,))],
+                 {"padding_idx": -1})
+    coords = np.indices(index.shape).reshape(nd, -1)
+    col = np.zeros(index.numel, np.int64)
+    for j in others:
+        col = col * x.shape[j] + coords[j]
+    y = _const_index(c, rows, [np.arange(index.numel), col])
+    y = _reshape(c, y, index.shape)
+    return y if x.dtype == "f32" else cast(c, y, x.dtype)
+
+
 @conv(aten.index.Tensor)
 def _index(c, x, indices):
     """x[idx] along dim 0 (e.g. Whisper's learned positions): the embedding gather, whose kernel
-    range-checks every id. Other index patterns are rejected."""
+    range-checks every id. x[i0, i1, ...] with compile-time index tensors: _const_index. Other
+    index patterns are rejected."""
+    indices = list(indices)
+    if indices and all(isinstance(i, Value) and i.data is not None and i.dtype in ("i64", "i32") for i in indices) \
+            and len(indices) <= len(x.shape) and x.dtype in ("f32", "u8"):
+        return _const_index(c, x, indices)
     if len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].dtype != "i64" or x.dtype != "f32" \
             or len(x.shape) < 2:
-        raise PockError(f"index.Tensor is supported as x[int64 ids] along dim 0 of a float tensor only "
-                        f"({c.source})")
+        raise PockError(f"index.Tensor is supported as x[int64 ids] along dim 0 of a float tensor, or with "
+                        f"compile-time index tensors on a float/bool tensor, only ({c.source})")
     ids = indices[0]
     if ids.data is not None and ids.numel and not (0 <= ids.data.min() and ids.data.max() < x.shape[0]):
         raise PockError(f"index ids out of range [0, {x.shape[0]}) in {c.source}: "
@@ -176,4 +244,6 @@ def _index(c, x, indices):
     rows = _reshape(c, x, (x.shape[0], math.prod(x.shape[1:])))
     y = c.add("embedding", [rows, indices[0]], {"padding_idx": -1})
     return _reshape(c, y, indices[0].shape + x.shape[1:])
+
+
 __all__ = ["cast"]

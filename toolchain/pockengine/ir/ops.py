@@ -128,6 +128,9 @@ def _ln(i, a):
 
 
 _op("layer_norm", _ln, lambda i, o, a: 8 * numel(i[0]))
+_op("rms_norm", lambda i, a: [(i[0].shape, "f32"), ((math.prod(i[0].shape[:-1]),), "f32")],
+    lambda i, o, a: 4 * numel(i[0]))
+_op("rms_norm_bwd", lambda i, a: [(i[1].shape, "f32"), (i[1].shape[-1:], "f32")], lambda i, o, a: 8 * numel(i[0]))
 _op("layer_norm_bwd", lambda i, a: [(i[1].shape, "f32"), (a["w_shape"], "f32"), (a["w_shape"], "f32")],
     lambda i, o, a: 10 * numel(i[0]))
 
@@ -185,6 +188,7 @@ _op("compare", lambda i, a: [(broadcast_shapes(i[0].shape, i[1].shape), "u8")], 
 _op("cast", lambda i, a: [(i[0].shape, a["dtype"])], _ew)
 for _name in ("cos", "sin"):
     _op(_name, _same, lambda i, o, a: 8 * numel(o[0]))
+_op("cumsum", lambda i, a: [(i[0].shape, "f32" if i[0].dtype == "f32" else "i64")], _ew)
 
 
 # ---- reductions ---------------------------------------------------------------
