@@ -3,7 +3,7 @@
     python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2|llama]
 
 Rows: PyTorch eager full / LoRA r=8 / same-scheme sparse, and PockEngine
-full / sparse / LoRA / sparse + bf16 frozen / sparse + int8 frozen, batch 1 x
+full / sparse / LoRA / sparse + bf16 / int8 / q4 frozen, batch 1 x
 128 tokens, AdamW(lr 1e-4), the same batches for every row. Each row runs in
 its own process (so peak RSS is that row's alone): ms/step (median of the
 timed steps after one warm-up step), tokens/s (real tokens: all 128 here),
@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ROWS = ["pytorch-full", "pytorch-lora", "pytorch-sparse",
         "pockengine-full", "pockengine-sparse", "pockengine-lora", "pockengine-sparse-bf16",
-        "pockengine-sparse-int8"]
+        "pockengine-sparse-int8", "pockengine-sparse-q4"]
 SEQ = 128
 
 
@@ -123,7 +123,7 @@ def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
         kw = {"update": "full" if scheme == "full" else sparse}
         if scheme == "lora":
             kw = {"update": "none", "lora": lora}
-        if row.endswith("bf16") or row.endswith("int8"):
+        if row.endswith(("bf16", "int8", "q4")):
             kw["frozen_dtype"] = row.rsplit("-", 1)[1]
         t0 = time.perf_counter()
         prog = pe.compile(model, *data[0], optimizer=pe.AdamW(lr=1e-4), name=f"llm_{row.replace('-', '_')}", **kw)
@@ -194,7 +194,7 @@ def report(r: dict, a) -> str:
               f"- PockEngine sparse vs PyTorch full: {ratio('pockengine-sparse', 'pytorch-full')} (target >= 3.5x)",
               f"- PockEngine LoRA vs PyTorch LoRA: {ratio('pockengine-lora', 'pytorch-lora')} (target >= 1.5x)"]
     if "pytorch-full" in r:
-        for q, target in (("bf16", 0.2), ("int8", 0.15)):
+        for q, target in (("bf16", 0.2), ("int8", 0.15), ("q4", 0.15)):
             k = f"pockengine-sparse-{q}"
             if k in r:
                 frac = r[k]["train_mem_mib"] / r["pytorch-full"]["peak_rss_mib"]

@@ -37,3 +37,7 @@ def fp16():
 
 def int8():
     return _spec("int8")
+
+
+def q4():
+    return _spec("q4")

@@ -14,12 +14,18 @@ from numerics import assert_losses_close, assert_outputs_close, assert_state_clo
 from pockengine.quant import dequantize, quantize, round_trip
 
 
+STORED = {"bf16": "bf16", "f16": "fp16", "i8": "int8", "q4": "q4"}  # IR dtype -> frozen_dtype
+BYTES = {"bf16": 2, "fp16": 2, "int8": 1, "q4": 0.5}
+
+
 def rounded(model, names, frozen_dtype):
+    """frozen_dtype: one for every name, or {name: the frozen_dtype it is stored in}."""
     model = copy.deepcopy(model)
     with torch.no_grad():
         for n, p in model.named_parameters():
             if n in names:
-                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), frozen_dtype)))
+                d = frozen_dtype[n] if isinstance(frozen_dtype, dict) else frozen_dtype
+                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), d)))
     return model
 
 
@@ -33,7 +39,27 @@ def test_quantize_round_trips_match_torch():
     np.testing.assert_allclose(dequantize(q, "i8", s), w.numpy(), atol=float(s.max()) / 2 + 1e-7)
 
 
-@pytest.mark.parametrize("frozen_dtype", ["bf16", "fp16", "int8"])
+def test_q4_blocks_are_gguf_q4_1_style():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(5, 64, generator=g).numpy()
+    w[1, :32] = 0.5  # a constant block: d = 0, every value is m
+    packed, dm = quantize(w, "q4")
+    assert packed.dtype == np.uint8 and packed.shape == (5, 32) and dm.shape == (5, 2, 2)
+    blocks = w.reshape(5, 2, 32)
+    np.testing.assert_array_equal(dm[..., 1], blocks.min(axis=2))
+    back = dequantize(packed, "q4", dm)
+    assert np.all(np.abs(back - w) <= dm[..., :1].repeat(32, axis=2).reshape(5, 64) / 2 * 1.001 + 1e-6)
+    np.testing.assert_array_equal(back[1, :32], 0.5)
+    # GGUF's nibble order: byte j of a block holds element j (low) and j + 16 (high)
+    q = np.rint((back[0, :32] - dm[0, 0, 1]) / dm[0, 0, 0]).astype(np.uint8)
+    np.testing.assert_array_equal(packed[0, :16], q[:16] | (q[16:] << 4))
+    # dequantized values quantize to themselves, to rounding (a GGUF Q4_1 model's weights stay what they were)
+    np.testing.assert_allclose(round_trip(back, "q4"), back, rtol=0, atol=1e-6 * float(np.abs(w).max()))
+    with pytest.raises(pe.PockError, match="multiple of 32"):
+        quantize(np.zeros((3, 40), np.float32), "q4")
+
+
+@pytest.mark.parametrize("frozen_dtype", ["bf16", "fp16", "int8", "q4"])
 def test_lowp_frozen_weights_train_like_pytorch_on_rounded_weights(frozen_dtype):
     torch.manual_seed(0)
     model = GPT().train()
@@ -47,13 +73,18 @@ def test_lowp_frozen_weights_train_like_pytorch_on_rounded_weights(frozen_dtype)
     # the frozen linear/embedding weights (tok.weight is tied to the head) are stored low precision
     assert {"tok.weight", "blocks.0.qkv.weight", "blocks.0.fc1.weight", "blocks.0.fc2.weight"} <= lowp
     assert not any(n.startswith("blocks.1.") or "lora" in n for n in lowp)
-    saved = sum(v.numel for n, v in prog.state.items() if n in lowp) * (4 - (1 if frozen_dtype == "int8" else 2))
+    stored = {n: STORED[prog.state[n].dtype] for n in lowp}
+    # q4 keeps the embedding table (tied to the head) in int8, as GGUF Q4_1 models keep token_embd in Q8_0
+    assert stored["tok.weight"] == ("int8" if frozen_dtype == "q4" else frozen_dtype)
+    assert stored["blocks.0.fc1.weight"] == frozen_dtype
+    saved = sum(base.state[n].nbytes - prog.state[n].nbytes for n in lowp)
+    assert saved == sum(base.state[n].numel * (4 - BYTES[stored[n]]) for n in lowp)
     s, b = prog.stats(), base.stats()
     assert s["param_bytes"] == b["param_bytes"] - saved
     assert s["optimizer_state_bytes"] == b["optimizer_state_bytes"]
 
     trainer = prog.build()
-    ref_model = rounded(base.lora_model, lowp, frozen_dtype)
+    ref_model = rounded(base.lora_model, lowp, stored)
     original = copy.deepcopy(ref_model).state_dict()
     steps = 3
     ref_update = dict(update, **{"*.lora_A": 1.0, "*.lora_B": 1.0})

@@ -1,5 +1,5 @@
 """A tiny 2-layer Llama (hf_zoo.llama: RoPE, GQA, RMSNorm, SwiGLU) fine-tuned with LoRA on
-q_proj/v_proj over frozen weights in fp32, bf16 and int8: the same steps as a PyTorch LoRA
+q_proj/v_proj over frozen weights in fp32, bf16, int8 and q4: the same steps as a PyTorch LoRA
 reference (test_lora.ref_lora) holding the same rounded weights, judged against fp64."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from pockengine.quant import round_trip  # noqa: E402
 from test_lora import ref_lora  # noqa: E402
 
 
-@pytest.mark.parametrize("frozen_dtype", ["fp32", "bf16", "int8"])
+@pytest.mark.parametrize("frozen_dtype", ["fp32", "bf16", "int8", "q4"])
 def test_tiny_llama_lora_matches_pytorch_lora(frozen_dtype):
     torch.manual_seed(0)
     model, x, y, loss, output = llama()
@@ -36,7 +36,8 @@ def test_tiny_llama_lora_matches_pytorch_lora(frozen_dtype):
     with torch.no_grad():
         for n, p in ref_model.named_parameters():
             if n in lowp:
-                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), frozen_dtype)))
+                d = "int8" if prog.state[n].dtype == "i8" else frozen_dtype  # q4: embedding tables in int8
+                p.copy_(torch.from_numpy(round_trip(p.detach().numpy(), d)))
     original = copy.deepcopy(ref_model.state_dict())
     ref_update = dict(update, **{"*.lora_A": 1.0, "*.lora_B": 1.0})
     steps = 3

@@ -161,7 +161,7 @@ def _string(s: str) -> bytes:
 # IR state kinds and dtypes (ir/graph.py) -> checkpoint kind names and numpy dtypes
 _IR_KINDS = {"param": "param", "buffer": "buffer", "opt_state": "optimizer_state", "const": "constant"}
 _IR_DTYPES = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8, "bf16": np.uint16,
-              "f16": np.float16, "i8": np.int8}
+              "f16": np.float16, "i8": np.int8, "q4": np.uint8}
 
 
 def write_initial_checkpoint(prog, path, source=None) -> Path:

@@ -70,18 +70,19 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     and the summary in out/.  With "htp" among the backends the frozen prefix
     is split off, compiled to a QNN context binary for `soc` and recorded in
     the bundle; the library is then the step that follows it."""
+    from .backends import split_roles
     from .bundle import write_bundle
     from .codegen import RUNTIME_DIR
     from .program import build, check_backends, emit
     backends = check_backends(backends)
     out.mkdir(parents=True, exist_ok=True)
     prefix, step_prog = None, prog
-    if "htp" in backends:
-        from .passes.prefix import split_prefix
-        prefix, step_prog = split_prefix(prog)
-        backends = [b for b in backends if b != "htp"]
-        print(f"partition: htp runs the frozen prefix {prefix!r}" if prefix else
-              "partition: no frozen prefix for htp (every forward op leads to a gradient); the step runs without it")
+    prefix_backend, backends = split_roles(backends)
+    if prefix_backend is not None:
+        name = prefix_backend.name
+        prefix, step_prog = prefix_backend.split(prog)
+        print(f"partition: {name} runs the frozen prefix {prefix!r}" if prefix else
+              f"partition: no frozen prefix for {name} (every forward op leads to a gradient); the step runs without it")
     source = emit(step_prog, backends)  # the one source: written, summarized, built and hashed
     if source.partition is not None:
         from .passes.partition import format_partition
@@ -100,8 +101,7 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     files = {"library": target, "weights": weights, "source": cpp}
     prefix_entry = None
     if prefix is not None:
-        from .backends.htp import DEFAULT_SOC, export_htp_prefix
-        prefix_entry = export_htp_prefix(prefix, out / "bundle", soc or DEFAULT_SOC)
+        prefix_entry = prefix_backend.export(prefix, out / "bundle", soc)
         files["prefix"] = out / "bundle" / prefix_entry["files"]["context_binary"]
     files["bundle"] = write_bundle(step_prog, weights, out / "bundle", prefix=prefix_entry, source=source)
     return files
@@ -166,6 +166,12 @@ def _run(args) -> int:
     if args.platform != "ios" and args.coreml:
         raise PockError("--coreml is for --platform ios")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
+    if args.platform == "ios":  # before compiling: the registry says which backends build for iOS
+        from .backends import check_backends, get
+        off = [b for b in check_backends(backends) if "ios" not in get(b).platforms]
+        if off:
+            raise PockError(f"--platform ios builds the step for cpu; --backends {','.join(off)} "
+                            f"{'is' if len(off) == 1 else 'are'} not available on iOS in this version")
     if args.search:
         if args.budget_mb is None:
             raise PockError("--search needs --budget-mb N")

@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from on
 # a link to the checkout's codegen/ and a copy of it in an installed wheel
 CODEGEN_DIR = (Path(__file__).resolve().parent / "_codegen").resolve()
 RUNTIME_DIR = CODEGEN_DIR / "runtime"
-DTYPE_CODE = {"f32": 0, "i64": 1, "i32": 2, "u8": 3, "bf16": 4, "f16": 5, "i8": 6}
+DTYPE_CODE = {"f32": 0, "i64": 1, "i32": 2, "u8": 3, "bf16": 4, "f16": 5, "i8": 6,
+              "q4": 3}  # q4: the C API sees its packed bytes
 KIND_CODE = {"param": 0, "buffer": 1, "opt_state": 2, "const": 3}
 VERSION = "0.1.0"
 

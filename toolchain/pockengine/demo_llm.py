@@ -133,6 +133,7 @@ def run(args) -> None:
         "lora": dict(update="none", lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"])),
         "sparse": dict(update=sparse),
         "sparse-bf16": dict(update=sparse, frozen_dtype="bf16"),
+        "sparse-q4": dict(update=sparse, frozen_dtype="q4"),
         "lora-int8": dict(update="none", lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"]),
                           frozen_dtype="int8"),
     }

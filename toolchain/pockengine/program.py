@@ -26,6 +26,10 @@ import torch.nn as nn
 
 from .autodiff.backward import build_backward
 from .autodiff.rules import FULL
+from .backends import cpu as _cpu  # noqa: F401  (the built-in backends register themselves, in this order)
+from .backends import vulkan as _vulkan  # noqa: F401
+from .backends import htp as _htp  # noqa: F401
+from .backends import check_backends as _check_backends, split_roles, step_backend
 from .build.host import cache_dir
 from .codegen import Source, emit_cpu
 from .errors import PockError
@@ -240,9 +244,9 @@ class Program:
             raise PockError(f"prog.build supports target='host'; use `pock-build --platform {target}` for devices")
         backends = check_backends(backends)
         try:
-            if "htp" in backends:
-                from .backends.htp import build_with_htp_prefix
-                return build_with_htp_prefix(self, [b for b in backends if b != "htp"], out_dir)
+            prefix, steps = split_roles(backends)
+            if prefix is not None:
+                return prefix.build_with(self, steps, out_dir)
             return build(self, self.emit(backends), out_dir)
         except OSError as e:  # e.g. a read-only cache directory: name it, not a bare OSError
             where = e.filename if e.filename else (out_dir or _cache_dir())
@@ -254,39 +258,24 @@ class Program:
         return build(self, self.emit(["cpu"]), out_dir)
 
 
-BACKENDS = ("cpu", "vulkan", "htp")
-
-
 def check_backends(backends) -> list[str]:
-    """The backend list, checked: known names, no repeats, and always "cpu"."""
-    if isinstance(backends, str):
-        backends = [backends]
-    backends = list(backends or ["cpu"])
-    unknown = [b for b in backends if b not in BACKENDS]
-    if unknown:
-        raise PockError(f"unknown backend(s) {unknown}; PockEngine has {list(BACKENDS)}")
-    if len(set(backends)) != len(backends):
-        raise PockError(f"backends {backends} name one twice")
-    if "cpu" not in backends:
-        raise PockError(f"backends {backends} must include 'cpu' (it runs every op the others do not)")
-    return backends
+    """The backend list, checked against the registry (backends/__init__.py)."""
+    return _check_backends(backends)
 
 
 def emit(prog: Program, backends=None, cost=None) -> Source:
-    """Stage `emit`: the step's C++ source for a set of backends (cached on the program, one
-    per set; a `cost` model for the partition is not cached).  "htp" is not a step backend:
-    split the prefix first (passes/prefix.split_prefix) and emit the suffix."""
+    """Stage `emit`: the step's C++ source for a set of step backends (cached on the program,
+    one per set; a `cost` model for the partition is not cached).  A prefix backend ("htp")
+    is not a step backend: split the prefix first (its Backend.split) and emit the suffix."""
     backends = tuple(check_backends(backends))
-    if "htp" in backends:
-        raise PockError("emit the step after splitting off the HTP prefix (passes/prefix.split_prefix)")
+    prefix, _ = split_roles(backends)
+    if prefix is not None:
+        raise PockError(f"emit the step after splitting off the {prefix.name} prefix (passes/prefix.split_prefix)")
     key = backends
     if cost is None and key in prog._sources:
         return prog._sources[key]
-    if "vulkan" in backends:
-        from .backends.vulkan import emit_vulkan
-        source = emit_vulkan(prog, cost=cost)  # partitioned over ("vulkan", "cpu"), whatever the order given
-    else:
-        source = emit_cpu(prog)
+    renderer = step_backend(backends)
+    source = renderer.emit(prog, cost=cost) if renderer.emit is not None else emit_cpu(prog)
     if cost is None:
         prog._sources[key] = source
     return source
@@ -295,9 +284,9 @@ def emit(prog: Program, backends=None, cost=None) -> Source:
 def build(prog: Program, source: Source, out_dir=None):
     """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
     prog's weights; the library is exactly `source`."""
-    if "vulkan" in source.backends:
-        from .backends.vulkan import build_vulkan
-        return build_vulkan(prog, out_dir, source=source)
+    builder = step_backend(source.backends)
+    if builder.build is not None:
+        return builder.build(prog, source, out_dir)
     from .build.host import build_shared_library, write_source
     from .trainer import Trainer
 

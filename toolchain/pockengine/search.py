@@ -44,9 +44,9 @@ from .errors import PockError
 from .frontends.torch_export import check_example, resolve_loss, tied_aliases
 from .optim.optimizers import SGD, Optimizer
 from .program import Program, _c_name, export, lower, resolve_update
+from .search_baselines import NORMS, fits, last_layer_update, refine as refine_measured, scheme_update
 
 RATIOS = (0.125, 0.25, 0.5, 1.0)
-NORMS = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 MIB = 2 ** 20
 
 
@@ -140,13 +140,6 @@ def candidate_groups(model: nn.Module) -> list[Group]:
     return groups
 
 
-def scheme_update(groups: list[Group], scheme) -> dict[str, float]:
-    update = {}
-    for g, o in zip(groups, scheme):
-        update.update(g.update(o))
-    return update
-
-
 # -- cost model: compile each scheme from one export -------------------------------------------
 class SchemeCompiler:
     """pe.compile for many update schemes of one model: the model is exported once and each
@@ -207,26 +200,6 @@ def cost_of(stats: dict, ms_per_flop: float | None = None) -> dict:
     if ms_per_flop is not None:
         cost["step_ms"] = stats["flops_per_step"] * ms_per_flop
     return cost
-
-
-def fits(cost: dict, limits: dict) -> bool:
-    return all(cost[k] <= v for k, v in limits.items())
-
-
-def last_layer_update(compiler: SchemeCompiler) -> dict[str, float]:
-    """The parameters of the module whose parameters the forward pass reads last (the classifier)."""
-    params = {id(v): n for n, v in compiler.train_graph.state.items() if v.kind == "param" and n in compiler.shapes}
-    last = None
-    for n in compiler.train_graph.nodes:
-        if n.phase == "forward":
-            hit = [params[id(v)] for v in n.inputs if v is not None and id(v) in params]
-            if hit:
-                last = hit
-    if last is None:
-        raise PockError("the model has no parameter that reaches the loss")
-    prefixes = {p.rsplit(".", 1)[0] + "." if "." in p else p for p in last}
-    names = [n for n in compiler.shapes if n in last or any(n.startswith(pre) for pre in prefixes if pre.endswith("."))]
-    return {n: 1.0 for n in names}
 
 
 # -- contribution analysis ------------------------------------------------------------------------
@@ -563,7 +536,6 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
             best = s.evolve(best, np.random.default_rng(seed), generations, population, progress, history)
         measured, baselines = None, []
         if refine:
-            from .search_baselines import refine as refine_measured
             best, measured, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations,
                                                         progress, verify_steps or 3 * evaluator.steps)
     finally:

@@ -26,9 +26,39 @@ from dataclasses import dataclass
 
 import torch.nn as nn
 
-from .search import NORMS, Group, fits, last_layer_update, scheme_update
+from .errors import PockError
 
+# (search.py imports this module: it holds the helpers both use, so the imports stay a DAG)
+NORMS = (nn.LayerNorm, nn.GroupNorm, nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 WEIGHTED = (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.Embedding)
+
+
+def scheme_update(groups: list, scheme) -> dict[str, float]:
+    update = {}
+    for g, o in zip(groups, scheme):
+        update.update(g.update(o))
+    return update
+
+
+def fits(cost: dict, limits: dict) -> bool:
+    return all(cost[k] <= v for k, v in limits.items())
+
+
+def last_layer_update(compiler) -> dict[str, float]:
+    """The parameters of the module whose parameters the forward pass reads last (the classifier)."""
+    params = {id(v): n for n, v in compiler.train_graph.state.items() if v.kind == "param" and n in compiler.shapes}
+    last = None
+    for n in compiler.train_graph.nodes:
+        if n.phase == "forward":
+            hit = [params[id(v)] for v in n.inputs if v is not None and id(v) in params]
+            if hit:
+                last = hit
+    if last is None:
+        raise PockError("the model has no parameter that reaches the loss")
+    prefixes = {p.rsplit(".", 1)[0] + "." if "." in p else p for p in last}
+    names = [n for n in compiler.shapes if n in last or any(n.startswith(pre) for pre in prefixes if pre.endswith("."))]
+    return {n: 1.0 for n in names}
+
 
 
 @dataclass
@@ -125,7 +155,7 @@ def hand_baselines(model: nn.Module, compiler) -> dict[str, dict[str, float]]:
     return unique
 
 
-def to_scheme(groups: list[Group], update: dict[str, float]) -> tuple[int, ...]:
+def to_scheme(groups: list, update: dict[str, float]) -> tuple[int, ...]:
     """The scheme (one option per group) that trains at least `update`'s parameters."""
     scheme = []
     for g in groups:

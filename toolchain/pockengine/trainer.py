@@ -192,13 +192,18 @@ def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
 class Trainer:
     """One trainer over a compiled model library: step, forward, state, checkpoints."""
 
+    partition = None  # passes/partition.Partition of a step built over several backends
+
     def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None,
-                 strict: bool = False):
+                 strict: bool = False, open_device=None):
         """aliases: {name: canonical name} for tied parameters that PyTorch's
         state_dict lists under several names but the library stores once.
 
         strict: a step whose input, loss or gradients are non-finite raises
-        PockError instead of being skipped and counted in skipped_steps."""
+        PockError instead of being skipped and counted in skipped_steps.
+
+        open_device: the device hook, called with lib_path before the library is loaded
+        (a backend's Backend.open, e.g. Vulkan's: PockError naming what is missing)."""
         self._handle = None  # first, so that close()/__del__ work whatever fails below
         self._lock = threading.RLock()
         self.strict = bool(strict)
@@ -209,6 +214,8 @@ class Trainer:
         self.lora_adapters: dict[str, float] = {}  # {module: scaling} of a compile(lora=...) step
         self.trained_names: list[str] | None = None  # set by prog.build(); for save(trained_only=True)
         self.lib_path = Path(lib_path)
+        if open_device is not None:
+            open_device(lib_path)
         self._lib = lib = _load_library(lib_path)
         self.inputs = self._io_infos(_INPUTS)
         self.targets = self._io_infos(_TARGETS)
@@ -228,6 +235,13 @@ class Trainer:
         ckpt = None if checkpoint is None else _c_path(checkpoint, "checkpoint")
         self._check(lib.pock_open(ckpt, ctypes.byref(handle)))
         self._handle = handle
+
+    def describe_partition(self) -> str:
+        """The step's backend partition as text ("" for a single-backend step)."""
+        if self.partition is None:
+            return ""
+        from .passes.partition import format_partition
+        return format_partition(self.partition)
 
     # ------------------------------------------------------------------ set-up
     def _io_infos(self, group: int) -> list[IOInfo]:
@@ -396,10 +410,12 @@ class Trainer:
         (compile(frozen_dtype=...)) comes back dequantized to fp32."""
         arr = self.get_tensor(t.name)
         lowp = self._LOWP.get(np.dtype(t.dtype))
+        if lowp is None and np.dtype(t.dtype) == np.uint8 and t.name + ":scale" in self._tensor_by_name:
+            lowp = "q4"  # packed nibbles with per-block (d, m) (frozen_dtype="q4")
         if lowp is None:
             return arr
         from .quant import dequantize
-        scale = self.get_tensor(t.name + ":scale") if lowp == "i8" else None
+        scale = self.get_tensor(t.name + ":scale") if lowp in ("i8", "q4") else None
         return dequantize(arr, lowp, scale)
 
     def merged_state_dict(self) -> dict[str, np.ndarray]:

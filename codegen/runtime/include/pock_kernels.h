@@ -52,7 +52,7 @@ void bias_bwd(const float* dy, float* db, i64 M, i64 N);
 // ---------------------------------------------------------------- lowp.cpp
 // A frozen weight stored in low precision (compile(frozen_dtype=...)),
 // dequantized inside the kernel; scale[N] is used by I8 only (nullable otherwise).
-enum class LowpDtype { BF16 = 0, F16 = 1, I8 = 2 };
+enum class LowpDtype { BF16 = 0, F16 = 1, I8 = 2, Q4 = 3 };  // Q4: scale = per-block (d, m), see lowp.cpp
 void linear_fwd_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
                      i64 M, i64 N, i64 K, Act act);
 void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,

@@ -1,19 +1,23 @@
 // batch_norm.cpp — batch normalisation over x[N, C, S] (S = product of the
 // spatial dims), per channel c: train mode (batch statistics, running-stat
 // update) and eval mode (running statistics), forward and backward.
-// Channel statistics and gradient sums are accumulated per row [n, c, :] in
-// 16 float lanes (fixed-size chunks the compiler vectorises) and across rows
-// in double.  Every kernel is parallel over channels (pk::parallel_for).
-// The *_act forward variants apply relu / relu6 as y is written.
+// Channel statistics and gradient sums are accumulated in two vectors of float
+// lanes (simd.h: AVX-512, AVX2+FMA, NEON), moved into double after at most 512
+// elements of the channel (Lanes below); the elementwise passes run over the
+// same vectors.  The forward writes y = (x - mean) * scale + shift, centered:
+// no cancellation when a channel's mean is large against its spread.  Every
+// kernel is parallel over channels (pk::parallel_for).  The *_act forward
+// variants apply relu / relu6 as y is written.
 #include <cmath>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "simd.h"
 
 namespace pk {
 namespace {
 
-constexpr int kLanes = 16;
+using namespace simd;
 
 // Channels per parallel chunk: at least ~32K elements of work.
 inline i64 channel_grain(i64 N, i64 S) {
@@ -21,82 +25,135 @@ inline i64 channel_grain(i64 N, i64 S) {
   return per >= (1 << 15) ? 1 : ((1 << 15) + per - 1) / per;
 }
 
-inline double lanes_total(const float* part) {
+// Channel sums run over two vectors of float lanes (2 * kW partial sums: two
+// independent add chains), moved into double after every kFlush elements of the
+// channel at most (after each row of a large plane; every few rows of a small one,
+// so a 4x4 plane does not pay a horizontal sum per row); the scalar row tails go
+// into the double directly.
+constexpr i64 kFlush = 512;
+
+struct Lanes {
+  V a0 = vzero(), a1 = vzero();
   double t = 0.0;
-  for (int j = 0; j < kLanes; ++j) t += part[j];
-  return t;
+  void flush() {
+    t += static_cast<double>(vsum(a0)) + static_cast<double>(vsum(a1));
+    a0 = a1 = vzero();
+  }
+};
+
+// Rows of a channel between flushes.
+inline i64 flush_rows(i64 S) { return S >= kFlush ? 1 : kFlush / (S > 0 ? S : 1); }
+
+// Calls row(n) for n in [0, N), flushing the accumulators every flush_rows(S) rows and at the end.
+template <class F, class... L>
+inline void over_rows(i64 N, i64 S, F&& row, L&... acc) {
+  const i64 every = flush_rows(S);
+  for (i64 n = 0; n < N; ++n) {
+    row(n);
+    if ((n + 1) % every == 0 || n + 1 == N) (acc.flush(), ...);
+  }
 }
 
-// sum of p[0:n)
-inline double row_sum(const float* __restrict p, i64 n) {
-  float part[kLanes] = {};
+// L += sum of p[0:n)
+inline void row_sum(const float* __restrict p, i64 n, Lanes& L) {
   i64 i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) part[j] += p[i + j];
-  double t = lanes_total(part);
-  for (; i < n; ++i) t += p[i];
-  return t;
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    L.a0 = vadd(L.a0, vload(p + i));
+    L.a1 = vadd(L.a1, vload(p + i + kW));
+  }
+  if (i + kW <= n) {
+    L.a0 = vadd(L.a0, vload(p + i));
+    i += kW;
+  }
+  for (; i < n; ++i) L.t += p[i];
 }
 
-// sum of (p - m)^2 over p[0:n)
-inline double row_sq_dev(const float* __restrict p, i64 n, float m) {
-  float part[kLanes] = {};
+// D += sum of d = p - m, Q += sum of d^2, over p[0:n)
+inline void row_dev_sums(const float* __restrict p, i64 n, float m, Lanes& D, Lanes& Q) {
+  const V vm = vbcast(m);
   i64 i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      const float d = p[i + j] - m;
-      part[j] += d * d;
-    }
-  double t = lanes_total(part);
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    const V d0 = vsub(vload(p + i), vm), d1 = vsub(vload(p + i + kW), vm);
+    D.a0 = vadd(D.a0, d0);
+    D.a1 = vadd(D.a1, d1);
+    Q.a0 = vfma(d0, d0, Q.a0);
+    Q.a1 = vfma(d1, d1, Q.a1);
+  }
+  if (i + kW <= n) {
+    const V d0 = vsub(vload(p + i), vm);
+    D.a0 = vadd(D.a0, d0);
+    Q.a0 = vfma(d0, d0, Q.a0);
+    i += kW;
+  }
   for (; i < n; ++i) {
     const double d = static_cast<double>(p[i]) - m;
-    t += d * d;
+    D.t += d;
+    Q.t += d * d;
   }
-  return t;
 }
 
-// sum of dy and of dy * (x - m) over [0:n)
-inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i64 n, float m, double& sdy,
-                        double& sdyx) {
-  float p1[kLanes] = {}, p2[kLanes] = {};
+// G += sum of dy, Q += sum of dy * (x - m), over [0:n)
+inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i64 n, float m, Lanes& G,
+                        Lanes& Q) {
+  const V vm = vbcast(m);
   i64 i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) {
-      p1[j] += dy[i + j];
-      p2[j] += dy[i + j] * (x[i + j] - m);
-    }
-  double a = lanes_total(p1), b = lanes_total(p2);
-  for (; i < n; ++i) {
-    a += dy[i];
-    b += static_cast<double>(dy[i]) * (x[i] - m);
+  for (; i + 2 * kW <= n; i += 2 * kW) {
+    const V g0 = vload(dy + i), g1 = vload(dy + i + kW);
+    G.a0 = vadd(G.a0, g0);
+    G.a1 = vadd(G.a1, g1);
+    Q.a0 = vfma(g0, vsub(vload(x + i), vm), Q.a0);
+    Q.a1 = vfma(g1, vsub(vload(x + i + kW), vm), Q.a1);
   }
-  sdy += a;
-  sdyx += b;
+  if (i + kW <= n) {
+    const V g0 = vload(dy + i);
+    G.a0 = vadd(G.a0, g0);
+    Q.a0 = vfma(g0, vsub(vload(x + i), vm), Q.a0);
+    i += kW;
+  }
+  for (; i < n; ++i) {
+    G.t += dy[i];
+    Q.t += static_cast<double>(dy[i]) * (x[i] - m);
+  }
 }
 
-// y[n, c, :] = act(x * scale + shift).
-void channel_affine(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float scale, float shift, Act act) {
+template <Act A>
+inline V act_v(V v) {
+  if (A == Act::None) return v;
+  v = vmax(vzero(), v);  // maxps semantics: NaN comes through
+  return A == Act::Relu ? v : vmin(vbcast(6.0f), v);
+}
+template <Act A>
+inline float act_s(float v) {
+  if (A == Act::None) return v;
+  v = v < 0.0f ? 0.0f : v;
+  return A == Act::Relu ? v : (v > 6.0f ? 6.0f : v);
+}
+
+// y[n, c, :] = act((x - center) * scale + shift), centered so that a channel whose
+// mean dwarfs its spread loses nothing to cancellation (x - center is exact for x
+// within a factor of two of center).
+template <Act A>
+void channel_affine_t(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float center, float scale,
+                      float shift) {
+  const V vc = vbcast(center), vs = vbcast(scale), vb = vbcast(shift);
   for (i64 n = 0; n < N; ++n) {
     const float* __restrict xp = x + (n * C + c) * S;
     float* __restrict yp = y + (n * C + c) * S;
-    switch (act) {
-      case Act::None:
-        for (i64 s = 0; s < S; ++s) yp[s] = xp[s] * scale + shift;
-        break;
-      case Act::Relu:
-        for (i64 s = 0; s < S; ++s) {
-          const float v = xp[s] * scale + shift;
-          yp[s] = v < 0.0f ? 0.0f : v;
-        }
-        break;
-      case Act::Relu6:
-        for (i64 s = 0; s < S; ++s) {
-          float v = xp[s] * scale + shift;
-          v = v < 0.0f ? 0.0f : v;
-          yp[s] = v > 6.0f ? 6.0f : v;
-        }
-        break;
-    }
+    i64 s = 0;
+    for (; s + kW <= S; s += kW) vstore(yp + s, act_v<A>(vfma(vsub(vload(xp + s), vc), vs, vb)));
+    for (; s < S; ++s) yp[s] = act_s<A>((xp[s] - center) * scale + shift);
+  }
+}
+
+void channel_affine(const float* x, float* y, i64 N, i64 C, i64 S, i64 c, float center, float scale, float shift,
+                    Act act) {
+  switch (act) {
+    case Act::None:
+      return channel_affine_t<Act::None>(x, y, N, C, S, c, center, scale, shift);
+    case Act::Relu:
+      return channel_affine_t<Act::Relu>(x, y, N, C, S, c, center, scale, shift);
+    case Act::Relu6:
+      return channel_affine_t<Act::Relu6>(x, y, N, C, S, c, center, scale, shift);
   }
 }
 
@@ -106,14 +163,20 @@ void train_fwd(const float* x, const float* w, const float* b, const float* rm, 
   const i64 count = N * S;
   parallel_for(C, channel_grain(N, S), [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
-      double total = 0.0;
-      for (i64 n = 0; n < N; ++n) total += row_sum(x + (n * C + c) * S, S);
-      const double mu = count > 0 ? total / static_cast<double>(count) : 0.0;
-      double sq = 0.0;
-      for (i64 n = 0; n < N; ++n) sq += row_sq_dev(x + (n * C + c) * S, S, static_cast<float>(mu));
-      // the deviations were taken from mu rounded to float: correct for the offset
-      const double off = static_cast<double>(static_cast<float>(mu)) - mu;
-      sq -= static_cast<double>(count) * off * off;
+      Lanes T;
+      over_rows(N, S, [&](i64 n) { row_sum(x + (n * C + c) * S, S, T); }, T);
+      const double total = T.t;
+      // Two passes: a first mean m (float lanes: off by ~1e-7 relative), then the
+      // deviations d = x - m (exact near m), whose mean corrects m and whose squares
+      // give the variance: sum (x - mu)^2 = sum d^2 - count * (mu - m)^2.
+      const float m = static_cast<float>(count > 0 ? total / static_cast<double>(count) : 0.0);
+      Lanes D, Q;
+      over_rows(N, S, [&](i64 n) { row_dev_sums(x + (n * C + c) * S, S, m, D, Q); }, D, Q);
+      const double sd = D.t;
+      double sq = Q.t;
+      const double dm = count > 0 ? sd / static_cast<double>(count) : 0.0;
+      const double mu = static_cast<double>(m) + dm;
+      sq -= static_cast<double>(count) * dm * dm;
       if (sq < 0.0) sq = 0.0;
       const double var = count > 0 ? sq / static_cast<double>(count) : 0.0;
       const double invstd = 1.0 / std::sqrt(var + static_cast<double>(eps));
@@ -126,9 +189,11 @@ void train_fwd(const float* x, const float* w, const float* b, const float* rm, 
         const double unbiased = count > 1 ? sq / static_cast<double>(count - 1) : var;
         new_rv[c] = static_cast<float>((1.0 - momentum) * rv[c] + static_cast<double>(momentum) * unbiased);
       }
+      // y = (x - m) * scale + (b - (mu - m) * scale): the centered form, the correction
+      // of the first-pass mean m folded into the (small) shift
       const double scale = invstd * (w != nullptr ? w[c] : 1.0f);
-      const double shift = (b != nullptr ? b[c] : 0.0f) - mu * scale;
-      channel_affine(x, y, N, C, S, c, static_cast<float>(scale), static_cast<float>(shift), act);
+      const double shift = (b != nullptr ? b[c] : 0.0f) - dm * scale;
+      channel_affine(x, y, N, C, S, c, m, static_cast<float>(scale), static_cast<float>(shift), act);
     }
   });
 }
@@ -139,8 +204,7 @@ void eval_fwd(const float* x, const float* w, const float* b, const float* rm, c
     for (i64 c = c0; c < c1; ++c) {
       const float invstd = 1.0f / std::sqrt(rv[c] + eps);
       const float scale = invstd * (w != nullptr ? w[c] : 1.0f);
-      const float shift = (b != nullptr ? b[c] : 0.0f) - rm[c] * scale;
-      channel_affine(x, y, N, C, S, c, scale, shift, act);
+      channel_affine(x, y, N, C, S, c, rm[c], scale, b != nullptr ? b[c] : 0.0f, act);
     }
   });
 }
@@ -176,8 +240,9 @@ void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mea
   parallel_for(C, channel_grain(N, 2 * S), [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
       const float mu = save_mean[c], invstd = save_invstd[c];
-      double sum_dy = 0.0, sum_dy_xmu = 0.0;
-      for (i64 n = 0; n < N; ++n) row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, sum_dy, sum_dy_xmu);
+      Lanes G, Q;
+      over_rows(N, S, [&](i64 n) { row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, G, Q); }, G, Q);
+      const double sum_dy = G.t, sum_dy_xmu = Q.t;
       const double sum_dy_xhat = sum_dy_xmu * invstd;
       if (dw != nullptr) dw[c] = static_cast<float>(sum_dy_xhat);
       if (db != nullptr) db[c] = static_cast<float>(sum_dy);
@@ -187,11 +252,15 @@ void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mea
       // xhat * sum(dy*xhat)/cnt = (x - mean) * k with k = invstd^2 * sum(dy*(x-mean))/cnt
       const float k = static_cast<float>(sum_dy_xmu / static_cast<double>(count) * invstd * invstd);
       const float gain = wc * invstd;
+      const V vmu = vbcast(mu), vk = vbcast(k), vmdy = vbcast(mean_dy), vgain = vbcast(gain);
       for (i64 n = 0; n < N; ++n) {
         const float* __restrict dyp = dy + (n * C + c) * S;
         const float* __restrict xp = x + (n * C + c) * S;
         float* __restrict dxp = dx + (n * C + c) * S;
-        for (i64 s = 0; s < S; ++s) dxp[s] = (dyp[s] - mean_dy - (xp[s] - mu) * k) * gain;
+        i64 s = 0;
+        for (; s + kW <= S; s += kW)  // ((dy - mean_dy) + (mu - x) * k) * gain
+          vstore(dxp + s, vmul(vfma(vsub(vmu, vload(xp + s)), vk, vsub(vload(dyp + s), vmdy)), vgain));
+        for (; s < S; ++s) dxp[s] = (dyp[s] - mean_dy - (xp[s] - mu) * k) * gain;
       }
     }
   });
@@ -222,13 +291,16 @@ void batch_norm_eval_bwd(const float* dy, const float* x, const float* rm, const
         for (i64 n = 0; n < N; ++n) {
           const float* __restrict dyp = dy + (n * C + c) * S;
           float* __restrict dxp = dx + (n * C + c) * S;
-          for (i64 s = 0; s < S; ++s) dxp[s] = dyp[s] * gain;
+          i64 s = 0;
+          for (; s + kW <= S; s += kW) vstore(dxp + s, vmul(vload(dyp + s), vbcast(gain)));
+          for (; s < S; ++s) dxp[s] = dyp[s] * gain;
         }
       }
       if (dw != nullptr || db != nullptr) {
-        double sum_dy = 0.0, sum_dy_xmu = 0.0;
-        for (i64 n = 0; n < N; ++n)
-          row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, rm[c], sum_dy, sum_dy_xmu);
+        Lanes G, Q;
+        over_rows(N, S, [&](i64 n) { row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, rm[c], G, Q); }, G,
+                  Q);
+        const double sum_dy = G.t, sum_dy_xmu = Q.t;
         if (dw != nullptr) dw[c] = static_cast<float>(sum_dy_xmu * invstd);
         if (db != nullptr) db[c] = static_cast<float>(sum_dy);
       }

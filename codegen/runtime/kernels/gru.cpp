@@ -21,13 +21,49 @@
 
 #include "pock_kernels.h"
 #include "rnn_math.h"
+#include "vec_math.h"
 
 namespace pk {
 
 using detail::gemm_strided;
 using rnn::col_sum;
-using rnn::sigmoid;
-using rnn::tanh_f;
+
+namespace {
+
+using namespace simd;
+
+// n <= kW floats at p as a vector (zero-padded: sigmoid / tanh of 0 are finite), and back.
+inline V ld(const float* p, i64 n) {
+  if (n == kW) return vload(p);
+  float t[kW] = {};
+  std::memcpy(t, p, sizeof(float) * n);
+  return vload(t);
+}
+inline void st(float* p, V v, i64 n) {
+  if (n == kW) return vstore(p, v);
+  float t[kW];
+  vstore(t, v);
+  std::memcpy(p, t, sizeof(float) * n);
+}
+
+// One batch row of one step, in place: s = [a_r, a_z, a_n (input part), W_hn h + b_hn]
+// -> [r, z, n, unchanged]; out = n + z * (h - n) (h null: zeros).  Over simd.h
+// vectors with vec_math.h's sigmoid / tanh, the tail zero-padded.
+void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restrict out, i64 H) {
+  for (i64 j = 0; j < H; j += kW) {
+    const i64 n = H - j < kW ? H - j : kW;
+    const V r = vmath::vsigmoid(ld(s + j, n));
+    const V z = vmath::vsigmoid(ld(s + H + j, n));
+    const V nv = vmath::vtanh(vfma(r, ld(s + 3 * H + j, n), ld(s + 2 * H + j, n)));
+    st(s + j, r, n);
+    st(s + H + j, z, n);
+    st(s + 2 * H + j, nv, n);
+    const V hv = h ? ld(h + j, n) : vzero();
+    st(out + j, vfma(z, vsub(hv, nv), nv), n);
+  }
+}
+
+}  // namespace
 
 void gru_fwd(const float* x, const float* h0, const float* w_ih, const float* w_hh, const float* b_ih,
              const float* b_hh, float* y, float* hn, float* saved, const GruParams& p) {
@@ -69,16 +105,7 @@ void gru_fwd(const float* x, const float* h0, const float* w_ih, const float* w_
       float* s = st + b * S;
       const float* h = t > 0 ? y + (b * T + t - 1) * H : (h0 ? h0 + b * H : nullptr);
       float* out = y + (b * T + t) * H;
-      for (i64 j = 0; j < H; ++j) {
-        const float r = sigmoid(s[j]);
-        const float z = sigmoid(s[H + j]);
-        const float n = tanh_f(s[2 * H + j] + r * s[3 * H + j]);
-        s[j] = r;
-        s[H + j] = z;
-        s[2 * H + j] = n;
-        const float hv = h ? h[j] : 0.f;
-        out[j] = n + z * (hv - n);
-      }
+      gru_cell_fwd(s, h, out, H);
     }
   }
   if (hn)

@@ -5,6 +5,7 @@
 // forward pass are applied as gemm stores each tile (no extra pass over y).
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "simd.h"
 
 namespace pk {
 namespace detail {
@@ -39,25 +40,42 @@ void linear_bwd_weight(const float* dy, const float* x, float* dw, i64 M, i64 N,
   detail::gemm_strided(dy, /*a_rs=*/1, /*a_cs=*/N, x, /*b_rs=*/ldx, /*b_cs=*/1, dw, /*ldc=*/k, N, k, M, false);
 }
 
-// db[N] = column sums of dy[M,N], accumulated in double (in column blocks so
-// the accumulators live on the stack); threaded over columns, so the sums (and
-// their rounding) do not depend on the number of threads.
+// db[N] = column sums of dy[M,N]: simd.h vectors of float lanes over blocks of
+// kRows rows, the blocks added in double (64 columns at a time, so the
+// accumulators live on the stack); the column tail (< kW columns) takes the same
+// order in scalar floats.  Threaded over columns, so the sums (and their
+// rounding) do not depend on the number of threads.
 void bias_bwd(const float* dy, float* db, i64 M, i64 N) {
-  constexpr i64 kBlock = 256;
+  using namespace simd;
+  constexpr i64 kCols = 64, kRows = 64;
+  constexpr int kNV = static_cast<int>(kCols / kW);
   auto run = [&](i64 c0, i64 c1) {
-    double acc[kBlock];
-    for (i64 j0 = c0; j0 < c1; j0 += kBlock) {
-      const i64 nb = c1 - j0 < kBlock ? c1 - j0 : kBlock;
-      for (i64 j = 0; j < nb; ++j) acc[j] = 0.0;
-      for (i64 i = 0; i < M; ++i) {
-        const float* row = dy + i * N + j0;
-        for (i64 j = 0; j < nb; ++j) acc[j] += row[j];
+    for (i64 j0 = c0; j0 < c1; j0 += kCols) {
+      const i64 nb = c1 - j0 < kCols ? c1 - j0 : kCols;
+      const i64 nv = nb / kW;  // full vectors
+      double acc[kCols] = {};
+      for (i64 r0 = 0; r0 < M; r0 += kRows) {
+        const i64 r1 = M - r0 < kRows ? M : r0 + kRows;
+        float part[kCols] = {};
+        V f[kNV];
+        for (int v = 0; v < kNV; ++v) f[v] = vzero();
+        for (i64 i = r0; i < r1; ++i) {
+          const float* row = dy + i * N + j0;
+          if (nv == kNV) {
+            for (int v = 0; v < kNV; ++v) f[v] = vadd(f[v], vload(row + v * kW));
+          } else {
+            for (i64 v = 0; v < nv; ++v) f[v] = vadd(f[v], vload(row + v * kW));
+          }
+          for (i64 j = nv * kW; j < nb; ++j) part[j] += row[j];
+        }
+        for (i64 v = 0; v < nv; ++v) vstore(part + v * kW, f[v]);
+        for (i64 j = 0; j < nb; ++j) acc[j] += part[j];
       }
       for (i64 j = 0; j < nb; ++j) db[j0 + j] = static_cast<float>(acc[j]);
     }
   };
   if (M * N >= (i64(1) << 16))
-    parallel_for(N, 64, run);
+    parallel_for(N, kCols, run);
   else
     run(0, N);
 }

@@ -4,6 +4,9 @@
 //   bf16: the high 16 bits of an fp32 (round-to-nearest-even when stored)
 //   f16:  IEEE half
 //   i8:   w[n, k] = q[n, k] * scale[n]   (per output channel, |q| <= 127)
+//   q4:   GGUF Q4_1-style blocks of 32 along a row: w = q * d + m, q in [0, 15], (d, m) =
+//         scale[(n * K / 32 + block) * 2 + {0, 1}]; a row is K / 2 bytes, byte j of a block
+//         holds q[j] (low nibble) and q[j + 16] (high nibble)
 //
 // The weight is never materialised in fp32 as a whole: the products run over
 // panels of output channels, each panel dequantized into a per-thread scratch
@@ -72,10 +75,25 @@ void dequant_rows(const void* w, LowpDtype dt, const float* scale, i64 n0, i64 r
       } else if (dt == LowpDtype::F16) {
         const uint16_t* src = static_cast<const uint16_t*>(w) + n * K;
         for (i64 k = 0; k < K; ++k) o[k] = f16_to_f32(src[k]);
-      } else {
+      } else if (dt == LowpDtype::I8) {
         const int8_t* src = static_cast<const int8_t*>(w) + n * K;
         const float s = scale[n];
         for (i64 k = 0; k < K; ++k) o[k] = static_cast<float>(src[k]) * s;
+      } else {  // Q4
+        const uint8_t* src = static_cast<const uint8_t*>(w) + n * (K / 2);
+        const float* dm = scale + n * (K / 32) * 2;
+        for (i64 b = 0; b < K / 32; ++b) {
+          const float d = dm[2 * b], m = dm[2 * b + 1];
+          for (int j = 0; j < 16; ++j) {
+            const uint8_t byte = src[b * 16 + j];
+            // two roundings, as quant.dequantize: the product is a statement of its own so no
+            // compiler contracts it with the add into an FMA
+            const float lo = static_cast<float>(byte & 15) * d;
+            const float hi = static_cast<float>(byte >> 4) * d;
+            o[b * 32 + j] = lo + m;
+            o[b * 32 + j + 16] = hi + m;
+          }
+        }
       }
     }
   };

@@ -22,35 +22,52 @@
 #include "pock_kernels.h"
 #include "fast_math.h"
 #include "rnn_math.h"
+#include "vec_math.h"
 
 namespace pk {
 
 using detail::gemm_strided;
 using rnn::add_to;
 using rnn::col_sum;
-using fastmath::fast_sigmoid;
-using fastmath::fast_tanh;
 
 namespace {
 
+using namespace simd;
+using vmath::vsigmoid;
+using vmath::vtanh;
+
+// n <= kW floats at p as a vector (zero-padded: sigmoid / tanh of 0 are finite), and back.
+inline V ld(const float* p, i64 n) {
+  if (n == kW) return vload(p);
+  float t[kW] = {};
+  std::memcpy(t, p, sizeof(float) * n);
+  return vload(t);
+}
+inline void st(float* p, V v, i64 n) {
+  if (n == kW) return vstore(p, v);
+  float t[kW];
+  vstore(t, v);
+  std::memcpy(p, t, sizeof(float) * n);
+}
+
 // One cell's activations in place (g = [i f g o] pre-activations -> gate values),
-// c = f*c_prev + i*g, out = o*tanh(c).  Separate restrict rows and a
-// compile-time c_prev switch so the loop vectorizes (fast_math is branch-free).
+// c = f*c_prev + i*g, out = o*tanh(c), over simd.h vectors with vec_math.h's
+// sigmoid / tanh (every element, the tail zero-padded, goes through the vector
+// code, so forward and backward see the same tanh(c)).
 template <bool kPrev>
 void cell_fwd_impl(float* __restrict gi, float* __restrict gf, float* __restrict gc, float* __restrict go,
                    const float* __restrict cp, float* __restrict c, float* __restrict out, i64 H) {
-  for (i64 j = 0; j < H; ++j) {
-    const float ig = fast_sigmoid(gi[j]);
-    const float fg = fast_sigmoid(gf[j]);
-    const float gg = fast_tanh(gc[j]);
-    const float og = fast_sigmoid(go[j]);
-    gi[j] = ig;
-    gf[j] = fg;
-    gc[j] = gg;
-    go[j] = og;
-    const float cv = kPrev ? fg * cp[j] + ig * gg : 0.f + ig * gg;
-    c[j] = cv;
-    out[j] = og * fast_tanh(cv);
+  for (i64 j = 0; j < H; j += kW) {
+    const i64 n = H - j < kW ? H - j : kW;
+    const V ig = vsigmoid(ld(gi + j, n)), fg = vsigmoid(ld(gf + j, n));
+    const V gg = vtanh(ld(gc + j, n)), og = vsigmoid(ld(go + j, n));
+    st(gi + j, ig, n);
+    st(gf + j, fg, n);
+    st(gc + j, gg, n);
+    st(go + j, og, n);
+    const V cv = kPrev ? vfma(fg, ld(cp + j, n), vmul(ig, gg)) : vmul(ig, gg);
+    st(c + j, cv, n);
+    st(out + j, vmul(og, vtanh(cv)), n);
   }
 }
 
@@ -66,16 +83,19 @@ void cell_bwd_impl(const float* __restrict gi, const float* __restrict gf, const
                    const float* __restrict go, const float* __restrict c, const float* __restrict cp,
                    const float* __restrict dr, float* __restrict di, float* __restrict df, float* __restrict dgc,
                    float* __restrict dout, float* __restrict dc, i64 H) {
-  for (i64 j = 0; j < H; ++j) {
-    const float ig = gi[j], fg = gf[j], gg = gc[j], og = go[j];
-    const float tc = fast_tanh(c[j]);
-    const float dcv = dc[j] + dr[j] * og * (1.f - tc * tc);
-    const float cpv = kPrev ? cp[j] : 0.f;
-    di[j] = dcv * gg * ig * (1.f - ig);
-    df[j] = dcv * cpv * fg * (1.f - fg);
-    dgc[j] = dcv * ig * (1.f - gg * gg);
-    dout[j] = dr[j] * tc * og * (1.f - og);
-    dc[j] = dcv * fg;
+  const V one = vbcast(1.f);
+  for (i64 j = 0; j < H; j += kW) {
+    const i64 n = H - j < kW ? H - j : kW;
+    const V ig = ld(gi + j, n), fg = ld(gf + j, n), gg = ld(gc + j, n), og = ld(go + j, n);
+    const V tc = vtanh(ld(c + j, n));
+    const V drv = ld(dr + j, n);
+    const V dcv = vfma(vmul(drv, og), vsub(one, vmul(tc, tc)), ld(dc + j, n));
+    const V cpv = kPrev ? ld(cp + j, n) : vzero();
+    st(di + j, vmul(vmul(dcv, gg), vmul(ig, vsub(one, ig))), n);
+    st(df + j, vmul(vmul(dcv, cpv), vmul(fg, vsub(one, fg))), n);
+    st(dgc + j, vmul(vmul(dcv, ig), vsub(one, vmul(gg, gg))), n);
+    st(dout + j, vmul(vmul(drv, tc), vmul(og, vsub(one, og))), n);
+    st(dc + j, vmul(dcv, fg), n);
   }
 }
 

@@ -228,9 +228,11 @@ def test_linear_bwd_weight_partial(lib, M, N, K, k):
     bufs.check_guards()
 
 
-def test_bias_bwd_wide(lib):
+@pytest.mark.parametrize("M,N", [(37, 600),  # more columns than one accumulator block
+                                 (200, 77),  # several row blocks, a column tail
+                                 (130, 3), (1, 1029)])
+def test_bias_bwd_wide(lib, M, N):
     rng = np.random.default_rng(3)
-    M, N = 37, 600  # more columns than one accumulator block
     dy = rand(rng, M, N)
     bufs = Buffers()
     db = bufs(N)
@@ -717,4 +719,19 @@ def test_batch_norm_large_offset(lib):
                                   1e-5)
     close(smean, tmean)
     close(sinv, tinv, rtol=1e-3)
+    # y against float64: the forward is centered, (x - mean) * scale + b, not x * scale + (b - mean * scale),
+    # which cancels ~1e-3 away here; the mean is corrected by a second pass over x - mean (float
+    # lanes alone leave it ~2e-6 off, i.e. y ~2e-4 off)
+    x64 = x.astype(np.float64)
+    mu = x64.mean(axis=(0, 2), keepdims=True)
+    ref = (x64 - mu) / np.sqrt(x64.var(axis=(0, 2), keepdims=True) + 1e-5)
+    np.testing.assert_allclose(sinv, 1.0 / np.sqrt(x64.var(axis=(0, 2)) + 1e-5), rtol=1e-5)
+    assert np.abs(y.astype(np.float64) - ref).max() < 2e-6
+    # with an affine and relu, through the same centered path
+    w, b = rand(rng, C) * 2.0, rand(rng, C)
+    ya = bufs(N, C, S)
+    lib.shim_batch_norm_train_fwd_act(P(x), P(w), P(b), None, None, P(ya), P(smean), P(sinv), None, None, N, C,
+                                      S, 0.1, 1e-5, 1)
+    ref_a = np.maximum(ref * w.reshape(1, C, 1) + b.reshape(1, C, 1), 0.0)
+    assert np.abs(ya.astype(np.float64) - ref_a).max() < 1e-5
     bufs.check_guards()

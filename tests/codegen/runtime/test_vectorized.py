@@ -38,6 +38,11 @@ CHECKS = {
     "attention.cpp": {"sdpa_fwd": "exp", "sdpa_bwd_batch": "fma"},
     "layer_norm.cpp": {"layer_norm_fwd": "fma", "layer_norm_bwd": "fma"},
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
+    "linear.cpp": {"bias_bwd": "vec"},
+    "lstm.cpp": {"lstm_fwd": "exp", "lstm_bwd": "exp"},
+    "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
+    "batch_norm.cpp": {"train_fwd": "fma", "batch_norm_train_bwd": "fma", "channel_affine": "fma",
+                       "batch_norm_eval_bwd": "fma"},
 }
 
 TARGETS = {

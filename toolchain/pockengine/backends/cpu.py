@@ -9,8 +9,8 @@ from ..ir.ops import OPS, TRANSFER_OPS
 from ..memory.plan import root_of
 
 CTYPE = {"f32": "float", "i64": "int64_t", "i32": "int32_t", "u8": "uint8_t", "bf16": "uint16_t", "f16": "uint16_t",
-         "i8": "int8_t"}
-MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8", "bf16": "BF16", "f16": "F16", "i8": "I8"}
+         "i8": "int8_t", "q4": "uint8_t"}
+MACRO = {"f32": "F32", "i64": "I64", "i32": "I32", "u8": "U8", "bf16": "BF16", "f16": "F16", "i8": "I8", "q4": "U8"}
 def cstr(s: str) -> str:
     """s as a C string literal: printable ASCII as is, any other byte of its
     UTF-8 as an octal escape (never a trigraph: '?' is escaped too)."""
@@ -98,18 +98,25 @@ def _act(n: Node) -> tuple[str, str]:
     return ("_act", f", {ACT[act]}") if act else ("", "")
 
 
-LOWP = {"bf16": "pk::LowpDtype::BF16", "f16": "pk::LowpDtype::F16", "i8": "pk::LowpDtype::I8"}
+LOWP = {"bf16": "pk::LowpDtype::BF16", "f16": "pk::LowpDtype::F16", "i8": "pk::LowpDtype::I8",
+        "q4": "pk::LowpDtype::Q4"}
 
 
 def _lowp(e, w: Value) -> str:
     """'w, dtype, scale' for a frozen weight stored in low precision (passes/lowp.py)."""
-    scale = f"F32(S, {e.state_offset[w.name + ':scale']})" if w.dtype == "i8" else "nullptr"
+    scale = f"F32(S, {e.state_offset[w.name + ':scale']})" if w.dtype in ("i8", "q4") else "nullptr"
     return f"{e.p(w)}, {LOWP[w.dtype]}, {scale}"
+
+
+def _wshape(w: Value) -> tuple[int, int]:
+    """(rows, columns) of a weight as the model sees it (q4 stores two columns a byte)."""
+    rows, cols = w.shape
+    return (rows, 2 * cols) if w.dtype == "q4" else (rows, cols)
 
 
 @emitter("linear")
 def _linear(e, n, x, w, bias, y):
-    N, K = n.inputs[1].shape
+    N, K = _wshape(n.inputs[1])
     if n.inputs[1].dtype in LOWP:
         act = ACT[n.attrs["act"]] if n.attrs.get("act") else "pk::Act::None"
         return (f"pk::linear_fwd_lowp({x}, {_lowp(e, n.inputs[1])}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, "
@@ -120,7 +127,7 @@ def _linear(e, n, x, w, bias, y):
 
 @emitter("linear_bwd_input")
 def _linear_bi(e, n, dy, w, dx):
-    N, K = n.inputs[1].shape
+    N, K = _wshape(n.inputs[1])
     if n.inputs[1].dtype in LOWP:
         return f"pk::linear_bwd_input_lowp({dy}, {_lowp(e, n.inputs[1])}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
     return f"pk::linear_bwd_input({dy}, {w}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
@@ -212,7 +219,7 @@ def index_check(n: Node, idx: str, what: str, hi: int, ignore: int | None = None
 
 @emitter("embedding")
 def _embedding(e, n, w, idx, y):
-    V, D = n.inputs[0].shape
+    V, D = _wshape(n.inputs[0])
     if n.inputs[0].dtype in LOWP:
         return [index_check(n, idx, "embedding", V),
                 f"pk::embedding_fwd_lowp({_lowp(e, n.inputs[0])}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"]
@@ -692,3 +699,11 @@ def check_coverage():
     """The ops without a CPU emitter (transfers between backends are emitted by the accelerator backend)."""
     missing = sorted(op for op in OPS if op not in EMITTERS and op not in TRANSFER_OPS)
     return missing
+
+
+# ---- registration (backends/__init__.py): cpu runs every op; its step is rendered by codegen.emit_cpu
+from . import Backend, Device, register  # noqa: E402
+
+register(Backend(
+    "cpu", Device(flops_per_s=20e9, dispatch_s=0.3e-6),  # a phone-class core (the partitioner's cost model)
+    platforms=("host", "android", "ios"), doc="every op, as C++ kernels (codegen/runtime/kernels)"))

@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import FrozenPrefix, PrefixTrainer, split_prefix
+from ..passes.prefix import TORCH_OPS, FrozenPrefix, PrefixTrainer, split_prefix
 from ..platforms.socs import get_soc
+from . import Backend, Device, register
 from .onnx_export import export_onnx
 
 DEFAULT_SOC = "sm8550"
@@ -221,10 +222,8 @@ def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, p
 
 
 def _build_suffix(prog, backends, out_dir):
-    if "vulkan" in (backends or []):
-        from .vulkan import build_vulkan
-        return build_vulkan(prog, out_dir)
-    return prog.build_cpu(out_dir)
+    """The step after the prefix, on the other (step) backends."""
+    return prog.build(backends=list(backends or ["cpu"]), out_dir=out_dir)
 
 
 # ---- Qualcomm AI Hub -------------------------------------------------------------------------------
@@ -270,3 +269,19 @@ def submit_ai_hub(prefix: FrozenPrefix, soc=DEFAULT_SOC, onnx_path=None) -> dict
 
 __all__ = ["build_with_htp_prefix", "compile_prefix", "export_htp_prefix", "binary_info", "HtpRunner",
            "submit_ai_hub", "qnn_devices"]
+
+
+# ---- registration (backends/__init__.py) -------------------------------------------------------------------
+def _check_soc(soc) -> None:
+    if not soc.htp_arch:
+        raise PockError(f"--backends htp needs a SoC with a Hexagon HTP; {soc.name} has none (use e.g. --soc sm8550)")
+
+
+register(Backend(
+    "htp", Device(flops_per_s=1e12, dispatch_s=5e-6, handover_s=200e-6),
+    role="prefix", inference_only=True,
+    supports=lambda n: n.op in TORCH_OPS,  # what the prefix's torch module (exported to ONNX) runs
+    split=split_prefix, build_with=build_with_htp_prefix, check_target=_check_soc,
+    export=lambda prefix, bundle_dir, soc=None: export_htp_prefix(prefix, bundle_dir, soc or DEFAULT_SOC),
+    platforms=("host", "android"),
+    doc="the frozen forward prefix on the Qualcomm Hexagon NPU (QNN through ONNX Runtime)"))

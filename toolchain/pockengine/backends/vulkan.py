@@ -25,9 +25,10 @@ from ..errors import PockError
 from ..ir.graph import Node, Value
 from ..ir.ops import flops
 from ..memory.plan import ALIGN, root_of
-from ..passes.partition import ALWAYS, format_partition, partition, plan_spaces
+from ..passes.partition import ALWAYS, partition, plan_spaces
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
 from .cpu import Emit, _fit, bcast_strides, strides
+from .vulkan_ops import BACKWARD_BASE, BINARY, POINTWISE
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
                               fbits, fill_dispatch, grid, ibits, reduce_dispatch)
 
@@ -111,10 +112,9 @@ def _matmul(e, n):
                  batch=batch, sa=sa, sb=sb, sc=M * N)]
 
 
-# ---- pointwise: forward op codes < 32, backward >= 32 (pointwise.comp) ----------------------------
-UNARY = {"relu": 0, "hardtanh": 1, "sigmoid": 2, "tanh": 3, "silu": 4, "exp": 7, "log": 8, "sqrt": 9,
-         "rsqrt": 10, "neg": 11, "abs": 12, "reciprocal": 13, "add_scalar": 14, "mul_scalar": 15, "rsub_scalar": 16}
-GRAD = {"relu_bwd": 32, "hardtanh_bwd": 33, "sigmoid_bwd": 34, "tanh_bwd": 35, "silu_bwd": 36}
+# ---- pointwise: forward op codes < 32, backward >= 32 (pointwise.comp; codes in vulkan_ops.py) --------------
+UNARY = {op: c for op, c in POINTWISE.items() if c < BACKWARD_BASE and not op.startswith("gelu")}
+GRAD = {op: c for op, c in POINTWISE.items() if c >= BACKWARD_BASE and not op.startswith("gelu")}
 
 
 def pointwise(op, x, s, y, count, c0=0.0, c1=0.0):
@@ -129,7 +129,7 @@ def _unary(e, n):
         return add_i64(e, n)
     _f32(x)
     a = n.attrs
-    op = (6 if a["approximate"] else 5) if n.op == "gelu" else UNARY[n.op]
+    op = POINTWISE["gelu_tanh" if a["approximate"] else "gelu"] if n.op == "gelu" else UNARY[n.op]
     c0, c1 = (a["lo"], a["hi"]) if n.op == "hardtanh" else (a.get("c", 0.0), 0.0)
     return [pointwise(op, e.w(x), NONE, e.w(y), _n(x), c0, c1)]
 
@@ -139,17 +139,17 @@ def _unary_bwd(e, n):
     dy, s = n.inputs
     _f32(dy, s)
     a = n.attrs
-    op = (38 if a["approximate"] else 37) if n.op == "gelu_bwd" else GRAD[n.op]
+    op = POINTWISE["gelu_tanh_bwd" if a["approximate"] else "gelu_bwd"] if n.op == "gelu_bwd" else GRAD[n.op]
     c0, c1 = (a["lo"], a["hi"]) if n.op == "hardtanh_bwd" else (0.0, 0.0)
     return [pointwise(op, e.w(dy), e.w(s), e.w(n.outputs[0]), _n(dy), c0, c1)]
 
 
-@emitter("add", "sub", "mul", "div")
+@emitter(*BINARY)
 def _binary(e, n):
     _f32(*n.inputs)
     out = n.outputs[0].shape
     nd, shape, (sa, sb) = _fit(out, bcast_strides(n.inputs[0].shape, out), bcast_strides(n.inputs[1].shape, out))
-    op = ("add", "sub", "mul", "div").index(n.op)
+    op = BINARY[n.op]
     push = [op, e.w(n.inputs[0]), e.w(n.inputs[1]), e.w(n.outputs[0]), nd, *shape, *sa, *sb]
     return [Dispatch("binary", grid(math.prod(out)), push)]
 
@@ -635,7 +635,8 @@ def build_vulkan(prog, out_dir=None, cost=None, source=None):
     src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
     path = write_source(src_dir / f"{prog.name}-vk-{source.hash}.cpp", source.text)
     lib = build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
-    trainer = _trainer_class()(str(lib), aliases=prog.aliases)
+    from ..trainer import Trainer
+    trainer = Trainer(str(lib), aliases=prog.aliases, open_device=open_backend)
     trainer.partition = source.partition
     for name, v in prog.state.items():
         if v.data is not None:
@@ -656,32 +657,23 @@ def open_backend(lib_path) -> None:
         raise PockError(lib.pock_last_error().decode())
 
 
-_CLASS = []
-
-
-def _trainer_class():
-    if _CLASS:
-        return _CLASS[0]
+def VulkanTrainer(lib_path, checkpoint=None, *, aliases=None):  # noqa: N802  (the old class's name)
+    """A Trainer whose library runs part of the step on Vulkan: the device opens first."""
     from ..trainer import Trainer
-
-    class VulkanTrainer(Trainer):
-        """A Trainer whose library runs part of the step on Vulkan: the device opens first."""
-
-        partition = None
-
-        def __init__(self, lib_path, checkpoint=None, *, aliases=None):
-            self._handle = None
-            open_backend(lib_path)
-            super().__init__(lib_path, checkpoint, aliases=aliases)
-
-        def describe_partition(self) -> str:
-            return format_partition(self.partition) if self.partition is not None else ""
-
-    _CLASS.append(VulkanTrainer)
-    return VulkanTrainer
+    return Trainer(lib_path, checkpoint, aliases=aliases, open_device=open_backend)
 
 
-def __getattr__(name):  # VulkanTrainer is made on first use (trainer.py imports numpy and ctypes)
-    if name == "VulkanTrainer":
-        return _trainer_class()
-    raise AttributeError(name)
+# ---- registration (backends/__init__.py) -------------------------------------------------------------------
+from . import Backend, Device, register  # noqa: E402
+
+register(Backend(
+    "vulkan",
+    # ten times the CPU's arithmetic; a dispatch inside a recorded command buffer costs little,
+    # a submission and wait costs more
+    Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
+    supports=supports,
+    emit=lambda prog, cost=None: emit_vulkan(prog, cost=cost),  # partitioned over ("vulkan", "cpu")
+    build=lambda prog, source, out_dir=None: build_vulkan(prog, out_dir, source=source),
+    open=open_backend,
+    platforms=("host",),
+    doc="the trainable part of the step as SPIR-V compute shaders (codegen/runtime/vulkan)"))

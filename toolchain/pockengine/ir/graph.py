@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-DTYPE_BYTES = {"f32": 4, "i64": 8, "i32": 4, "u8": 1, "bf16": 2, "f16": 2, "i8": 1}
+DTYPE_BYTES = {"f32": 4, "i64": 8, "i32": 4, "u8": 1, "bf16": 2, "f16": 2, "i8": 1,
+               "q4": 1}  # q4: packed nibbles, the Value's shape is the storage's [N, K / 2]
 ARENA_KINDS = ("input", "target", "temp")
 STATE_KINDS = ("param", "buffer", "const", "opt_state")
 

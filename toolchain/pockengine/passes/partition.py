@@ -1,12 +1,12 @@
 """Partitioner: assign each node of the scheduled training step to a backend.
 
-    part = partition(order, graph, ["vulkan", "cpu"], {"vulkan": VULKAN_OPS})
+    part = partition(order, graph, ["vulkan", "cpu"])  # supports, devices: the backend registry
     print(format_partition(part))
 
 Rules:
   - "cpu" runs every op and must be enabled; another backend takes a node only
     when `supports[backend]` says it has a kernel for it.
-  - Inference-only backends (INFERENCE_ONLY, e.g. "htp") take only nodes with
+  - Inference-only backends (Backend.inference_only, e.g. "htp") take only nodes with
     no gradient through them: forward nodes none of whose inputs depends on a
     trained parameter (the frozen prefix).
   - Views (reshape) stay on the backend that holds their input.
@@ -27,31 +27,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..backends import ALWAYS, Device, registered
 from ..ir.graph import Graph, Node, Value
 from ..ir.ops import OPS, TRANSFER_OPS, flops
 from ..ir.verify import verify
 from ..memory.plan import MemoryPlan, plan_memory
 
-INFERENCE_ONLY = ("htp",)
-ALWAYS = "cpu"
 
 # The data-movement ops this pass inserts ("transfer", "state_transfer") are in ir/ops.py.
 
 
-@dataclass(frozen=True)
-class Device:
-    """Estimated speed of one backend: FLOP/s, seconds per dispatch, seconds per
-    hand-over (a submission and wait), and bytes/s + latency of a transfer."""
-    flops_per_s: float
-    dispatch_s: float
-    handover_s: float = 0.0
-    transfer_bytes_per_s: float = 10e9
-    transfer_s: float = 1e-6
-
-
 @dataclass
 class CostModel:
-    devices: dict[str, Device] = field(default_factory=lambda: dict(DEFAULT_DEVICES))
+    devices: dict[str, Device] = field(default_factory=lambda: {b.name: b.device for b in registered()})  # the registered backends' devices
 
     def node(self, n: Node, backend: str) -> float:
         d = self.devices[backend]
@@ -60,15 +48,6 @@ class CostModel:
     def transfer(self, nbytes: int, src: str, dst: str) -> float:
         d = self.devices[dst if src == ALWAYS else src]
         return nbytes / d.transfer_bytes_per_s + d.transfer_s
-
-
-# A phone-class default: the GPU has ten times the CPU's arithmetic, a dispatch
-# inside a recorded command buffer costs little, a submission and wait costs more.
-DEFAULT_DEVICES = {
-    "cpu": Device(flops_per_s=20e9, dispatch_s=0.3e-6),
-    "vulkan": Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
-    "htp": Device(flops_per_s=1e12, dispatch_s=5e-6, handover_s=200e-6),
-}
 
 
 @dataclass
@@ -108,6 +87,10 @@ def trained_dependents(order: list[Node]) -> set[int]:
     return dep
 
 
+def _inference_only(b: str) -> bool:
+    return any(r.name == b and r.inference_only for r in registered())
+
+
 def _candidates(n: Node, backends, supports, dep) -> list[str]:
     out = []
     for b in backends:
@@ -116,7 +99,7 @@ def _candidates(n: Node, backends, supports, dep) -> list[str]:
             continue
         if not supports.get(b, lambda n: False)(n):
             continue
-        if b in INFERENCE_ONLY and (n.phase != "forward" or any(v is not None and id(v) in dep for v in n.inputs)):
+        if _inference_only(b) and (n.phase != "forward" or any(v is not None and id(v) in dep for v in n.inputs)):
             continue
         out.append(b)
     return out
@@ -182,9 +165,10 @@ def _estimate(order, assign, cost: CostModel) -> float:
     return total
 
 
-def partition(order: list[Node], g: Graph, backends, supports: dict, cost: CostModel | None = None,
+def partition(order: list[Node], g: Graph, backends, supports: dict | None = None, cost: CostModel | None = None,
               prefer: str | None = None) -> Partition:
-    """order: the scheduled step of g; supports: {backend: callable(node) -> bool}.
+    """order: the scheduled step of g; supports: {backend: callable(node) -> bool}
+    (default: each registered backend's `supports`; the cost model's default: their devices).
 
     The cost model picks the assignment unless `prefer` names a backend: then
     every node it can run goes there (what prog.build(backends=["vulkan", "cpu"])
@@ -193,6 +177,8 @@ def partition(order: list[Node], g: Graph, backends, supports: dict, cost: CostM
     if ALWAYS not in backends:
         raise ValueError(f"backends {backends} must include '{ALWAYS}'")
     cost = cost or CostModel()
+    if supports is None:
+        supports = {r.name: r.supports for r in registered() if r.name in backends and r.name != ALWAYS}
     dep = trained_dependents(order)
     cands = {id(n): _candidates(n, backends, supports, dep) for n in order}
     options = [_assign_greedy(order, cands, cost), _assign_eager(order, cands, ALWAYS)]

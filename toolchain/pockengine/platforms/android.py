@@ -39,6 +39,7 @@ from typing import Sequence
 
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
     compile_objects, runtime_dir, runtime_sources
+from ..backends import check_backends, get, registered, split_roles
 from ..errors import PockError
 from .socs import Soc, get_soc
 
@@ -71,25 +72,27 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
     unknown = [a for a in abis if a not in ABIS]
     if unknown:
         raise PockError(f"unknown Android ABI(s) {unknown}; known: {', '.join(ABIS)}")
-    backends = list(backends or ["cpu"])
-    if sorted(backends) not in (["cpu"], ["cpu", "htp"]):
-        raise PockError(f"--platform android builds the step for cpu, optionally with the frozen prefix on htp; "
-                        f"got --backends {','.join(backends)} (Vulkan on Android is not wired in this version)")
-    if "htp" in backends and not soc_info.htp_arch:
-        raise PockError(f"--backends htp needs a SoC with a Hexagon HTP; {soc_info.name} has none "
-                        f"(use e.g. --soc sm8550)")
+    backends = check_backends(backends)
+    prefix_backend, step_backends = split_roles(backends)
+    if step_backends != ["cpu"] or any("android" not in get(b).platforms for b in backends):
+        prefixes = [b.name for b in registered() if b.role == "prefix" and "android" in b.platforms]
+        others = [b.name for b in registered() if b.role == "step" and b.name != "cpu" and "android" not in b.platforms]
+        raise PockError(f"--platform android builds the step for cpu, optionally with the frozen prefix on "
+                        f"{' or '.join(prefixes)}; got --backends {','.join(backends)} "
+                        f"({', '.join(others)} on Android is not wired in this version)")
+    if prefix_backend is not None and prefix_backend.check_target is not None:
+        prefix_backend.check_target(soc_info)
     toolchains = {abi: _toolchain(abi, soc_info, cxx) for abi in abis}  # fails early: no NDK, bad --cxx
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     name = prog.name
     prefix = None
-    if "htp" in backends:  # the frozen prefix runs on the NPU through ONNX Runtime's QNN EP (QnnPrefixRunner)
-        from ..passes.prefix import split_prefix
-        prefix, prog = split_prefix(prog)
+    if prefix_backend is not None:  # htp: the frozen prefix runs on the NPU through ONNX Runtime's QNN EP
+        prefix, prog = prefix_backend.split(prog)
         if prefix is None:
-            raise PockError(f"--backends htp: model '{name}' has no frozen prefix (every forward op leads to a "
-                            "trained parameter); freeze its first layers or drop htp")
+            raise PockError(f"--backends {prefix_backend.name}: model '{name}' has no frozen prefix (every forward op "
+                            f"leads to a trained parameter); freeze its first layers or drop {prefix_backend.name}")
     model_cpp = out / f"{name}.cpp"
     model_cpp.write_text(prog.source())
     (out / "summary.md").write_text(prog.summary())
@@ -102,7 +105,7 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
         shutil.copyfile(lib, dest)
         libs[abi] = dest
 
-    bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info)
+    bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info, prefix_backend=prefix_backend)
     classes_jar = kotlin_core_jar()
     aar = out / f"pockengine-{name}.aar"
     write_aar(aar, name, classes_jar, libs, bundle_dir)
@@ -216,7 +219,7 @@ def build_host_jni_library(model_cpp: Path, out_dir: Path) -> Path:
     return build_shared_library([Path(model_cpp), stage / "pock_jni.cpp"], out_dir)
 
 
-def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None) -> Path:
+def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None, prefix_backend=None) -> Path:
     """out/bundle: model.json + the initial weights (written without building for this
     host); with a frozen prefix, also its QNN context binary for `soc` and ONNX fallback
     under prefix/, recorded in manifest["prefix"]."""
@@ -225,8 +228,7 @@ def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None) -
     weights = write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt")
     entry = None
     if prefix is not None:
-        from ..backends.htp import export_htp_prefix
-        entry = export_htp_prefix(prefix, out / "bundle", soc.name)
+        entry = (prefix_backend or next(b for b in registered() if b.role == "prefix")).export(prefix, out / "bundle", soc.name)
     return write_bundle(prog, weights, out / "bundle", prefix=entry)
 
 

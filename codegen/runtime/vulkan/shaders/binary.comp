@@ -2,6 +2,7 @@
 // with its own strides (0 on a broadcast dim), as pk::binary.
 #version 450
 #include "common.glsl"
+#include "op_codes.glsl"
 layout(local_size_x = 64) in;
 // p: 0 op (0 add, 1 sub, 2 mul, 3 div), 1 a0, 2 b0, 3 y0, 4 nd, 5..10 shape, 11..16 a strides, 17..22 b strides
 void main() {
@@ -18,10 +19,10 @@ void main() {
   }
   float a = ldf(ia), b = ldf(ib), y;
   switch (pc.p[0]) {
-    case 0u: y = a + b; break;
-    case 1u: y = a - b; break;
-    case 2u: y = a * b; break;
-    default: y = a / b; break;
+    case BIN_ADD: y = a + b; break;
+    case BIN_SUB: y = a - b; break;
+    case BIN_MUL: y = a * b; break;
+    default: y = a / b; break;  // BIN_DIV
   }
   stf(pc.p[3] + i, y);
 }

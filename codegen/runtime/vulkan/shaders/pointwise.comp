@@ -1,9 +1,11 @@
 // pointwise.comp — activations and unary maths, forward and backward side by side
 // (same formulas as kernels/activation.cpp and kernels/elementwise.cpp).
-//   forward  (op < 32): y[i] = f(x[i])
-//   backward (op >= 32): dx[i] = f'(dy[i], s[i]), s = the saved input or output
+//   forward  (op < PW_BACKWARD_BASE): y[i] = f(x[i])
+//   backward (op >= PW_BACKWARD_BASE): dx[i] = f'(dy[i], s[i]), s = the saved input or output
+// Op codes: op_codes.glsl, generated from backends/vulkan_ops.py.
 #version 450
 #include "common.glsl"
+#include "op_codes.glsl"
 layout(local_size_x = 64) in;
 // p: 0 op, 1 x0 (dy0), 2 s0, 3 y0 (dx0), 4 n, 5 c0, 6 c1
 const float SQRT1_2 = 0.70710678118654752;
@@ -29,23 +31,23 @@ float one_plus_erf(float x, out float e) {
 float forward(uint op, float v, float c0, float c1) {
   float e;
   switch (op) {
-    case 0u: return v < 0.0 ? 0.0 : v;                               // relu
-    case 1u: return min(max(v, c0), c1);                              // hardtanh / relu6
-    case 2u: return sigm(v);                                          // sigmoid
-    case 3u: return tanh(v);                                          // tanh
-    case 4u: return v / (1.0 + pexp(-v));                              // silu
-    case 5u: return 0.5 * v * one_plus_erf(v, e);                     // gelu (erf)
-    case 6u: return v / (1.0 + pexp(-2.0 * SQRT_2_OVER_PI * (v + GELU_C * (v * v * v))));  // gelu (tanh)
-    case 7u: return pexp(v);
-    case 8u: return log(v);
-    case 9u: return sqrt(v);
-    case 10u: return 1.0 / sqrt(v);
-    case 11u: return -v;
-    case 12u: return abs(v);
-    case 13u: return 1.0 / v;
-    case 14u: return v + c0;                                          // add_scalar
-    case 15u: return v * c0;                                          // mul_scalar
-    case 16u: return c0 - v;                                          // rsub_scalar
+    case PW_RELU: return v < 0.0 ? 0.0 : v;                               // relu
+    case PW_HARDTANH: return min(max(v, c0), c1);                              // hardtanh / relu6
+    case PW_SIGMOID: return sigm(v);                                          // sigmoid
+    case PW_TANH: return tanh(v);                                          // tanh
+    case PW_SILU: return v / (1.0 + pexp(-v));                              // silu
+    case PW_GELU: return 0.5 * v * one_plus_erf(v, e);                     // gelu (erf)
+    case PW_GELU_TANH: return v / (1.0 + pexp(-2.0 * SQRT_2_OVER_PI * (v + GELU_C * (v * v * v))));  // gelu (tanh)
+    case PW_EXP: return pexp(v);
+    case PW_LOG: return log(v);
+    case PW_SQRT: return sqrt(v);
+    case PW_RSQRT: return 1.0 / sqrt(v);
+    case PW_NEG: return -v;
+    case PW_ABS: return abs(v);
+    case PW_RECIPROCAL: return 1.0 / v;
+    case PW_ADD_SCALAR: return v + c0;                                          // add_scalar
+    case PW_MUL_SCALAR: return v * c0;                                          // mul_scalar
+    case PW_RSUB_SCALAR: return c0 - v;                                          // rsub_scalar
   }
   return 0.0;
 }
@@ -53,13 +55,13 @@ float forward(uint op, float v, float c0, float c1) {
 float backward(uint op, float g, float v, float c0, float c1) {
   float e;
   switch (op) {
-    case 32u: return v > 0.0 ? g : 0.0;                               // relu (v = y)
-    case 33u: return (v > c0 && v < c1) ? g : 0.0;                    // hardtanh (v = x)
-    case 34u: return g * (1.0 - v) * v;                               // sigmoid (v = y)
-    case 35u: return g * (1.0 - v * v);                               // tanh (v = y)
-    case 36u: { float s = sigm(v); return g * s * (1.0 + v * (1.0 - s)); }  // silu (v = x)
-    case 37u: { float cdf = 0.5 * one_plus_erf(v, e); return g * (cdf + v * (INV_SQRT_2PI * e)); }
-    case 38u: {                                                       // gelu tanh (v = x)
+    case PW_RELU_BWD: return v > 0.0 ? g : 0.0;                               // relu (v = y)
+    case PW_HARDTANH_BWD: return (v > c0 && v < c1) ? g : 0.0;                    // hardtanh (v = x)
+    case PW_SIGMOID_BWD: return g * (1.0 - v) * v;                               // sigmoid (v = y)
+    case PW_TANH_BWD: return g * (1.0 - v * v);                               // tanh (v = y)
+    case PW_SILU_BWD: { float s = sigm(v); return g * s * (1.0 + v * (1.0 - s)); }  // silu (v = x)
+    case PW_GELU_BWD: { float cdf = 0.5 * one_plus_erf(v, e); return g * (cdf + v * (INV_SQRT_2PI * e)); }
+    case PW_GELU_TANH_BWD: {                                                       // gelu tanh (v = x)
       v = clamp(v, -10.0, 10.0);
       float v2 = v * v;
       float u = SQRT_2_OVER_PI * (v + GELU_C * (v2 * v));
@@ -75,7 +77,7 @@ void main() {
   uint i = flat_id();
   if (i >= pc.p[4]) return;
   uint op = pc.p[0];
-  float y = op < 32u ? forward(op, ldf(pc.p[1] + i), pf(5), pf(6))
+  float y = op < PW_BACKWARD_BASE ? forward(op, ldf(pc.p[1] + i), pf(5), pf(6))
                      : backward(op, ldf(pc.p[1] + i), ldf(pc.p[2] + i), pf(5), pf(6));
   stf(pc.p[3] + i, y);
 }
