@@ -3,7 +3,9 @@
 the fp32 upcast casts already dropped by the frontend) becomes one `rms_norm` node whose
 gradient is one `rms_norm_bwd` (kernels/rms_norm.cpp): one pass over x instead of six,
 and none of the intermediates saved for the backward. Likewise `silu(gate) * up` (SwiGLU MLPs)
-becomes one `swiglu` node (kernels/swiglu.cpp) with `swiglu_bwd`."""
+becomes one `swiglu` node (kernels/swiglu.cpp) with `swiglu_bwd`, when gate and up are both
+linear outputs (the MLP pattern). Neither fused op has a Vulkan shader yet: in a Vulkan step
+they run as CPU nodes."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
@@ -75,6 +77,9 @@ def fuse_swiglu(g: Graph) -> Graph:
         gate, up = n.inputs[0], _other(mul, n.outputs[0])
         if up is None or up is n.outputs[0] or up.shape != gate.shape or up.dtype != "f32" \
                 or mul.outputs[0].shape != gate.shape:
+            continue
+        if any(v.producer is None or v.producer.op != "linear" for v in (gate, up)):  # the MLP pattern only
+            continue
             continue
         y = mul.outputs[0]
         fused = Node("swiglu", [gate, up], [y], {}, mul.source, "forward")
