@@ -101,8 +101,8 @@ def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
     _KEEP.append(trainer)  # never closed here: the prepare process ends with os._exit
     stats = prog.stats()
     out = {"lib": str(trainer.lib_path), "ckpt": str(ckpt), "stats": stats}
-    if hasattr(trainer, "describe_partition"):
-        part = trainer.partition
+    part = getattr(trainer, "partition", None)  # a step built over several backends
+    if part is not None:
         out["partition"] = {"cpu_nodes": len(part.nodes_on("cpu")), "vulkan_nodes": len(part.nodes_on("vulkan"))}
     return out
 
