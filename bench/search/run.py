@@ -48,7 +48,7 @@ os.environ.setdefault("POCK_CACHE_DIR", str(ROOT / ".cache" / "pockengine"))
 import pockengine as pe  # noqa: E402
 from pockengine.search import Budget, SchemeCompiler, cost_of, search  # noqa: E402
 from pockengine.search_report import write_report  # noqa: E402
-from models import InvertedResidual  # noqa: E402  (bench/models.py: the MobileNetV2 block, args inp, out, stride, expand)
+from models import InvertedResidual, KeyboardTransformer  # noqa: E402  (bench/models.py: the MobileNetV2 block, args inp, out, stride, expand)
 
 MIB = 2 ** 20
 CORPUS = ROOT / "demo-apps" / "keyboard" / "data" / "corpus.txt"
@@ -205,42 +205,6 @@ def pretrain(model, data, steps, lr):
 
 
 # -- transformer LM (issue 18's task) -------------------------------------------------------------
-class TinyGPTBlock(nn.Module):
-    def __init__(self, d, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
-        self.qkv = nn.Linear(d, 3 * d, bias=False)
-        self.proj = nn.Linear(d, d)
-        self.fc1, self.fc2 = nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
-
-    def forward(self, x):
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).split(d, dim=-1)
-        q, k, v = (z.reshape(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v))
-        a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.proj(a.transpose(1, 2).reshape(b, t, d))
-        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
-
-
-class TinyGPT(nn.Module):
-    def __init__(self, vocab=64, d=48, layers=2, heads=2, seq=16):
-        super().__init__()
-        self.tok = nn.Embedding(vocab, d)
-        self.pos = nn.Parameter(torch.randn(seq, d) * 0.02)
-        self.blocks = nn.ModuleList(TinyGPTBlock(d, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(d)
-        self.head = nn.Linear(d, vocab, bias=False)
-        self.head.weight = self.tok.weight
-        nn.init.normal_(self.tok.weight, std=0.02)
-
-    def forward(self, idx):
-        x = self.tok(idx) + self.pos[: idx.shape[1]]
-        for blk in self.blocks:
-            x = blk(x)
-        return self.head(self.ln_f(x))
-
-
 def lm_task(quick: bool):
     vocab, seq, batch = 64, 16, 16
 
@@ -264,9 +228,11 @@ def lm_task(quick: bool):
         return loss / n, top1 / n, top3 / n
 
     torch.manual_seed(0)
+    model = KeyboardTransformer(vocab, d=48, layers=2, heads=2, ffn=192, seq=seq)
+    model.head.weight = model.tok.weight  # the issue's tied embedding
     desc = (f"GPT-style LM (2 blocks, d=48, 2 heads, tied {vocab}-token embedding), random init, learning "
             f"next = (3 * token + 1) mod {vocab}; batch {batch} x seq {seq}; SGD(lr=0.5, momentum=0.9)")
-    return dict(name="lm", model=TinyGPT(vocab, seq=seq), train=stream(2), sample=stream(3), evaluate=evaluate,
+    return dict(name="lm", model=model, train=stream(2), sample=stream(3), evaluate=evaluate,
                 optimizer=pe.SGD(lr=0.5, momentum=0.9), desc=desc, overhead_fraction=0.35, flops_fraction=None)
 
 
