@@ -32,19 +32,7 @@ namespace {
 
 using namespace simd;
 
-// n <= kW floats at p as a vector (zero-padded: sigmoid / tanh of 0 are finite), and back.
-inline V ld(const float* p, i64 n) {
-  if (n == kW) return vload(p);
-  float t[kW] = {};
-  std::memcpy(t, p, sizeof(float) * n);
-  return vload(t);
-}
-inline void st(float* p, V v, i64 n) {
-  if (n == kW) return vstore(p, v);
-  float t[kW];
-  vstore(t, v);
-  std::memcpy(p, t, sizeof(float) * n);
-}
+// (row tails: simd::load_part zero-pads, and sigmoid / tanh of 0 are finite)
 
 // One batch row of one step, in place: s = [a_r, a_z, a_n (input part), W_hn h + b_hn]
 // -> [r, z, n, unchanged]; out = n + z * (h - n) (h null: zeros).  Over simd.h
@@ -52,14 +40,14 @@ inline void st(float* p, V v, i64 n) {
 void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restrict out, i64 H) {
   for (i64 j = 0; j < H; j += kW) {
     const i64 n = H - j < kW ? H - j : kW;
-    const V r = vmath::vsigmoid(ld(s + j, n));
-    const V z = vmath::vsigmoid(ld(s + H + j, n));
-    const V nv = vmath::vtanh(vfma(r, ld(s + 3 * H + j, n), ld(s + 2 * H + j, n)));
-    st(s + j, r, n);
-    st(s + H + j, z, n);
-    st(s + 2 * H + j, nv, n);
-    const V hv = h ? ld(h + j, n) : vzero();
-    st(out + j, vfma(z, vsub(hv, nv), nv), n);
+    const V r = vmath::vsigmoid(load_part(s + j, n));
+    const V z = vmath::vsigmoid(load_part(s + H + j, n));
+    const V nv = vmath::vtanh(vfma(r, load_part(s + 3 * H + j, n), load_part(s + 2 * H + j, n)));
+    store_part(s + j, r, n);
+    store_part(s + H + j, z, n);
+    store_part(s + 2 * H + j, nv, n);
+    const V hv = h ? load_part(h + j, n) : vzero();
+    store_part(out + j, vfma(z, vsub(hv, nv), nv), n);
   }
 }
 

@@ -28,19 +28,6 @@ constexpr i64 kBlk = 256;        // row-statistics columns summed in float
 
 inline i64 rows_grain(i64 cols) { return cols >= kGrain ? 1 : kGrain / (cols > 0 ? cols : 1); }
 
-// n <= kW floats at p as a vector (zero-padded), and back.
-inline V load_part(const float* p, i64 n) {
-  if (n == kW) return vload(p);
-  float t[kW] = {};
-  std::memcpy(t, p, sizeof(float) * n);
-  return vload(t);
-}
-inline void store_part(float* p, V v, i64 n) {
-  if (n == kW) return vstore(p, v);
-  float t[kW];
-  vstore(t, v);
-  std::memcpy(p, t, sizeof(float) * n);
-}
 inline V load_or(const float* p, i64 n, float dflt) { return p ? load_part(p, n) : vbcast(dflt); }
 
 // Sum over the row of f(c, n), the vector of columns [c, c + n) (n < kW only at the

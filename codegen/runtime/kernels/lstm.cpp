@@ -36,19 +36,7 @@ using namespace simd;
 using vmath::vsigmoid;
 using vmath::vtanh;
 
-// n <= kW floats at p as a vector (zero-padded: sigmoid / tanh of 0 are finite), and back.
-inline V ld(const float* p, i64 n) {
-  if (n == kW) return vload(p);
-  float t[kW] = {};
-  std::memcpy(t, p, sizeof(float) * n);
-  return vload(t);
-}
-inline void st(float* p, V v, i64 n) {
-  if (n == kW) return vstore(p, v);
-  float t[kW];
-  vstore(t, v);
-  std::memcpy(p, t, sizeof(float) * n);
-}
+// (row tails: simd::load_part zero-pads, and sigmoid / tanh of 0 are finite)
 
 // One cell's activations in place (g = [i f g o] pre-activations -> gate values),
 // c = f*c_prev + i*g, out = o*tanh(c), over simd.h vectors with vec_math.h's
@@ -59,15 +47,15 @@ void cell_fwd_impl(float* __restrict gi, float* __restrict gf, float* __restrict
                    const float* __restrict cp, float* __restrict c, float* __restrict out, i64 H) {
   for (i64 j = 0; j < H; j += kW) {
     const i64 n = H - j < kW ? H - j : kW;
-    const V ig = vsigmoid(ld(gi + j, n)), fg = vsigmoid(ld(gf + j, n));
-    const V gg = vtanh(ld(gc + j, n)), og = vsigmoid(ld(go + j, n));
-    st(gi + j, ig, n);
-    st(gf + j, fg, n);
-    st(gc + j, gg, n);
-    st(go + j, og, n);
-    const V cv = kPrev ? vfma(fg, ld(cp + j, n), vmul(ig, gg)) : vmul(ig, gg);
-    st(c + j, cv, n);
-    st(out + j, vmul(og, vtanh(cv)), n);
+    const V ig = vsigmoid(load_part(gi + j, n)), fg = vsigmoid(load_part(gf + j, n));
+    const V gg = vtanh(load_part(gc + j, n)), og = vsigmoid(load_part(go + j, n));
+    store_part(gi + j, ig, n);
+    store_part(gf + j, fg, n);
+    store_part(gc + j, gg, n);
+    store_part(go + j, og, n);
+    const V cv = kPrev ? vfma(fg, load_part(cp + j, n), vmul(ig, gg)) : vmul(ig, gg);
+    store_part(c + j, cv, n);
+    store_part(out + j, vmul(og, vtanh(cv)), n);
   }
 }
 
@@ -86,16 +74,16 @@ void cell_bwd_impl(const float* __restrict gi, const float* __restrict gf, const
   const V one = vbcast(1.f);
   for (i64 j = 0; j < H; j += kW) {
     const i64 n = H - j < kW ? H - j : kW;
-    const V ig = ld(gi + j, n), fg = ld(gf + j, n), gg = ld(gc + j, n), og = ld(go + j, n);
-    const V tc = vtanh(ld(c + j, n));
-    const V drv = ld(dr + j, n);
-    const V dcv = vfma(vmul(drv, og), vsub(one, vmul(tc, tc)), ld(dc + j, n));
-    const V cpv = kPrev ? ld(cp + j, n) : vzero();
-    st(di + j, vmul(vmul(dcv, gg), vmul(ig, vsub(one, ig))), n);
-    st(df + j, vmul(vmul(dcv, cpv), vmul(fg, vsub(one, fg))), n);
-    st(dgc + j, vmul(vmul(dcv, ig), vsub(one, vmul(gg, gg))), n);
-    st(dout + j, vmul(vmul(drv, tc), vmul(og, vsub(one, og))), n);
-    st(dc + j, vmul(dcv, fg), n);
+    const V ig = load_part(gi + j, n), fg = load_part(gf + j, n), gg = load_part(gc + j, n), og = load_part(go + j, n);
+    const V tc = vtanh(load_part(c + j, n));
+    const V drv = load_part(dr + j, n);
+    const V dcv = vfma(vmul(drv, og), vsub(one, vmul(tc, tc)), load_part(dc + j, n));
+    const V cpv = kPrev ? load_part(cp + j, n) : vzero();
+    store_part(di + j, vmul(vmul(dcv, gg), vmul(ig, vsub(one, ig))), n);
+    store_part(df + j, vmul(vmul(dcv, cpv), vmul(fg, vsub(one, fg))), n);
+    store_part(dgc + j, vmul(vmul(dcv, ig), vsub(one, vmul(gg, gg))), n);
+    store_part(dout + j, vmul(vmul(drv, tc), vmul(og, vsub(one, og))), n);
+    store_part(dc + j, vmul(dcv, fg), n);
   }
 }
 

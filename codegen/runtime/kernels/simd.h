@@ -12,6 +12,7 @@
 // vsel(m, a, b) = m ? a : b lane-wise, and vscale2(a, n) = a * 2^n for an
 // integral-valued n in [-254, 254] (two exact power-of-two factors, so a
 // subnormal result comes out right).  vec_math.h builds exp / tanh / erf on them.
+// load_part / store_part move n <= kW floats (a row's tail) in and out of a V.
 #pragma once
 
 #include <cstdint>
@@ -173,6 +174,20 @@ inline V vscale2(V a, V n) {
   return {a.v * (v4f)((n1 + 127) << 23) * (v4f)((n2 + 127) << 23)};
 }
 #endif
+
+// n <= kW floats at p as a vector (zero-padded lanes past n), and back (only n written).
+inline V load_part(const float* p, long long n) {
+  if (n == kW) return vload(p);
+  float t[kW] = {};
+  std::memcpy(t, p, sizeof(float) * n);
+  return vload(t);
+}
+inline void store_part(float* p, V v, long long n) {
+  if (n == kW) return vstore(p, v);
+  float t[kW];
+  vstore(t, v);
+  std::memcpy(p, t, sizeof(float) * n);
+}
 
 }  // namespace simd
 }  // namespace pk
