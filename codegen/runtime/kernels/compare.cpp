@@ -30,14 +30,16 @@ inline uint8_t cmp(Compare op, T a, T b) {
 
 }  // namespace
 
-template <typename T>
-void compare(Compare op, const T* a, const T* b, uint8_t* out, const Broadcast& p) {
+// f(i, oa, ob) for every output element i, with oa / ob its offsets into a / b under the
+// broadcast strides (an odometer over the output shape).
+template <typename F>
+void for_each_broadcast(const Broadcast& p, F f) {
   i64 idx[kMaxDims] = {0};
   i64 total = 1;
   for (int d = 0; d < p.ndim; ++d) total *= p.shape[d];
   i64 oa = 0, ob = 0;
   for (i64 i = 0; i < total; ++i) {
-    out[i] = cmp<T>(op, a[oa], b[ob]);
+    f(i, oa, ob);
     for (int d = p.ndim - 1; d >= 0; --d) {  // odometer step
       ++idx[d];
       oa += p.sa[d];
@@ -48,6 +50,11 @@ void compare(Compare op, const T* a, const T* b, uint8_t* out, const Broadcast& 
       idx[d] = 0;
     }
   }
+}
+
+template <typename T>
+void compare(Compare op, const T* a, const T* b, uint8_t* out, const Broadcast& p) {
+  for_each_broadcast(p, [&](i64 i, i64 oa, i64 ob) { out[i] = cmp<T>(op, a[oa], b[ob]); });
 }
 
 template void compare<float>(Compare, const float*, const float*, uint8_t*, const Broadcast&);
@@ -69,23 +76,10 @@ PK_CAST(uint8_t, float) PK_CAST(uint8_t, int64_t) PK_CAST(uint8_t, int32_t)
 
 template <typename T>
 void ibinary(Binary op, const T* a, const T* b, T* out, const Broadcast& p) {
-  i64 idx[kMaxDims] = {0};
-  i64 total = 1;
-  for (int d = 0; d < p.ndim; ++d) total *= p.shape[d];
-  i64 oa = 0, ob = 0;
-  for (i64 i = 0; i < total; ++i) {
+  for_each_broadcast(p, [&](i64 i, i64 oa, i64 ob) {
     const T x = a[oa], z = b[ob];
     out[i] = op == Binary::Add ? T(x + z) : op == Binary::Sub ? T(x - z) : T(x * z);
-    for (int d = p.ndim - 1; d >= 0; --d) {  // odometer step
-      ++idx[d];
-      oa += p.sa[d];
-      ob += p.sb[d];
-      if (idx[d] < p.shape[d]) break;
-      oa -= p.sa[d] * p.shape[d];
-      ob -= p.sb[d] * p.shape[d];
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 template void ibinary<int64_t>(Binary, const int64_t*, const int64_t*, int64_t*, const Broadcast&);
