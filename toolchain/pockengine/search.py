@@ -275,8 +275,8 @@ class Evaluator:
         """Held-out loss drop after fine-tuning `update` (None: the full update) for `steps`
         steps (default: the evaluator's)."""
         steps = self.steps if steps is None else steps
-        keep = None if update is None else self.compiler.key(self.compiler.trained(update))
-        key = (steps, keep)
+        trained = None if update is None else self.compiler.trained(update)
+        key = (steps, None if trained is None else self.compiler.key(trained))
         if key not in self._cache:
             self.trainer.load(self.ckpt)
             for i in range(steps):
@@ -284,8 +284,8 @@ class Evaluator:
                 t0 = time.perf_counter()
                 self.trainer.step(x, y)
                 self.step_s, self.nsteps = self.step_s + time.perf_counter() - t0, self.nsteps + 1
-                if update is not None:
-                    _restore_outside(self.trainer, self.original, self.compiler.trained(update))
+                if trained is not None:
+                    _restore_outside(self.trainer, self.original, trained)
             self._cache[key] = self.base - _eval_loss(self.trainer, self.evalb)
             self.evaluations += 1
         return self._cache[key]
