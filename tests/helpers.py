@@ -131,3 +131,16 @@ def check_op(fn, *tensors, modules=(), rtol=1e-4, atol=1e-5, seed=0):
         got = before[name] - after[name]
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=f"gradient of {name}")
     return prog, trainer
+
+
+def run_pytest_in_child(path, timeout=1800) -> None:
+    """Run one test file in a child pytest and assert it passed. For cases that import
+    TensorFlow, whose LLVM cannot share a process with Mesa lavapipe's (test_keras.py)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+                       capture_output=True, text=True, timeout=timeout, cwd=root)
+    assert r.returncode == 0, f"{Path(path).name} failed:\n{r.stdout[-6000:]}\n{r.stderr[-2000:]}"
+    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]

@@ -5,14 +5,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from helpers import run_pytest_in_child
+
 HERE = Path(__file__).resolve().parent
 
 
 def test_tflite_frontend_cases_in_their_own_process():
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(HERE / "tflite_cases.py")],
-                       capture_output=True, text=True, timeout=1800, cwd=HERE.parents[1])
-    assert r.returncode == 0, f"tflite_cases.py failed:\n{r.stdout[-6000:]}\n{r.stderr[-2000:]}"
-    assert " passed" in r.stdout and " failed" not in r.stdout, r.stdout[-2000:]
+    run_pytest_in_child(HERE / "tflite_cases.py")
 
 
 def test_compiling_a_tflite_never_imports_tensorflow(tmp_path):
