@@ -246,11 +246,15 @@ RULES["log_softmax"] = _uses_output("log_softmax_bwd")
 @rule("sdpa")
 def _sdpa(b, n, g, need):
     q, k, v, mask = n.inputs
-    if need[3]:
-        b.unsupported("a gradient for an attention mask")
+    dmask = None
+    if need[3]:  # a learned additive bias (Swin's relative positions): dS = P * (dP - rowsum(dP * P))
+        probs = n.outputs[1]
+        dp = b.add("matmul", [g[0], v], {"ta": False, "tb": True})
+        ds = b.add("softmax_bwd", [dp, probs], {"dim": len(probs.shape) - 1})
+        dmask = b.sum_to(ds, mask.shape)
     dq, dk, dv, _ = b.add("sdpa_bwd", [g[0], q, k, v, n.outputs[1], mask], n.attrs,
                           wanted=[bool(need[0]), bool(need[1]), bool(need[2]), True])
-    return [dq, dk, dv, None]
+    return [dq, dk, dv, dmask]
 
 
 # ---- layout ---------------------------------------------------------------------------------------

@@ -273,6 +273,8 @@ def _binary(c, op, a, b):
         if a.dtype != b.dtype:
             a, b = (v if v.dtype == "i64" else c.add("cast", [v], {"dtype": "i64"}) for v in (a, b))
         return c.add(op, [a, b])
+    if a.dtype != b.dtype and "f32" in (a.dtype, b.dtype):  # torch's promotion: int/bool + float is float
+        a, b = (v if v.dtype == "f32" else c.add("cast", [v], {"dtype": "f32"}) for v in (a, b))
     if a.dtype != b.dtype or a.dtype != "f32":
         raise PockError(f"{op} needs two float32 tensors in {c.source}, got {a.dtype} and {b.dtype}")
     return c.add(op, [a, b])
@@ -368,8 +370,7 @@ def _sdpa(c, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
     if dropout_p:
         raise PockError(f"scaled_dot_product_attention with dropout_p={dropout_p} is not supported in "
                         f"{c.source}; pass dropout_p=0.0 (or self.training and 0.0)")
-    if enable_gqa or q.shape[:-2] != k.shape[:-2] or k.shape[:-2] != v.shape[:-2]:
-        raise PockError(f"scaled_dot_product_attention needs q, k, v with equal batch dims ({c.source})")
+    k, v = _kv_heads(c, q, k, enable_gqa), _kv_heads(c, q, v, enable_gqa)
     attrs = {"causal": bool(is_causal), "scale": float(scale) if scale is not None else 1.0 / math.sqrt(q.shape[-1])}
     if attn_mask is not None and attn_mask.dtype == "i64":
         raise PockError(f"attn_mask must be bool or float ({c.source})")
@@ -379,6 +380,24 @@ def _sdpa(c, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None
         if math.prod(mb) != 1 and tuple(mb) != tuple(batch):  # one stride must walk the flattened batch
             attn_mask = _expand(c, attn_mask, batch + attn_mask.shape[-2:])
     return tuple(c.add("sdpa", [q, k, v, attn_mask], attrs))[0]
+
+
+def _kv_heads(c, q, kv, gqa):
+    """k or v with q's batch dims: broadcast ones expanded (Falcon's multi-query k/v), and
+    under enable_gqa each of Hk heads repeated H/Hk times (repeat_interleave on dim -3)."""
+    bq, bk = q.shape[:-2], kv.shape[:-2]
+    if bq == bk:
+        return kv
+    if gqa and len(bq) == len(bk) >= 1 and bk[:-1] == bq[:-1] and bk[-1] and bq[-1] % bk[-1] == 0:
+        g = bq[-1] // bk[-1]
+        y = _reshape(c, kv, bk + (1,) + kv.shape[-2:])
+        y = c.add("expand", [y], {"shape": bk + (g,) + kv.shape[-2:]})
+        return _reshape(c, y, bq + kv.shape[-2:])
+    if len(bk) <= len(bq) and all(s in (1, t) for s, t in zip(bk[::-1], bq[::-1])):
+        y = _reshape(c, kv, (1,) * (len(bq) - len(bk)) + kv.shape)
+        return c.add("expand", [y], {"shape": bq + kv.shape[-2:]})
+    raise PockError(f"scaled_dot_product_attention needs k/v batch dims {bk} that broadcast to q's {bq} "
+                    f"({c.source})")
 
 
 # ---- matrix products -----------------------------------------------------------------

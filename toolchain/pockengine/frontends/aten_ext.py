@@ -227,16 +227,24 @@ def _gather(c, x, dim, index, sparse_grad=False):
 @conv(aten.index.Tensor)
 def _index(c, x, indices):
     """x[idx] along dim 0 (e.g. Whisper's learned positions): the embedding gather, whose kernel
-    range-checks every id. x[i0, i1, ...] with compile-time index tensors: _const_index. Other
-    index patterns are rejected."""
+    range-checks every id. x[i0, i1, ...] with compile-time index tensors: _const_index.
+    Leading or interleaved `:` dims (x[:, :, ids], Falcon's fused QKV, LeViT's attention-bias
+    lookup): the indexed dims are moved first, gathered, and the result dims put where torch
+    puts them. Other index patterns are rejected."""
     indices = list(indices)
+    picked = [d for d, i in enumerate(indices) if i is not None]
+    if picked and picked != list(range(len(picked))) and len(indices) <= len(x.shape):
+        return _index_moved(c, x, indices, picked)
     if indices and all(isinstance(i, Value) and i.data is not None and i.dtype in ("i64", "i32") for i in indices) \
             and len(indices) <= len(x.shape) and x.dtype in ("f32", "u8"):
         return _const_index(c, x, indices)
     if len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].dtype != "i64" or x.dtype != "f32" \
             or len(x.shape) < 2:
-        raise PockError(f"index.Tensor is supported as x[int64 ids] along dim 0 of a float tensor, or with "
-                        f"compile-time index tensors on a float/bool tensor, only ({c.source})")
+        what = [None if i is None else f"{i.dtype}{list(i.shape)}{' const' if i.data is not None else ''}"
+                for i in indices]
+        raise PockError(f"index.Tensor is supported as x[int64 ids] along one dim of a float tensor, or with "
+                        f"compile-time index tensors on a float/bool tensor, only ({c.source}); got x "
+                        f"{x.dtype}{list(x.shape)} indexed by {what}")
     ids = indices[0]
     if ids.data is not None and ids.numel and not (0 <= ids.data.min() and ids.data.max() < x.shape[0]):
         raise PockError(f"index ids out of range [0, {x.shape[0]}) in {c.source}: "
@@ -244,6 +252,21 @@ def _index(c, x, indices):
     rows = _reshape(c, x, (x.shape[0], math.prod(x.shape[1:])))
     y = c.add("embedding", [rows, indices[0]], {"padding_idx": -1})
     return _reshape(c, y, indices[0].shape + x.shape[1:])
+
+
+def _index_moved(c, x, indices, picked):
+    nd = len(x.shape)
+    rest = [d for d in range(nd) if d not in picked]
+    if x.dtype != "f32" and not all(indices[d].data is not None for d in picked):
+        raise PockError(f"index.Tensor with input-dependent ids needs a float tensor ({c.source})")
+    moved = c.add("permute", [x], {"perm": tuple(picked + rest)})
+    y = _index(c, moved, [indices[d] for d in picked])  # (ids dims..., rest dims...)
+    k = len(y.shape) - len(rest)
+    if picked != list(range(picked[0], picked[0] + len(picked))):
+        return y  # non-adjacent indexed dims: torch puts the ids dims first too
+    p = picked[0]  # adjacent: the ids dims replace the indexed dims in place
+    perm = list(range(k, k + p)) + list(range(k)) + list(range(k + p, len(y.shape)))
+    return c.add("permute", [y], {"perm": tuple(perm)})
 
 
 __all__ = ["cast"]

@@ -21,7 +21,7 @@ from ..errors import PockError
 from ..ir.graph import Graph, Value
 from ..ir.verify import verify
 from ..passes.const_eval import fold_constants
-from . import aten_ext  # noqa: F401  (registers the converters beyond the core set)
+from . import aten_ext, aten_more  # noqa: F401  (register the converters beyond the core set)
 from .aten import CONVERTERS, Ctx, module_path, to_ir_dtype
 
 NUMPY = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}

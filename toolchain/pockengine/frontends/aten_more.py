@@ -1,0 +1,149 @@
+"""Converters for op classes more Hugging Face families use (the wav2vec2/Hubert/PoolFormer
+group norm, BiT's weight standardization, bilinear/nearest upsampling in MobileViT and BEiT,
+Funnel's slice_scatter, fused-QKV and relative-position lookups with leading `:` dims).
+
+Each is a composition of existing IR ops, so its gradient comes from the rules of those ops:
+norms as mean/sub/mul/rsqrt, resampling as products with compile-time interpolation matrices.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..errors import PockError
+from ..ir.graph import Value
+from .aten import _cat, _dim, _reshape, conv, slice_value
+
+aten = torch.ops.aten
+
+
+def _const(c, what: str, data: np.ndarray) -> Value:
+    name = f"const:{c.source.split(' ')[0] or 'model'}.{what}"
+    name += str(sum(n.startswith(name) for n in c.g.state))
+    return c.g.add_state(name, data.shape, "f32" if data.dtype.kind == "f" else "i64", "const",
+                         data=np.ascontiguousarray(data.astype(np.float32 if data.dtype.kind == "f" else np.int64)))
+
+
+# ---- normalisation by composition ------------------------------------------------------------------
+def _normalize(c, x: Value, dims, eps):
+    """(x - mean) * rsqrt(var + eps) over `dims` (biased variance, like torch's norms);
+    returns y, mean and rstd (keepdim)."""
+    attrs = {"dims": tuple(dims), "keepdim": True}
+    mu = c.add("mean", [x], attrs)
+    d = c.add("sub", [x, mu])
+    var = c.add("mean", [c.add("mul", [d, d])], attrs)
+    rstd = c.add("rsqrt", [c.add("add_scalar", [var], {"c": float(eps)})])
+    return c.add("mul", [d, rstd]), mu, rstd
+
+
+def _affine(c, y: Value, w, b, channel_dim: int):
+    shape = tuple(y.shape[channel_dim] if i == channel_dim else 1 for i in range(len(y.shape)))
+    if w is not None:
+        y = c.add("mul", [y, _reshape(c, w, shape)])
+    if b is not None:
+        y = c.add("add", [y, _reshape(c, b, shape)])
+    return y
+
+
+@conv(aten.native_group_norm.default)
+def _native_group_norm(c, x, w, b, n, ch, hw, groups, eps):
+    y, mu, rstd = _group_norm_core(c, x, groups, w, b, eps)
+    return y, _reshape(c, mu, (x.shape[0], groups)), _reshape(c, rstd, (x.shape[0], groups))
+
+
+@conv(aten.group_norm.default)
+def _group_norm(c, x, groups, w=None, b=None, eps=1e-5, cudnn_enabled=True):
+    return _group_norm_core(c, x, groups, w, b, eps)[0]
+
+
+def _group_norm_core(c, x, groups, w, b, eps):
+    if len(x.shape) < 2 or x.shape[1] % groups:
+        raise PockError(f"group_norm needs channels ({x.shape[1] if len(x.shape) > 1 else '?'}) divisible by "
+                        f"groups ({groups}) in {c.source}")
+    xg = _reshape(c, x, (x.shape[0], groups, x.numel // (x.shape[0] * groups)))
+    y, mu, rstd = _normalize(c, xg, (2,), eps)
+    return _affine(c, _reshape(c, y, x.shape), w, b, 1), mu, rstd
+
+
+@conv(aten._native_batch_norm_legit.no_stats)
+def _bn_no_stats(c, x, w, b, training, momentum, eps):
+    """Batch norm without running statistics (BiT's weight standardization normalizes a
+    weight this way): the batch statistics always, over every dim but 1."""
+    dims = tuple(d for d in range(len(x.shape)) if d != 1)
+    y, mu, rstd = _normalize(c, x, dims, eps)
+    return _affine(c, y, w, b, 1), _reshape(c, mu, (x.shape[1],)), _reshape(c, rstd, (x.shape[1],))
+
+
+# ---- resampling ------------------------------------------------------------------------------------
+def _interp_matrix(op, size_in: int, size_out: int, args, axis: int) -> np.ndarray:
+    """The (size_out, size_in) matrix of a separable 2-D interpolation along one axis, read off
+    torch's own op applied to unit impulses (so align_corners and scale_factors semantics are
+    torch's): the other axis is 1 wide and every interpolation row sums to 1."""
+    eye = torch.eye(size_in).reshape(size_in, 1, size_in, 1) if axis == 0 else \
+        torch.eye(size_in).reshape(size_in, 1, 1, size_in)
+    out = op(eye, *args(axis))
+    m = out[:, 0, :, 0] if axis == 0 else out[:, 0, 0, :]
+    return m.T.double().numpy()
+
+
+def _resample(c, x: Value, op, out_hw, args):
+    if len(x.shape) != 4:
+        raise PockError(f"2-D upsampling needs an NCHW input in {c.source}, got {x.shape}")
+    n, ch, h, w = x.shape
+    ho, wo = out_hw
+    ah = _interp_matrix(op, h, ho, args, 0)
+    aw = _interp_matrix(op, w, wo, args, 1)
+    y = x
+    if wo != w or not np.array_equal(aw, np.eye(w)):
+        y = c.add("matmul", [_reshape(c, y, (n * ch * h, w)), _const(c, "resample_w", aw.T)])
+        y = _reshape(c, y, (n, ch, h, wo))
+    if ho != h or not np.array_equal(ah, np.eye(h)):
+        t = c.add("permute", [y], {"perm": (0, 1, 3, 2)})
+        t = c.add("matmul", [_reshape(c, t, (n * ch * wo, h)), _const(c, "resample_h", ah.T)])
+        y = c.add("permute", [_reshape(c, t, (n, ch, wo, ho))], {"perm": (0, 1, 3, 2)})
+    return y
+
+
+def _out_size(x, output_size, scale_factors):
+    if output_size is not None:
+        return tuple(int(s) for s in output_size)
+    return tuple(int(math.floor(x.shape[2 + i] * float(s))) for i, s in enumerate(scale_factors))
+
+
+@conv(aten.upsample_bilinear2d.vec, aten.upsample_nearest2d.vec, aten._upsample_nearest_exact2d.vec,
+      aten.upsample_bicubic2d.vec)
+def _upsample_vec(c, x, output_size, *rest):
+    """upsample_{bilinear,bicubic}2d.vec(x, size, align_corners, scales) and
+    upsample_nearest2d.vec(x, size, scales)."""
+    target = c.target
+    align = rest[0] if len(rest) == 2 else None
+    scales = rest[-1]
+    out = _out_size(x, output_size, scales)
+
+    def args(axis):
+        sizes = None if scales is not None else ((out[0], 1) if axis == 0 else (1, out[1]))
+        sc = None if scales is None else ((scales[0], 1.0) if axis == 0 else (1.0, scales[1]))
+        return (sizes, align, sc) if align is not None else (sizes, sc)
+
+    return _resample(c, x, target, out, args)
+
+
+# ---- scatter into a slice ------------------------------------------------------------------------------
+@conv(aten.slice_scatter.default)
+def _slice_scatter(c, x, src, dim=0, start=None, end=None, step=1):
+    """x with x[..., start:end, ...] replaced by src (Funnel's relative shift): for a unit step,
+    the parts of x before and after the slice concatenated around src."""
+    d = _dim(dim, len(x.shape))
+    n = x.shape[d]
+    start = 0 if start is None else (start + n if start < 0 else min(start, n))
+    end = n if end is None else (end + n if end < 0 else min(end, n))
+    if step != 1:
+        raise PockError(f"slice_scatter with step {step} is not supported ({c.source})")
+    parts = ([slice_value(c, x, d, 0, start)] if start > 0 else []) + [src] + \
+        ([slice_value(c, x, d, end, n)] if end < n else [])
+    return parts[0] if len(parts) == 1 else _cat(c, parts, d)
+
+
+__all__ = ["_const"]
