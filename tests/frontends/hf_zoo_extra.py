@@ -93,6 +93,36 @@ def _audio(config, model, **kw):
     return m, (x,), (y,), "cross_entropy", "logits"
 
 
+def _t5like(config, model, **kw):
+    cfg = dict(vocab_size=V, d_model=32, d_kv=8, d_ff=64, num_layers=1, num_heads=4, dropout_rate=0.0,
+               relative_attention_num_buckets=8, relative_attention_max_distance=16, decoder_start_token_id=0,
+               pad_token_id=0, eos_token_id=1, use_cache=False)
+    cfg.update(kw)
+    m = _cls(model)(_cls(config)(**cfg)).train()
+    return m, {"input_ids": _ids(0), "decoder_input_ids": _ids(2)}, (_ids(1),), "cross_entropy", "logits"
+
+
+def _speech2text():
+    cfg = dict(vocab_size=V, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+               decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_source_positions=16,
+               max_target_positions=16, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+               conv_channels=16, input_feat_per_channel=8, num_conv_layers=2, conv_kernel_sizes=[3, 3],
+               pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, use_cache=False)
+    m = _cls("Speech2TextForConditionalGeneration")(_cls("Speech2TextConfig")(**cfg)).train()
+    feats = torch.randn(B, 16, 8, generator=torch.Generator().manual_seed(3))
+    return m, {"input_features": feats, "decoder_input_ids": _ids(2)}, (_ids(1),), "cross_entropy", "logits"
+
+
+def _ast():
+    cfg = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, patch_size=8, frequency_stride=8,
+               time_stride=8, max_length=32, num_mel_bins=16, num_labels=10)
+    m = _cls("ASTForAudioClassification")(_cls("ASTConfig")(**cfg)).train()
+    g = torch.Generator().manual_seed(0)
+    return m, (torch.randn(B, 32, 16, generator=g),), (torch.randint(0, 10, (B,), generator=g),), \
+        "cross_entropy", "logits"
+
+
 def _with(fn, *a, **kw):
     return lambda: fn(*a, **kw)
 
@@ -159,7 +189,27 @@ EXTRA = {
                         intermediate_size=None, num_hidden_layers=None, num_attention_heads=None,
                         num_key_value_heads=None, max_position_embeddings=None, n_positions=64, n_embd=32, n_layer=2,
                         n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "exaone4": _with(_decoder, "Exaone4Config", "Exaone4ForCausalLM", sliding_window=4),
+    "ernie4_5": _with(_decoder, "Ernie4_5Config", "Ernie4_5ForCausalLM", head_dim=8),
+    "arcee": _with(_decoder, "ArceeConfig", "ArceeForCausalLM", head_dim=8),
+    "olmo3": _with(_decoder, "Olmo3Config", "Olmo3ForCausalLM", sliding_window=4),
+    "qwen3_moe": _with(_decoder, "Qwen3MoeConfig", "Qwen3MoeForCausalLM", moe_intermediate_size=32,
+                       num_experts=4, num_experts_per_tok=2),
+    "ctrl": _with(_decoder, "CTRLConfig", "CTRLLMHeadModel", hidden_size=None, intermediate_size=None,
+                  num_hidden_layers=None, num_attention_heads=None, num_key_value_heads=None,
+                  max_position_embeddings=None, n_positions=64, n_embd=32, dff=64, n_layer=2, n_head=4,
+                  resid_pdrop=0.0, embd_pdrop=0.0),
+    "xlnet": _with(_decoder, "XLNetConfig", "XLNetLMHeadModel", hidden_size=None, intermediate_size=None,
+                   num_hidden_layers=None, num_attention_heads=None, num_key_value_heads=None,
+                   max_position_embeddings=None, use_cache=None, d_model=32, n_layer=2, n_head=4, d_inner=64,
+                   dropout=0.0),
+    "bert_generation": _with(_encoder, "BertGenerationConfig", "BertGenerationDecoder", is_decoder=True),
     # encoder-decoders
+    "mt5": _with(_t5like, "MT5Config", "MT5ForConditionalGeneration"),
+    "umt5": _with(_t5like, "UMT5Config", "UMT5ForConditionalGeneration"),
+    "longt5": _with(_t5like, "LongT5Config", "LongT5ForConditionalGeneration", local_radius=2, global_block_size=4),
+    "speech2text": _speech2text,
+    "ast": _ast,
     "bart": _with(_seq2seq, "BartConfig", "BartForConditionalGeneration"),
     "mbart": _with(_seq2seq, "MBartConfig", "MBartForConditionalGeneration"),
     "pegasus": _with(_seq2seq, "PegasusConfig", "PegasusForConditionalGeneration"),
@@ -188,6 +238,14 @@ EXTRA = {
     "megatron_bert": _with(_encoder, "MegatronBertConfig", "MegatronBertForMaskedLM"),
     "squeezebert": _with(_encoder, "SqueezeBertConfig", "SqueezeBertForMaskedLM", embedding_size=32, q_groups=2,
                          k_groups=2, v_groups=2, post_attention_groups=2, intermediate_groups=2, output_groups=2),
+    "rembert": _with(_encoder, "RemBertConfig", "RemBertForMaskedLM", input_embedding_size=16,
+                     output_embedding_size=16),
+    "nystromformer": _with(_encoder, "NystromformerConfig", "NystromformerForMaskedLM", segment_means_seq_len=T,
+                           num_landmarks=4, conv_kernel_size=3),
+    "xlm": _with(_encoder, "XLMConfig", "XLMWithLMHeadModel", hidden_size=None, num_hidden_layers=None,
+                 num_attention_heads=None, intermediate_size=None, hidden_dropout_prob=None,
+                 attention_probs_dropout_prob=None, emb_dim=32, n_layers=2, n_heads=4, dropout=0.0,
+                 attention_dropout=0.0),
     "layoutlm": _with(_encoder, "LayoutLMConfig", "LayoutLMForMaskedLM"),
     # vision
     "deit": _with(_vision, "DeiTConfig", "DeiTForImageClassification"),
@@ -240,7 +298,17 @@ EXTRA = {
     "focalnet": _with(_vision, "FocalNetConfig", "FocalNetForImageClassification", hidden_size=None,
                       num_hidden_layers=None, num_attention_heads=None, intermediate_size=None, patch_size=4,
                       embed_dim=16, depths=[1, 1], focal_levels=[2, 2], focal_windows=[3, 3], drop_path_rate=0.0),
+    "pvt": _with(_vision, "PvtConfig", "PvtForImageClassification", hidden_size=None, num_hidden_layers=None,
+                 intermediate_size=None, patch_size=None, num_encoder_blocks=2, depths=[1, 1],
+                 sequence_reduction_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[4, 2], strides=[4, 2],
+                 num_attention_heads=[1, 2], mlp_ratios=[2, 2], drop_path_rate=0.0),
+    "hiera": _with(_vision, "HieraConfig", "HieraForImageClassification", image_size=[32, 32], hidden_size=None, num_hidden_layers=None,
+                   num_attention_heads=None, intermediate_size=None, patch_size=[3, 3], hidden_dropout_prob=None,
+                   attention_probs_dropout_prob=None, embed_dim=8, patch_stride=[2, 2], patch_padding=[1, 1],
+                   depths=[1, 1], num_heads=[1, 2], num_query_pool=1, query_stride=[2, 2],
+                   masked_unit_size=[4, 4], masked_unit_attention=[True, False], drop_path_rate=0.0),
     # audio
+    "unispeech": _with(_audio, "UniSpeechConfig", "UniSpeechForSequenceClassification"),
     "wav2vec2": _with(_audio, "Wav2Vec2Config", "Wav2Vec2ForSequenceClassification"),
     "hubert": _with(_audio, "HubertConfig", "HubertForSequenceClassification"),
     "wavlm": _with(_audio, "WavLMConfig", "WavLMForSequenceClassification", num_buckets=8, max_bucket_distance=16),

@@ -15,7 +15,7 @@ import pockengine as pe
 class Vision(torch.nn.Module):
     """BiT/wav2vec2/MobileViT/Funnel patterns: weight standardization (batch norm without
     stats on a weight), group norm, bilinear (both align_corners) and nearest upsampling,
-    slice_scatter, a leading-':' index with compile-time ids."""
+    slice_scatter, a leading-':' index with compile-time ids, max/min reductions."""
 
     def __init__(self):
         super().__init__()
@@ -34,12 +34,14 @@ class Vision(torch.nn.Module):
         n = F.interpolate(self.conv2(h), scale_factor=2, mode="nearest")               # 12 x 12
         h = torch.slice_scatter(h, self.src * h[:, :, :2].mean(), dim=2, start=2, end=4)
         picked = h[:, :, :, self.cols]                                                 # 2 x 4 x 6 x 2 x 2
-        return torch.cat([a.mean((2, 3)), b.mean((2, 3)), n.mean((2, 3)), picked.sum((2, 3, 4))], 1)
+        m = h.amax(dim=(2, 3)) + h.max(dim=2).values.min(dim=-1).values                   # Hiera's pooling
+        return torch.cat([a.mean((2, 3)), b.mean((2, 3)), n.mean((2, 3)), picked.sum((2, 3, 4)) + m], 1)
 
 
 class Attention(torch.nn.Module):
     """Swin's learned bias through sdpa's attn_mask, Falcon's broadcast k/v, grouped-query
-    k/v (enable_gqa), a ':'-led index with input-dependent ids, bool + float promotion."""
+    k/v (enable_gqa), a ':'-led index and index_select with input-dependent ids, bool + float
+    promotion."""
 
     def __init__(self):
         super().__init__()
@@ -54,7 +56,7 @@ class Attention(torch.nn.Module):
         k, v = self.kv(x).view(b, t, 2, 4).transpose(1, 2).split(1, dim=1)           # 1 head each
         y1 = F.scaled_dot_product_attention(q, k, v, attn_mask=self.bias)             # broadcast k/v
         y2 = F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True)
-        looked = self.table[:, ids]                                                    # 3 x 2 x 5 x 4
+        looked = self.table[:, ids] + self.table.index_select(1, ids[0])[:, None]      # 3 x 2 x 5 x 4
         pad = ids.gt(4)                                                                # bool
         y = torch.cat([y1, y2], -1).transpose(1, 2).reshape(b, t, 16)
         return y + looked.sum(0).repeat(1, 1, 4) + pad[..., None]

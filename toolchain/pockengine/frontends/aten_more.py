@@ -146,4 +146,56 @@ def _slice_scatter(c, x, src, dim=0, start=None, end=None, step=1):
     return parts[0] if len(parts) == 1 else _cat(c, parts, d)
 
 
+
+@conv(aten.index_select.default)
+def _index_select(c, x, dim, index):
+    """x.index_select(dim, ids) (XLNet's relative shift, Speech2Text's sinusoidal positions):
+    x[:, ..., ids] through index.Tensor (range-checked gather, gradient into x)."""
+    from .aten_ext import _index
+    d = _dim(dim, len(x.shape))
+    return _index(c, x, [None] * d + [index])
+
+
+
+# ---- max/min reductions --------------------------------------------------------------------------------
+def _reduce_max(c, x, dims, keepdim, negate=False):
+    """max (or min, as -max(-x)) of a float tensor over `dims` through max_pool2d: the reduced
+    dims are moved together and pooled by one window (gradient: to the max element)."""
+    if x.dtype != "f32":
+        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
+    nd = len(x.shape)
+    dims = sorted({_dim(d, nd) for d in dims})
+    keep = [d for d in range(nd) if d not in dims]
+    k = math.prod(x.shape[d] for d in dims)
+    rows = math.prod(x.shape[d] for d in keep)
+    t = c.add("neg", [x]) if negate else x
+    if keep + dims != list(range(nd)):
+        t = c.add("permute", [t], {"perm": tuple(keep + dims)})
+    t = _reshape(c, t, (1, 1, rows, k))
+    y = c.add("max_pool2d", [t], {"kernel": (1, k), "stride": (1, k), "padding": (0, 0), "dilation": (1, 1),
+                                  "ceil_mode": False})[0]
+    y = c.add("neg", [y]) if negate else y
+    shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape)) if keepdim else \
+        tuple(x.shape[d] for d in keep)
+    return _reshape(c, y, shape)
+
+
+@conv(aten.amax.default, aten.amin.default)
+def _amax(c, x, dims=(), keepdim=False):
+    dims = list(range(len(x.shape))) if not dims else ([dims] if isinstance(dims, int) else list(dims))
+    return _reduce_max(c, x, dims, keepdim, negate=c.target is aten.amin.default)
+
+
+@conv(aten.max.dim, aten.min.dim)
+def _max_dim(c, x, dim, keepdim=False):
+    """values of torch.max/min(x, dim); the indices are not computed (an op that reads them
+    fails at compile time naming it)."""
+    return _reduce_max(c, x, [dim], keepdim, negate=c.target is aten.min.dim), None
+
+
+@conv(aten.max.default, aten.min.default)
+def _max_all(c, x):
+    return _reduce_max(c, x, list(range(len(x.shape))), False, negate=c.target is aten.min.default)
+
+
 __all__ = ["_const"]
