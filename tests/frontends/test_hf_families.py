@@ -13,13 +13,16 @@ import torch
 pytest.importorskip("transformers")
 
 import pockengine as pe  # noqa: E402
-from hf_zoo import FAMILIES  # noqa: E402
+from hf_zoo import FAMILIES as CORE_FAMILIES  # noqa: E402
+from hf_zoo_extra import EXTRA  # noqa: E402
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference  # noqa: E402
 from pockengine.program import resolve_update  # noqa: E402
 
+FAMILIES = {**CORE_FAMILIES, **EXTRA}
 STEPS = 3
 OPTIMIZERS = {"full": lambda lr=0.05: pe.SGD(lr=lr, momentum=0.9, weight_decay=1e-3),
-              "sparse": lambda lr=0.05: pe.SGD(lr=lr, momentum=0.9)}
+              "sparse": lambda lr=0.05: pe.SGD(lr=lr, momentum=0.9),
+              "adamw": lambda lr=0.05: pe.AdamW(lr=lr / 50, weight_decay=0.01)}  # full update
 LR = {"mobilenet_v2": 0.003, "mobilenet_v2_nopad": 0.003}  # see hf_zoo.mobilenet_v2
 
 
@@ -63,7 +66,7 @@ def run_family(name, scheme):
     if isinstance(x, dict):
         model, x, output = Keywords(model, x.keys(), output), tuple(x.values()), None
     original = copy.deepcopy(model.state_dict())
-    update = "full" if scheme == "full" else sparse_update(model)
+    update = sparse_update(model) if scheme == "sparse" else "full"
     if update == "full" and not all(p.requires_grad for p in model.parameters()):  # Whisper's positions
         update = {n: 1.0 for n, p in model.named_parameters() if p.requires_grad}  # frozen, as pe.compile does
     data = _batches(x, y)
@@ -80,10 +83,18 @@ def run_family(name, scheme):
 
 # Each case compiles and builds a C++ step (about 30-100 s on a busy 2-core machine), so the
 # default suite runs the core cases; POCK_HF_ALL=1 runs every family under both schemes.
-CORE = [("llama", "full"), ("llama", "sparse"), ("gpt2", "sparse"), ("bert", "full"), ("roberta", "sparse")]
+CORE = [("llama", "full"), ("llama", "sparse"), ("gpt2", "sparse"), ("bert", "full"), ("roberta", "sparse"),
+        ("falcon", "full"), ("wav2vec2", "sparse")]  # beyond the first list: multi-query sdpa; group norm + Conv1d
+# Families beyond the list (hf_zoo_extra.py), one per op pattern; bench/hf_survey.py
+# steps every family of hf_zoo_extra.py once against PyTorch's loss.
+EXTRA_TESTED = ("opt", "gpt_neox", "falcon", "bloom", "gptj", "phi", "qwen3", "gemma2", "gemma3", "olmo2", "cohere",
+                "bart", "pegasus", "albert", "deberta_v2", "mpnet", "xlnet", "deit", "swin", "beit", "dinov2",
+                "clip_vision", "segformer", "mobilevit", "bit", "wav2vec2", "hubert", "funnel", "levit",
+                "poolformer", "speech2text")
 ALL = [(n, s) for n in ("llama", "gpt2", "gpt2_eager", "bert", "qwen2", "mistral", "phi3", "gemma", "distilbert",
                         "vit", "mobilenet_v2", "mobilenet_v2_nopad", "efficientnet", "resnet", "convnext",
-                        "convnextv2", "regnet", "bert_masks", "roberta", "t5", "whisper") for s in ("full", "sparse")]
+                        "convnextv2", "regnet", "bert_masks", "roberta", "t5", "whisper") + EXTRA_TESTED
+       for s in ("full", "sparse")] + [("qwen2", "adamw"), ("gemma", "adamw")]
 CASES = ALL if os.environ.get("POCK_HF_ALL") else CORE
 
 
