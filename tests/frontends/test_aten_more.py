@@ -41,7 +41,7 @@ class Vision(torch.nn.Module):
 class Attention(torch.nn.Module):
     """Swin's learned bias through sdpa's attn_mask, Falcon's broadcast k/v, grouped-query
     k/v (enable_gqa), a ':'-led index and index_select with input-dependent ids, bool + float
-    promotion."""
+    promotion, argmax/argmin and x[arange, argmax] (CLIP's pooled token), max/min with indices."""
 
     def __init__(self):
         super().__init__()
@@ -59,7 +59,10 @@ class Attention(torch.nn.Module):
         looked = self.table[:, ids] + self.table.index_select(1, ids[0])[:, None]      # 3 x 2 x 5 x 4
         pad = ids.gt(4)                                                                # bool
         y = torch.cat([y1, y2], -1).transpose(1, 2).reshape(b, t, 16)
-        return y + looked.sum(0).repeat(1, 1, 4) + pad[..., None]
+        y = y + looked.sum(0).repeat(1, 1, 4) + pad[..., None]
+        pooled = y[torch.arange(b), ids.argmax(-1)]                                      # CLIP's pooled token
+        first = y.max(dim=1).indices.float() + pooled                                  # 2 x 16
+        return y + first[:, None] + y.min(dim=-1, keepdim=True).values + ids.argmin()
 
 
 def _check(model, inputs, target):

@@ -238,6 +238,11 @@ def _index(c, x, indices):
     if indices and all(isinstance(i, Value) and i.data is not None and i.dtype in ("i64", "i32") for i in indices) \
             and len(indices) <= len(x.shape) and x.dtype in ("f32", "u8"):
         return _const_index(c, x, indices)
+    dynamic = [d for d, i in enumerate(indices) if isinstance(i, Value) and i.data is None]
+    if len(indices) > 1 and len(dynamic) == 1 and x.dtype == "f32" and len(indices) <= len(x.shape) and \
+            indices[dynamic[0]].dtype == "i64" and all(isinstance(i, Value) and i.dtype in ("i64", "i32")
+                                                       for i in indices):
+        return _index_mixed(c, x, indices, dynamic[0])
     if len(indices) != 1 or not isinstance(indices[0], Value) or indices[0].dtype != "i64" or x.dtype != "f32" \
             or len(x.shape) < 2:
         what = [None if i is None else f"{i.dtype}{list(i.shape)}{' const' if i.data is not None else ''}"
@@ -252,6 +257,28 @@ def _index(c, x, indices):
     rows = _reshape(c, x, (x.shape[0], math.prod(x.shape[1:])))
     y = c.add("embedding", [rows, indices[0]], {"padding_idx": -1})
     return _reshape(c, y, indices[0].shape + x.shape[1:])
+
+
+def _index_mixed(c, x, indices, d):
+    """x[i0, ..., ids, ...] with one input-dependent ids tensor among compile-time ones (CLIP's
+    pooled token, hidden[arange(B), eos_pos]): the rows of dim d are gathered by ids (range-
+    checked against x.shape[d]), then each keeps its own compile-time coordinates."""
+    from ..ir.ops import broadcast_shapes
+    k = len(indices)
+    shape = broadcast_shapes(*[i.shape for i in indices])
+    n = math.prod(shape)
+    ids = indices[d]
+    if ids.shape != shape:
+        ids = _expand(c, _reshape(c, ids, (1,) * (len(shape) - len(ids.shape)) + ids.shape), shape)
+    others = [e for e in range(k) if e != d]
+    moved = c.add("permute", [x], {"perm": tuple([d] + others + list(range(k, len(x.shape))))})
+    rest = x.shape[k:]
+    rows = _reshape(c, moved, (x.shape[d], math.prod(moved.shape[1:])))
+    y = c.add("embedding", [rows, _reshape(c, ids, (n,))], {"padding_idx": -1})
+    y = _reshape(c, y, (n,) + tuple(x.shape[e] for e in others) + rest)
+    consts = [np.broadcast_to(np.asarray(indices[e].data, np.int64), shape).reshape(-1) for e in others]
+    y = _const_index(c, y, [np.arange(n)] + consts)
+    return _reshape(c, y, shape + rest)
 
 
 def _index_moved(c, x, indices, picked):

@@ -158,11 +158,9 @@ def _index_select(c, x, dim, index):
 
 
 # ---- max/min reductions --------------------------------------------------------------------------------
-def _reduce_max(c, x, dims, keepdim, negate=False):
-    """max (or min, as -max(-x)) of a float tensor over `dims` through max_pool2d: the reduced
-    dims are moved together and pooled by one window (gradient: to the max element)."""
-    if x.dtype != "f32":
-        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
+def _pool_rows(c, x, dims, negate=False):
+    """x with `dims` moved last and flattened: one max_pool2d window per row of the rest
+    (values, and the i32 position of each row's first maximum)."""
     nd = len(x.shape)
     dims = sorted({_dim(d, nd) for d in dims})
     keep = [d for d in range(nd) if d not in dims]
@@ -171,13 +169,37 @@ def _reduce_max(c, x, dims, keepdim, negate=False):
     t = c.add("neg", [x]) if negate else x
     if keep + dims != list(range(nd)):
         t = c.add("permute", [t], {"perm": tuple(keep + dims)})
-    t = _reshape(c, t, (1, 1, rows, k))
-    y = c.add("max_pool2d", [t], {"kernel": (1, k), "stride": (1, k), "padding": (0, 0), "dilation": (1, 1),
-                                  "ceil_mode": False})[0]
-    y = c.add("neg", [y]) if negate else y
-    shape = tuple(1 if d in dims else s for d, s in enumerate(x.shape)) if keepdim else \
-        tuple(x.shape[d] for d in keep)
-    return _reshape(c, y, shape)
+    t = _reshape(c, t, (1, rows, 1, k))
+    y, idx = c.add("max_pool2d", [t], {"kernel": (1, k), "stride": (1, k), "padding": (0, 0),
+                                       "dilation": (1, 1), "ceil_mode": False})
+    return (c.add("neg", [y]) if negate else y), idx, dims, keep
+
+
+def _out_shape(x, dims, keep, keepdim):
+    return tuple(1 if d in dims else s for d, s in enumerate(x.shape)) if keepdim else tuple(x.shape[d] for d in keep)
+
+
+def _reduce_max(c, x, dims, keepdim, negate=False):
+    """max (or min, as -max(-x)) of a float tensor over `dims` through max_pool2d: the reduced
+    dims are moved together and pooled by one window (gradient: to the max element)."""
+    if x.dtype != "f32":
+        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
+    y, _, dims, keep = _pool_rows(c, x, dims, negate)
+    return _reshape(c, y, _out_shape(x, dims, keep, keepdim))
+
+
+@conv(aten.argmax.default, aten.argmin.default)
+def _argmax(c, x, dim=None, keepdim=False):
+    """Index of the first maximum (minimum) along dim (CLIP's end-of-text position from
+    input_ids): the i32 position max_pool2d keeps for its backward. Integer tensors are
+    compared as float32, exact for values below 2**24 (token ids, masks)."""
+    if dim is None:
+        flat = _reshape(c, x, (x.numel,))
+        return _argmax(c, flat, 0, False) if not keepdim else \
+            _reshape(c, _argmax(c, flat, 0, False), (1,) * len(x.shape))
+    t = x if x.dtype == "f32" else c.add("cast", [x], {"dtype": "f32"})
+    _, idx, dims, keep = _pool_rows(c, t, [dim], negate=c.target is aten.argmin.default)
+    return _reshape(c, c.add("cast", [idx], {"dtype": "i64"}), _out_shape(x, dims, keep, keepdim))
 
 
 @conv(aten.amax.default, aten.amin.default)
@@ -188,9 +210,12 @@ def _amax(c, x, dims=(), keepdim=False):
 
 @conv(aten.max.dim, aten.min.dim)
 def _max_dim(c, x, dim, keepdim=False):
-    """values of torch.max/min(x, dim); the indices are not computed (an op that reads them
-    fails at compile time naming it)."""
-    return _reduce_max(c, x, [dim], keepdim, negate=c.target is aten.min.dim), None
+    """torch.max/min(x, dim): values (with gradient) and the int64 index of the first extreme."""
+    if x.dtype != "f32":
+        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
+    y, idx, dims, keep = _pool_rows(c, x, [dim], negate=c.target is aten.min.dim)
+    shape = _out_shape(x, dims, keep, keepdim)
+    return _reshape(c, y, shape), _reshape(c, c.add("cast", [idx], {"dtype": "i64"}), shape)
 
 
 @conv(aten.max.default, aten.min.default)
