@@ -133,6 +133,15 @@ def test_unsupported_op_names_op_and_module():
         pe.compile(Odd(), (torch.randn(2, 4),), (torch.randn(2, 4),), loss="mse")
 
 
+def test_moe_family_fails_at_compile_time_naming_op_and_module():
+    """Mixture-of-experts routing (top-k, sort-based expert dispatch) is outside the supported
+    set: a tiny Mixtral stops at compile time naming the op and the router module."""
+    model, x, y, loss, output = FAMILIES["mixtral"]()
+    with pytest.raises(pe.PockError, match=r"unsupported op aten.topk.default in module "
+                                           r"model.layers.0.mlp.gate \(MixtralTopKRouter\)"):
+        pe.compile(model, x, y, loss=loss, output=output)
+
+
 def test_keyword_inputs_and_named_output():
     """example_inputs as a dict of forward() keyword names; output= picks a dict entry."""
     class TwoInputs(torch.nn.Module):
