@@ -4,8 +4,8 @@ the fp32 upcast casts already dropped by the frontend) becomes one `rms_norm` no
 gradient is one `rms_norm_bwd` (kernels/rms_norm.cpp): one pass over x instead of six,
 and none of the intermediates saved for the backward. Likewise `silu(gate) * up` (SwiGLU MLPs)
 becomes one `swiglu` node (kernels/swiglu.cpp) with `swiglu_bwd`, when gate and up are both
-linear outputs (the MLP pattern). Neither fused op has a Vulkan shader yet: in a Vulkan step
-they run as CPU nodes."""
+linear outputs (the MLP pattern). Both fused ops have Vulkan shaders as well
+(shaders/rms_norm.comp, shaders/swiglu.comp)."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
