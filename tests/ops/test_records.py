@@ -109,3 +109,13 @@ def test_every_kernel_a_cpu_call_names_is_declared_in_pock_kernels_h():
     assert sorted(op for op, k in named.items() if not k) == ["assign", "reshape"]  # memcpy; a view
     assert {"linear_fwd", "linear_fwd_act", "layer_norm_fwd", "relu_fwd", "add_scalar", "first_bad_index",
             "strided_copy", "reduce_sum", "sgd_update"} <= set().union(*named.values())
+
+
+def test_the_vulkan_backends_ops_are_registered_ops():
+    """Vulkan keeps its own per-node emitters and shader op codes (backends/vulkan*.py); each
+    names an op of the registry (gelu's tanh form has its own code)."""
+    from pockengine.backends.vulkan_dispatch import EMITTERS as VULKAN
+    from pockengine.backends.vulkan_ops import BINARY, POINTWISE
+
+    assert set(VULKAN) <= set(REGISTRY), sorted(set(VULKAN) - set(REGISTRY))
+    assert {op.replace("gelu_tanh", "gelu") for op in POINTWISE} | set(BINARY) <= set(VULKAN)
