@@ -7,8 +7,9 @@ and FLOPs (ir/ops.py), which inputs it writes (state updates) or may overwrite i
 C++ call of the reference runtime's kernel (backends/cpu.py). The records live by
 family in this package (dense.py, conv.py, norm.py, ...), each op's forward and backward
 side by side; the old tables (ir.ops.OPS, ir.ops.INPLACE, autodiff.rules.RULES and
-PARTIAL, backends.cpu.EMITTERS, passes.prefix.TORCH_OPS, program.FLOAT_ONLY_OPS) are
-views of REGISTRY.
+PARTIAL, backends.cpu.EMITTERS, passes.prefix.TORCH_OPS and LAYOUT_OPS, program.FLOAT_ONLY_OPS,
+passes.fuse.FUSABLE, passes.lowp.DEQUANT_USES) are views of REGISTRY. docs/adding_an_op.md
+lists the files an op touches.
 
 Signatures:
   infer(inputs, attrs) -> [(shape, dtype), ...]      (an input may be None: absent)
