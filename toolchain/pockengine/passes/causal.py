@@ -1,5 +1,5 @@
 """Attention masks known at compile time: an `sdpa` whose mask is a constant (folded by
-passes/const_eval.py: Hugging Face's `create_causal_mask`, a registered `tril` buffer)
+passes/const_eval.py: Hugging Face's `create_causal_mask`; or a registered `tril` buffer nothing writes)
 and says exactly "query l sees keys s <= l" becomes `causal=True` with no mask input, so
 the kernel never computes the scores above the diagonal and never reads the mask.
 
@@ -16,11 +16,13 @@ from ..ir.graph import Graph, Node
 _THROUGH = ("expand", "reshape")
 
 
-def _constant_source(v):
-    """The constant array a mask value is a broadcast/reshape of, or None."""
+def _constant_source(v, written):
+    """The constant array a mask value is a broadcast/reshape of (a constant, or a buffer the
+    step never writes), or None."""
     while v is not None and v.producer is not None and v.producer.op in _THROUGH:
         v = v.producer.inputs[0]
-    if v is None or v.producer is not None or v.kind != "const" or v.data is None:
+    if v is None or v.producer is not None or v.kind not in ("const", "buffer") or v.data is None \
+            or id(v) in written:
         return None
     return np.asarray(v.data)
 
@@ -38,11 +40,12 @@ def is_causal_mask(data: np.ndarray, L: int, S: int) -> bool:
 
 
 def causal_from_constant_mask(g: Graph) -> Graph:
+    written = {id(v) for n in g.nodes for v in n.mutates}
     for n in g.nodes:
         if n.op != "sdpa" or n.attrs.get("causal") or len(n.inputs) < 4 or n.inputs[3] is None:
             continue
         q, k = n.inputs[0], n.inputs[1]
-        data = _constant_source(n.inputs[3])
+        data = _constant_source(n.inputs[3], written)
         if data is not None and is_causal_mask(data, q.shape[-2], k.shape[-2]):
             n.inputs[3] = None
             n.attrs = {**n.attrs, "causal": True}
