@@ -100,11 +100,16 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
 def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
     """Stage `lower` (in place, each step verified): the backward pass for the trained
     parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
-    from .passes.fuse_norm import fuse_rms_norm, fuse_swiglu
+    from .passes.causal import causal_from_constant_mask
+    from .passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
+    verify(causal_from_constant_mask(graph), "causal mask")
+    verify(causal_from_constant_mask(forward_graph), "causal mask (inference)")
     verify(fuse_rms_norm(graph), "RMSNorm fusion")
     verify(fuse_rms_norm(forward_graph), "RMSNorm fusion (inference)")
     verify(fuse_swiglu(graph), "SwiGLU fusion")
     verify(fuse_swiglu(forward_graph), "SwiGLU fusion (inference)")
+    verify(fuse_rope(graph), "RoPE fusion")
+    verify(fuse_rope(forward_graph), "RoPE fusion (inference)")
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]

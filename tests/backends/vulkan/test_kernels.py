@@ -6,6 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pockengine as pe
+from models import Rotary
 from vk_helpers import check_vulkan_op, needs_vulkan
 
 pytestmark = needs_vulkan
@@ -88,3 +89,9 @@ def test_fused_rms_norm_and_swiglu():
     check_vulkan_op(lambda x, norm, gate, up: F.silu(gate(norm(x))) * up(norm(x)), r(2, 3, 20),
                     modules=(norm, gate, up), ops=("rms_norm", "rms_norm_bwd", "swiglu", "swiglu_bwd"),
                     rtol=2e-5, atol=2e-6)
+
+
+def test_fused_rope():
+    rot = Rotary(d=24, heads=3, kv_heads=1, T=5, per_batch=True)
+    check_vulkan_op(lambda x, rot: rot(x), r(2, 5, 24), modules=(rot,), ops=("rope", "rope_bwd"), rtol=2e-5,
+                    atol=2e-6)

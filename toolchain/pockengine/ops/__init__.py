@@ -6,7 +6,7 @@
     pointwise.py  activations, unary maths, scalar and broadcast binary ops, where, compare,
                   cast, cos/sin, cumsum, swiglu
     reduce.py     sum, mean, sum_to, softmax, log_softmax
-    attention.py  sdpa
+    attention.py  sdpa, rope
     layout.py     reshape, permute, expand, slice, cat, full
     rnn.py        lstm, gru
     loss.py       dropout, cross_entropy, nll_loss, mse_loss

@@ -1,4 +1,5 @@
-"""Attention: scaled dot-product attention (sdpa) and its backward op."""
+"""Attention: scaled dot-product attention (sdpa) and rotary position embeddings (rope), with their
+backward ops."""
 from __future__ import annotations
 
 import math
@@ -68,4 +69,33 @@ register(
     bwd("sdpa_bwd", lambda i, a: [(i[1].shape, "f32"), (i[2].shape, "f32"), (i[3].shape, "f32"),
                                   ((i[1].shape[-2] * i[2].shape[-2],), "f32")],
         lambda i, o, a: 2 * _sdpa_flops(i[1:4], o, a), cpu=_sdpa_bwd_cpu),
+)
+
+
+# ---- rope: rotary position embedding (passes/fuse_norm.py fuses apply_rotary_pos_emb) -----------
+def _rope_grad(b, n, g, need):
+    x, cos, sin = n.inputs
+    if need[1] or need[2]:
+        b.unsupported("a gradient for rotary cos/sin tables")
+    dx = b.add("rope_bwd", [g[0], cos, sin], n.attrs)
+    return [dx, None, None]
+
+
+def _rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def _rope_args(n) -> str:
+    a = n.attrs
+    return f"{a['outer']}, {a['rep']}, {a['inner']}, {n.inputs[0].shape[-1]}, {a['cos_outer']}"
+
+
+register(
+    OpRecord("rope", lambda i, a: [(i[0].shape, "f32")], lambda i, o, a: 3 * math.prod(i[0].shape),
+             float_only=True, grad=_rope_grad,
+             torch=lambda i, a: i[0] * i[1] + _rotate_half(i[0]) * i[2],
+             cpu=lambda e, n, x, cos, sin, y: f"pk::rope_fwd({x}, {cos}, {sin}, {y}, {_rope_args(n)});"),
+    bwd("rope_bwd", lambda i, a: [(i[0].shape, "f32")], lambda i, o, a: 3 * math.prod(i[0].shape),
+        cpu=lambda e, n, dy, cos, sin, dx: f"pk::rope_bwd({dy}, {cos}, {sin}, {dx}, {_rope_args(n)});"),
 )
