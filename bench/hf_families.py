@@ -22,6 +22,7 @@ from hf_zoo_extra import EXTRA  # noqa: E402
 from pockengine.frontends.torch_export import resolve_loss  # noqa: E402
 
 STEPS = 20
+THREADS = 1  # both sides: on a shared machine PyTorch's spinning thread pool otherwise dominates
 
 
 def _call(model, x, output):
@@ -33,6 +34,8 @@ def _call(model, x, output):
 def main(names):
     """Compile and build time, then PyTorch eager and the compiled step interleaved step by
     step in one loop (the two share whatever load the machine has)."""
+    torch.set_num_threads(THREADS)
+    print(f"{THREADS} thread each, {STEPS} steps after 3 warm-up, interleaved step by step")
     print("| family | compile s | build s | PockEngine ms/step | PyTorch ms/step |")
     print("|---|---|---|---|---|")
     for name in names:
@@ -46,6 +49,7 @@ def main(names):
         t1 = time.perf_counter()
         trainer = prog.build()
         t2 = time.perf_counter()
+        trainer.set_num_threads(THREADS)
         xs = tuple(x.values()) if isinstance(x, dict) else x  # the step takes them in the dict's order
         ours = theirs = 0.0
         for i in range(STEPS + 3):
