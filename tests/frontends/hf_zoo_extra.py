@@ -123,6 +123,20 @@ def _ast():
         "cross_entropy", "logits"
 
 
+def _dpt():
+    """Dense prediction (depth) on a 4-layer ViT: the reassemble stage upsamples with
+    ConvTranspose2d, the fusion stage with bilinear interpolation; mse to a depth map."""
+    cfg = dict(_VIT, num_hidden_layers=4, backbone_out_indices=[0, 1, 2, 3], neck_hidden_sizes=[8, 16, 32, 32],
+               reassemble_factors=[4, 2, 1, 0.5], fusion_hidden_size=16, head_in_index=-1, num_labels=None)
+    cfg = {k: v for k, v in cfg.items() if v is not None}
+    m = _cls("DPTForDepthEstimation")(_cls("DPTConfig")(**cfg)).train()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(B, 3, 32, 32, generator=g)
+    with torch.no_grad():
+        shape = m(x).predicted_depth.shape
+    return m, (x,), (torch.rand(shape, generator=g),), "mse", "predicted_depth"
+
+
 def _with(fn, *a, **kw):
     return lambda: fn(*a, **kw)
 
@@ -307,6 +321,7 @@ EXTRA = {
                    attention_probs_dropout_prob=None, embed_dim=8, patch_stride=[2, 2], patch_padding=[1, 1],
                    depths=[1, 1], num_heads=[1, 2], num_query_pool=1, query_stride=[2, 2],
                    masked_unit_size=[4, 4], masked_unit_attention=[True, False], drop_path_rate=0.0),
+    "dpt": _dpt,
     # audio
     "unispeech": _with(_audio, "UniSpeechConfig", "UniSpeechForSequenceClassification"),
     "wav2vec2": _with(_audio, "Wav2Vec2Config", "Wav2Vec2ForSequenceClassification"),

@@ -90,3 +90,25 @@ def test_attention_bias_gradient_broadcast_kv_and_index_match_autograd():
     g = torch.Generator().manual_seed(2)
     x, ids = torch.randn(2, 5, 8, generator=g), torch.randint(0, 10, (2, 5), generator=g)
     _check(Attention(), (x, ids), torch.randn(2, 5, 16, generator=g))
+
+
+class Transposed(torch.nn.Module):
+    """DPT's ConvTranspose2d upsampling (stride, padding, output_padding, groups, dilation)
+    and an audio-decoder ConvTranspose1d."""
+
+    def __init__(self):
+        super().__init__()
+        self.up = torch.nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2)
+        self.up2 = torch.nn.ConvTranspose2d(6, 2, (2, 3), stride=(1, 2), dilation=(2, 1), bias=False)
+        self.up1d = torch.nn.ConvTranspose1d(3, 4, 4, stride=2, padding=1)
+
+    def forward(self, x, s):
+        y = self.up2(torch.tanh(self.up(x)))                                            # 2 x 2 x 13 x 23
+        return torch.cat([y.mean((2, 3)), self.up1d(s).mean(2)], 1)
+
+
+def test_transposed_convolutions_match_autograd():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(3)
+    x, s = torch.randn(2, 4, 5, 5, generator=g), torch.randn(2, 3, 7, generator=g)
+    _check(Transposed(), (x, s), torch.randn(2, 6, generator=g))

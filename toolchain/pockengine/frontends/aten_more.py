@@ -14,7 +14,7 @@ import torch
 
 from ..errors import PockError
 from ..ir.graph import Value
-from .aten import _cat, _dim, _reshape, conv, slice_value
+from .aten import CONVERTERS, _cat, _conv2d, _dim, _full, _pair, _reshape, conv, slice_value
 
 aten = torch.ops.aten
 
@@ -221,6 +221,68 @@ def _max_dim(c, x, dim, keepdim=False):
 @conv(aten.max.default, aten.min.default)
 def _max_all(c, x):
     return _reduce_max(c, x, list(range(len(x.shape))), False, negate=c.target is aten.min.default)
+
+
+
+# ---- transposed convolution --------------------------------------------------------------------------
+def _zero_insert(c, x: Value, dim: int, s: int) -> Value:
+    """s-1 zeros after every element along dim (the last ones dropped): x's values at the
+    stride-s positions of a (n-1)*s+1 long axis."""
+    if s == 1:
+        return x
+    n = x.shape[dim]
+    t = _reshape(c, x, x.shape[:dim + 1] + (1,) + x.shape[dim + 1:])
+    zeros = _full(c, t.shape[:dim + 1] + (s - 1,) + t.shape[dim + 2:], 0.0)
+    t = _cat(c, [t, zeros], dim + 1)
+    t = _reshape(c, t, x.shape[:dim] + (n * s,) + x.shape[dim + 1:])
+    return slice_value(c, t, dim, 0, (n - 1) * s + 1)
+
+
+def _conv_transpose2d(c, x, w, b, stride, padding, output_padding, groups, dilation):
+    """ConvTranspose2d as its textbook equivalent (DPT's reassemble upsampling): the input
+    with stride-1 zeros inserted, padded by dilation*(k-1)-padding (+output_padding after),
+    convolved at stride 1 with the weight flipped and its in/out channels swapped per group.
+    Every piece is an existing op, so the gradients are theirs."""
+    from .aten_ext import _constant_pad, _index
+    (sh, sw), (ph, pw), (oh, ow), (dh, dw) = (_pair(stride), _pair(padding), _pair(output_padding),
+                                              _pair(dilation))
+    cin, cout_g, kh, kw = w.shape
+    z = _zero_insert(c, _zero_insert(c, x, 2, sh), 3, sw)
+    eh, ew = dh * (kh - 1) - ph, dw * (kw - 1) - pw
+    z = _constant_pad(c, z, [ew, ew + ow, eh, eh + oh])
+    wt = _reshape(c, w, (groups, cin // groups, cout_g, kh, kw))
+    wt = c.add("permute", [wt], {"perm": (0, 2, 1, 3, 4)})
+    wt = _reshape(c, wt, (groups * cout_g, cin // groups, kh, kw))
+    for d, k in ((2, kh), (3, kw)):
+        if k > 1:
+            rev = _const(c, "flip", np.arange(k - 1, -1, -1, dtype=np.int64))
+            wt = _index(c, wt, [None] * d + [rev])
+    return _conv2d(c, z, wt, b, 1, 0, (dh, dw), groups)
+
+
+_plain_convolution = CONVERTERS[aten.convolution.default]
+
+
+@conv(aten.convolution.default)
+def _convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if not transposed:
+        return _plain_convolution(c, x, w, b, stride, padding, dilation, transposed, output_padding, groups)
+    if len(w.shape) == 3:  # ConvTranspose1d: a 1-high 2-D one
+        one = lambda v: v[0] if isinstance(v, (list, tuple)) else v  # noqa: E731
+        y = _conv_transpose2d(c, _reshape(c, x, x.shape[:2] + (1, x.shape[2])),
+                              _reshape(c, w, w.shape[:2] + (1, w.shape[2])), b, (1, one(stride)),
+                              (0, one(padding)), (0, one(output_padding)), groups, (1, one(dilation)))
+        return _reshape(c, y, y.shape[:2] + (y.shape[3],))
+    if len(w.shape) != 4:
+        raise PockError(f"only 1-D and 2-D convolutions are supported ({c.source})")
+    return _conv_transpose2d(c, x, w, b, stride, padding, output_padding, groups, dilation)
+
+
+@conv(aten.conv_transpose2d.input, aten.conv_transpose1d.default)
+def _conv_transpose(c, x, w, b=None, stride=1, padding=0, output_padding=0, groups=1, dilation=1):
+    nd = len(w.shape) - 2
+    one = lambda v: [v] * nd if isinstance(v, int) else list(v)  # noqa: E731
+    return _convolution(c, x, w, b, one(stride), one(padding), one(dilation), True, one(output_padding), groups)
 
 
 __all__ = ["_const"]
