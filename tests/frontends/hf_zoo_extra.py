@@ -137,6 +137,16 @@ def _dpt():
     return m, (x,), (torch.rand(shape, generator=g),), "mse", "predicted_depth"
 
 
+def _depth(config, model, output="predicted_depth", size=32, **kw):
+    """A dense regression head (depth map, super-resolved image) trained by mse to a random map."""
+    m = _cls(model)(_cls(config)(**kw)).train()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(B, 3, size, size, generator=g)
+    with torch.no_grad():
+        shape = m(x)[output].shape
+    return m, (x,), (torch.rand(shape, generator=g),), "mse", output
+
+
 def _with(fn, *a, **kw):
     return lambda: fn(*a, **kw)
 
@@ -203,6 +213,12 @@ EXTRA = {
                         intermediate_size=None, num_hidden_layers=None, num_attention_heads=None,
                         num_key_value_heads=None, max_position_embeddings=None, n_positions=64, n_embd=32, n_layer=2,
                         n_head=4, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0),
+    "mamba": _with(_decoder, "MambaConfig", "MambaForCausalLM", intermediate_size=None, num_attention_heads=None,
+                   num_key_value_heads=None, max_position_embeddings=None, state_size=4, expand=2, conv_kernel=4,
+                   pad_token_id=0),
+    "recurrent_gemma": _with(_decoder, "RecurrentGemmaConfig", "RecurrentGemmaForCausalLM", max_position_embeddings=None,
+                             lru_width=32, attention_window_size=4, conv1d_width=4, pad_token_id=0,
+                             block_types=["recurrent", "attention"]),
     "exaone4": _with(_decoder, "Exaone4Config", "Exaone4ForCausalLM", sliding_window=4),
     "ernie4_5": _with(_decoder, "Ernie4_5Config", "Ernie4_5ForCausalLM", head_dim=8),
     "arcee": _with(_decoder, "ArceeConfig", "ArceeForCausalLM", head_dim=8),
@@ -322,6 +338,13 @@ EXTRA = {
                    depths=[1, 1], num_heads=[1, 2], num_query_pool=1, query_stride=[2, 2],
                    masked_unit_size=[4, 4], masked_unit_attention=[True, False], drop_path_rate=0.0),
     "dpt": _dpt,
+    "glpn": lambda: _depth("GLPNConfig", "GLPNForDepthEstimation", num_encoder_blocks=2, depths=[1, 1],
+                           sr_ratios=[2, 1], hidden_sizes=[16, 32], patch_sizes=[7, 3], strides=[4, 2],
+                           num_attention_heads=[1, 2], mlp_ratios=[2, 2], drop_path_rate=0.0,
+                           decoder_hidden_size=16, head_in_index=-1),
+    "swin2sr": lambda: _depth("Swin2SRConfig", "Swin2SRForImageSuperResolution", image_size=16, patch_size=1,
+                              embed_dim=16, depths=[1, 1], num_heads=[2, 2], window_size=4, mlp_ratio=2.0,
+                              upscale=2, drop_path_rate=0.0, output="reconstruction", size=16),
     # audio
     "unispeech": _with(_audio, "UniSpeechConfig", "UniSpeechForSequenceClassification"),
     "wav2vec2": _with(_audio, "Wav2Vec2Config", "Wav2Vec2ForSequenceClassification"),

@@ -112,3 +112,31 @@ def test_transposed_convolutions_match_autograd():
     g = torch.Generator().manual_seed(3)
     x, s = torch.randn(2, 4, 5, 5, generator=g), torch.randn(2, 3, 7, generator=g)
     _check(Transposed(), (x, s), torch.randn(2, 6, generator=g))
+
+
+class Activations(torch.nn.Module):
+    """Mamba's softplus, Swin2SR's leaky ReLU, ELU/SELU, hard-swish/sigmoid, Mish, log1p/expm1,
+    a recurrent scan's select_scatter and copy_, baddbmm."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+        self.w = torch.nn.Parameter(torch.randn(2, 6, 6))
+
+    def forward(self, x):
+        h = self.lin(x) * 3                                                             # 2 x 4 x 6
+        acts = [F.softplus(h), F.softplus(h, beta=2.0), F.leaky_relu(h, 0.2), F.elu(h), F.selu(h),
+                F.hardswish(h), F.hardsigmoid(h), F.mish(h), torch.log1p(h.abs()), torch.expm1(h * 0.3)]
+        y = torch.stack(acts).sum(0)
+        state = torch.zeros_like(y)
+        for t in range(y.shape[1]):
+            state[:, t] = torch.tanh(y[:, t] + (state[:, t - 1] if t else 0))          # select_scatter
+        buf = torch.empty_like(state)
+        buf.copy_(state[:, :1])
+        return torch.baddbmm(state + buf, state, self.w, beta=0.5, alpha=2.0)
+
+
+def test_activations_scan_writes_baddbmm_match_autograd():
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(4)
+    _check(Activations(), (torch.randn(2, 4, 6, generator=g),), torch.randn(2, 4, 6, generator=g))

@@ -42,6 +42,7 @@ class Ctx:
     def __init__(self, g: Graph):
         self.g = g
         self.env: dict = {}
+        self.unbound: dict = {}  # fx name -> state name of a compile-time tensor of a dtype the step cannot hold
         self.source = ""
 
     # -- values ---------------------------------------------------------

@@ -157,6 +157,35 @@ def _index_select(c, x, dim, index):
 
 
 
+@conv(aten.select_scatter.default)
+def _select_scatter(c, x, src, dim, index):
+    """x with x.select(dim, index) replaced by src (a recurrent scan writing step t)."""
+    d = _dim(dim, len(x.shape))
+    i = index + x.shape[d] if index < 0 else index
+    return _slice_scatter(c, x, _reshape(c, src, x.shape[:d] + (1,) + x.shape[d + 1:]), d, i, i + 1)
+
+
+@conv(aten.copy.default)
+def _copy(c, x, src, non_blocking=False):
+    """The functional form of x.copy_(src): src cast to x's dtype and broadcast to its shape."""
+    from .aten import _expand
+    from .aten_ext import cast
+    y = cast(c, src, x.dtype)
+    if y.shape != x.shape:
+        y = _expand(c, _reshape(c, y, (1,) * (len(x.shape) - len(y.shape)) + y.shape), x.shape)
+    return y
+
+
+@conv(aten.baddbmm.default)
+def _baddbmm(c, x, b1, b2, beta=1, alpha=1):
+    """beta * x + alpha * (b1 @ b2); beta = 0 ignores x as torch does."""
+    from .aten import _addmm, _binary
+    if beta == 0:
+        y = c.add("matmul", [b1, b2])
+        return y if alpha == 1 else _binary(c, "mul", y, alpha)
+    return _addmm(c, x, b1, b2, beta, alpha)
+
+
 # ---- max/min reductions --------------------------------------------------------------------------------
 def _pool_rows(c, x, dims, negate=False):
     """x with `dims` moved last and flattened: one max_pool2d window per row of the rest
@@ -283,6 +312,72 @@ def _conv_transpose(c, x, w, b=None, stride=1, padding=0, output_padding=0, grou
     nd = len(w.shape) - 2
     one = lambda v: [v] * nd if isinstance(v, int) else list(v)  # noqa: E731
     return _convolution(c, x, w, b, one(stride), one(padding), one(dilation), True, one(output_padding), groups)
+
+
+
+# ---- activations by composition -------------------------------------------------------------------------
+def _relu_neg(c, x):
+    """min(x, 0) as -relu(-x)."""
+    return c.add("neg", [c.add("relu", [c.add("neg", [x])])])
+
+
+@conv(aten.leaky_relu.default)
+def _leaky_relu(c, x, slope=0.01):
+    """(1 - slope) * relu(x) + slope * x (Swin2SR's upsampler, GAN-style heads)."""
+    return c.add("add", [c.add("mul_scalar", [c.add("relu", [x])], {"c": 1.0 - float(slope)}),
+                         c.add("mul_scalar", [x], {"c": float(slope)})])
+
+
+def _softplus_core(c, z):
+    """log(1 + exp(z)) stably: relu(z) + log(1 + exp(-|z|))."""
+    tail = c.add("log", [c.add("add_scalar", [c.add("exp", [c.add("neg", [c.add("abs", [z])])])], {"c": 1.0})])
+    return c.add("add", [c.add("relu", [z]), tail])
+
+
+@conv(aten.softplus.default)
+def _softplus(c, x, beta=1.0, threshold=20.0):
+    """softplus(x) = log(1 + exp(beta x)) / beta in the overflow-free form (Mamba's time step);
+    torch's linear region above `threshold` agrees within float32 rounding."""
+    z = x if beta == 1 else c.add("mul_scalar", [x], {"c": float(beta)})
+    y = _softplus_core(c, z)
+    return y if beta == 1 else c.add("mul_scalar", [y], {"c": 1.0 / float(beta)})
+
+
+@conv(aten.log1p.default)
+def _log1p(c, x):
+    return c.add("log", [c.add("add_scalar", [x], {"c": 1.0})])
+
+
+@conv(aten.expm1.default)
+def _expm1(c, x):
+    return c.add("add_scalar", [c.add("exp", [x])], {"c": -1.0})
+
+
+@conv(aten.elu.default)
+def _elu(c, x, alpha=1.0, scale=1.0, input_scale=1.0):
+    """scale * (relu(x) + alpha * (exp(min(x, 0) * input_scale) - 1)); also SELU/CELU."""
+    neg = _relu_neg(c, x)
+    if input_scale != 1:
+        neg = c.add("mul_scalar", [neg], {"c": float(input_scale)})
+    e = c.add("mul_scalar", [c.add("add_scalar", [c.add("exp", [neg])], {"c": -1.0})], {"c": float(alpha)})
+    y = c.add("add", [c.add("relu", [x]), e])
+    return y if scale == 1 else c.add("mul_scalar", [y], {"c": float(scale)})
+
+
+@conv(aten.hardsigmoid.default)
+def _hardsigmoid(c, x):
+    return c.add("mul_scalar", [c.add("hardtanh", [c.add("add_scalar", [x], {"c": 3.0})], {"lo": 0.0, "hi": 6.0})],
+                 {"c": 1.0 / 6.0})
+
+
+@conv(aten.hardswish.default)
+def _hardswish(c, x):
+    return c.add("mul", [x, _hardsigmoid(c, x)])
+
+
+@conv(aten.mish.default)
+def _mish(c, x):
+    return c.add("mul", [x, c.add("tanh", [_softplus_core(c, x)])])
 
 
 __all__ = ["_const"]

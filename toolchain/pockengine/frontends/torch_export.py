@@ -22,7 +22,7 @@ from ..ir.graph import Graph, Value
 from ..ir.verify import verify
 from ..passes.const_eval import fold_constants
 from . import aten_ext, aten_more  # noqa: F401  (register the converters beyond the core set)
-from .aten import CONVERTERS, Ctx, module_path, to_ir_dtype
+from .aten import _DTYPES, CONVERTERS, Ctx, module_path, to_ir_dtype
 
 NUMPY = {"f32": np.float32, "i64": np.int64, "i32": np.int32, "u8": np.uint8}
 
@@ -170,7 +170,7 @@ def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=No
     g = Graph(name)
     ctx = Ctx(g)
     known = _bind_placeholders(ep, g, ctx, len(inputs), tied_aliases(model))
-    folded = fold_constants(ep.graph, known, CONVERTERS)
+    folded = fold_constants(ep.graph, known, CONVERTERS, force=ctx.unbound)
     for node in ep.graph.nodes:
         if node.op != "call_function":
             continue
@@ -178,6 +178,9 @@ def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=No
             if any(u.op == "output" or u.name not in folded for u in node.users):
                 ctx.env[node.name] = _bind_folded(g, node, folded[node.name])
             continue
+        for a in node.all_input_nodes:
+            if a.name in ctx.unbound:
+                to_ir_dtype(known[a.name].dtype, ctx.unbound[a.name])  # raises, naming the tensor
         ctx.convert(node)
     _bind_outputs(ep, g, ctx, training=loss is not None)
     return verify(g, "frontend")
@@ -236,6 +239,9 @@ def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str,
             name = f"{kind}:{name}"
             kind = "const" if kind == "const" else "buffer"
         t = tensor.detach()
+        if fx.name in known and t.dtype not in _DTYPES:  # e.g. RecurrentGemma's bf16 normalizer:
+            ctx.unbound[fx.name] = name  # fine while only compile-time evaluation reads it
+            continue
         dtype = to_ir_dtype(t.dtype, name)
         data = t.contiguous().cpu().numpy().copy()
         ctx.env[fx.name] = g.add_state(name, t.shape, dtype, kind, data=data.astype(NUMPY[dtype], copy=False))

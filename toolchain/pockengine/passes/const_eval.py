@@ -33,7 +33,7 @@ def _substitute(a, values):
     return torch.fx.node.map_arg(a, lambda n: values[n.name])
 
 
-def fold_constants(fx_graph, known: dict, converters) -> dict:
+def fold_constants(fx_graph, known: dict, converters, force=()) -> dict:
     """Evaluate the foldable nodes of `fx_graph`.
 
     `known` maps placeholder names to the tensors they always hold (constants and
@@ -41,7 +41,7 @@ def fold_constants(fx_graph, known: dict, converters) -> dict:
     (see the module doc); the caller binds those read by a non-folded node as constants.
     """
     values: dict = dict(known)
-    needs: dict[str, bool] = {name: False for name in known}
+    needs: dict[str, bool] = {name: name in force for name in known}  # force: must not reach the step
     folded: dict = {}
     for node in fx_graph.nodes:
         if node.op != "call_function" or _random(node.target):
