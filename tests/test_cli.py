@@ -259,6 +259,7 @@ def test_vulkan_build_is_one_artifact(spec_dir, tmp_path):
     (["--backends", "cpu,tpu"], "unknown backend(s) ['tpu']"),
     (["--backends", "vulkan"], "must include 'cpu'"),
     (["--ai-hub"], "no frozen prefix"),
+    (["--backends", "reference,cpu"], "--backends reference builds no library"),
 ])
 def test_flags_in_the_wrong_place_fail_clearly(spec_dir, tmp_path, args, message):
     r = pock_build(f"{spec_dir / 'spec.py'}:make", *args, "--out", tmp_path / "out", cwd=spec_dir)
