@@ -199,6 +199,7 @@ class Trainer:
                     on the HTP); install it with use_input_stage().  It is any object with
                       inputs                  [IOInfo] of the user's inputs
                       __call__(arrays)        the library's step inputs for checked user arrays
+                      prefix_outputs(arrays)  the inputs it computes (beyond the user's it keeps)
                       frozen                  {name: array} of state baked into the stage
                       order                   the model's parameter/buffer names in state_dict order
                       name                    what runs it (for messages), e.g. "htp"
