@@ -140,3 +140,20 @@ def test_activations_scan_writes_baddbmm_match_autograd():
     torch.manual_seed(0)
     g = torch.Generator().manual_seed(4)
     _check(Activations(), (torch.randn(2, 4, 6, generator=g),), torch.randn(2, 4, 6, generator=g))
+
+
+def test_low_precision_buffer_read_only_at_compile_time_is_folded():
+    """RecurrentGemma's bf16 normalizer, cast to float32 before use: folded to a float32
+    constant; the step never holds the bf16 tensor."""
+    class Normalized(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.register_buffer("normalizer", torch.tensor(2.0, dtype=torch.bfloat16), persistent=False)
+
+        def forward(self, x):
+            return self.lin(x) * self.normalizer.type(x.dtype)
+
+    prog = pe.compile(Normalized(), (torch.randn(2, 4),), (torch.randn(2, 4),), loss="mse")
+    assert all(v.dtype in ("f32", "i64", "u8") for v in prog.graph.state.values())
+    assert not any("normalizer" in n and v.kind != "const" for n, v in prog.graph.state.items())
