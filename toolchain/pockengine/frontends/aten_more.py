@@ -130,6 +130,23 @@ def _upsample_vec(c, x, output_size, *rest):
     return _resample(c, x, target, out, args)
 
 
+@conv(aten.upsample_bilinear2d.default, aten.upsample_bicubic2d.default, aten.upsample_nearest2d.default)
+def _upsample_default(c, x, output_size, *rest):
+    """upsample_{bilinear,bicubic}2d(x, size, align_corners, scales_h, scales_w) and
+    upsample_nearest2d(x, size, scales_h, scales_w): the explicit-size overloads."""
+    align = rest[0] if c.target is not aten.upsample_nearest2d.default else None
+    sc = list(rest[1:] if align is not None else rest) + [None, None]
+    sh, sw = sc[0], sc[1]
+    out = tuple(int(s) for s in output_size)
+
+    def args(axis):
+        size = (out[0], 1) if axis == 0 else (1, out[1])
+        scales = (sh, 1.0) if axis == 0 else (1.0, sw)
+        return (size, align) + scales if align is not None else (size,) + scales
+
+    return _resample(c, x, c.target, out, args)
+
+
 # ---- scatter into a slice ------------------------------------------------------------------------------
 @conv(aten.slice_scatter.default)
 def _slice_scatter(c, x, src, dim=0, start=None, end=None, step=1):
