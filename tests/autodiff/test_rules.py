@@ -115,9 +115,11 @@ def _sdpa_with_constant_mask(mask):
                     R(2, 2, 3, 4), R(2, 2, 5, 4), R(2, 2, 5, 4))
 
 
-def test_attention_mask_gradient_is_a_clear_error():
-    with pytest.raises(pe.PockError, match="attention mask"):
-        check_op(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m), R(1, 3, 4), R(1, 3, 3))
+def test_attention_mask_gradient_matches_autograd():
+    """A trained float mask (Swin's, BEiT's, mT5's relative-position bias passed as attn_mask)
+    gets its gradient (it used to be a PockError): per-batch and broadcast over the batch."""
+    check_op(lambda q, m: F.scaled_dot_product_attention(q, q, q, attn_mask=m), R(1, 3, 4), R(1, 3, 3))
+    check_op(lambda q, m: F.scaled_dot_product_attention(q, q * 0.5, q, attn_mask=m), R(2, 2, 3, 4), R(3, 3))
 
 
 def _bool_mask(L, S):
