@@ -22,6 +22,7 @@ import json
 import math
 import os
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,8 @@ sys.path.insert(0, str(HERE))
 from models import resolve_partial, workloads  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
-FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
+FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager", "eager-1t",
+              "torch.compile", "executorch", "onnxruntime"]
 N_BATCHES = 4
 
 
@@ -253,6 +255,13 @@ class CompiledRunner(TorchRunner):
     compiled = True
 
 
+class TorchRunner1T(TorchRunner):
+    """PyTorch eager on one thread (the reference of the 1-thread rows)."""
+
+    def __init__(self, ctx: Ctx, prep: dict | None):
+        super().__init__(dataclasses.replace(ctx, threads=1), prep)
+
+
 def prepare_compiled(ctx: Ctx) -> dict:
     """Compile once in the prepare phase, so that the worker's compile hits inductor's on-disk
     caches (FX graph and AOTAutograd) instead of taking the machine for a minute per model."""
@@ -445,7 +454,7 @@ class OrtRunner:
 PREPARE = {"pockengine": prepare_pockengine, "pockengine-vulkan": prepare_pockengine_vulkan, "torch.compile": prepare_compiled, "executorch": prepare_executorch,
            "onnxruntime": prepare_onnxruntime,
            **{fw: (lambda ctx, fw=fw: prepare_pockengine_variant(ctx, fw)) for fw in PE_VARIANTS}}
-RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "torch.compile": CompiledRunner,
+RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "eager-1t": TorchRunner1T, "torch.compile": CompiledRunner,
            "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner, **{fw: PockEngineRunner for fw in PE_VARIANTS}}
 
 
