@@ -114,7 +114,8 @@ def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
 # vector width), "-1t" runs on one thread, "-ref" builds against the runtime in
 # $POCK_BENCH_REF_RUNTIME (e.g. a checkout of an older commit's codegen/runtime: a before/after
 # comparison interleaved in one run, immune to the machine's load changing between runs).
-PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t"]
+PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t",
+               "pockengine-ref-v3", "pockengine-ref-v3-1t"]
 
 
 def pe_variant(framework: str) -> dict:
