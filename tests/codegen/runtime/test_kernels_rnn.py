@@ -424,6 +424,33 @@ def test_gru_matches_torch(lib, case):
     assert np.abs(got["dw_ih"]).max() > 1e-3
 
 
+@pytest.mark.parametrize("case", [GRU_CASES[i] for i in (0, 1, 2)] + [
+    # each step really splits into several chunks (>= 2^15 weights each)
+    (1, 5, 16, 200, True, True, True, 16, 200),
+    (2, 3, 8, 130, False, False, True, 8, 100)], ids=lambda cs: "B{}T{}I{}H{}".format(*cs[:4]))
+def test_gru_two_threads_split_steps(lib, case):
+    """On a pool of 2 threads, small batches split every step's GEMVs and cells over the
+    threads (gru.cpp's per-step split): the same values as on one thread, up to the GEMV
+    kernel's order of summation, and torch's."""
+    B, T, I, H, bias, uh, udh, k_ih, k_hh = case
+    c = gru_case(B, T, I, H, bias, uh, udh, seed=hash(case) % 2**32)
+    one = gru_run_fwd(lib, c)
+    g1 = gru_run_bwd(lib, c, one, k_ih, k_hh)
+    lib.shim_rnn_set_threads(2)
+    try:
+        two = gru_run_fwd(lib, c)
+        g2 = gru_run_bwd(lib, c, two, k_ih, k_hh)
+    finally:
+        lib.shim_rnn_set_threads(0)
+    for k in ("y", "hn", "saved"):
+        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for k, v in g1.items():
+        np.testing.assert_allclose(g2[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    ref = gru_torch(c)
+    close(two["y"], ref["y"], "y")
+    close(g2["dx"], ref["dx"], "dx")
+
+
 @pytest.mark.parametrize("want", [(), ("dx",), ("dh0",), ("dw_ih",), ("dw_hh", "db_hh"), ("db_ih",),
                                   ("dx", "dw_hh")])
 def test_gru_nullable_grads(lib, want):
