@@ -13,7 +13,7 @@ A prefix node is a forward node that
   - reads only model inputs, frozen state and other prefix outputs,
   - writes no state and draws no random numbers (train-mode BatchNorm and
     dropout stop it), and
-  - has a torch function in `TORCH_OPS` (so the prefix exports to ONNX and
+  - has a torch reference (its op record's `torch`, `TORCH_OPS` here) (so the prefix exports to ONNX and
     converts with coremltools).
 Nodes that read only frozen state (a slice of a frozen positional table) join
 the prefix only when a prefix node reads them.  The cut values are the prefix
@@ -26,111 +26,22 @@ statistics in inference) the split is a PockError naming the node.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..errors import PockError
 from ..ir.graph import Graph, Node, Value
 from ..ir.verify import verify
+from ..ops import REGISTRY
+from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
 
-_TORCH_DTYPE = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "u8": torch.bool}
-LAYOUT_OPS = {"reshape", "permute", "expand", "slice", "cat", "full"}
+# ops that only move data: a prefix of nothing else is not worth splitting off
+LAYOUT_OPS = {name for name, r in REGISTRY.items() if r.layout}
 
-
-# ---- IR op -> torch function (eval semantics) ------------------------------------------
-def _act(y, a):
-    act = a.get("act")
-    if act == "relu":
-        return F.relu(y)
-    if act == "relu6":
-        return F.hardtanh(y, 0.0, 6.0)
-    return y
-
-
-def _matmul(a, b, attrs):
-    if attrs.get("ta"):
-        a = a.transpose(-1, -2)
-    if attrs.get("tb"):
-        b = b.transpose(-1, -2)
-    return torch.matmul(a, b)
-
-
-def _clamp(x, a):
-    lo, hi = a["lo"], a["hi"]
-    if lo == 0.0 and hi == 6.0:
-        return F.hardtanh(x, 0.0, 6.0)
-    return torch.clamp(x, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
-
-
-def _slice(x, a):
-    idx = [slice(None)] * x.dim()
-    idx[a["dim"]] = slice(a["start"], a["end"], a["step"])
-    return x[tuple(idx)]
-
-
-def _avg_pool(x, a):
-    return F.avg_pool2d(x, a["kernel"], a["stride"], a["padding"], a["ceil_mode"],
-                        a.get("count_include_pad", True), a.get("divisor_override") or None)
-
-
-def _sdpa(q, k, v, mask, a):
-    if mask is not None and mask.dtype == torch.uint8:
-        mask = mask.bool()
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=a["causal"], scale=a["scale"])
-
-
-# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes)
-TORCH_OPS = {
-    "linear": (lambda i, a: _act(F.linear(i[0], i[1], i[2]), a), 1),
-    "conv2d": (lambda i, a: _act(F.conv2d(i[0], i[1], i[2], a["stride"], a["padding"], a["dilation"],
-                                          a["groups"]), a), 1),
-    "embedding": (lambda i, a: F.embedding(i[1], i[0]), 1),
-    "batch_norm_eval": (lambda i, a: _act(F.batch_norm(i[0], i[3], i[4], i[1], i[2], False, 0.0, a["eps"]), a), 1),
-    "layer_norm": (lambda i, a: F.layer_norm(i[0], i[0].shape[i[0].dim() - a["normalized_ndim"]:], i[1], i[2],
-                                             a["eps"]), 1),
-    "max_pool2d": (lambda i, a: F.max_pool2d(i[0], a["kernel"], a["stride"], a["padding"], a.get("dilation", 1),
-                                             a["ceil_mode"]), 1),
-    "avg_pool2d": (lambda i, a: _avg_pool(i[0], a), 1),
-    "adaptive_avg_pool2d": (lambda i, a: F.adaptive_avg_pool2d(i[0], a["output_size"]), 1),
-    "relu": (lambda i, a: F.relu(i[0]), 1),
-    "sigmoid": (lambda i, a: torch.sigmoid(i[0]), 1),
-    "tanh": (lambda i, a: torch.tanh(i[0]), 1),
-    "silu": (lambda i, a: F.silu(i[0]), 1),
-    "gelu": (lambda i, a: F.gelu(i[0], approximate="tanh" if a.get("approximate") else "none"), 1),
-    "hardtanh": (lambda i, a: _clamp(i[0], a), 1),
-    "exp": (lambda i, a: torch.exp(i[0]), 1),
-    "log": (lambda i, a: torch.log(i[0]), 1),
-    "sqrt": (lambda i, a: torch.sqrt(i[0]), 1),
-    "rsqrt": (lambda i, a: torch.rsqrt(i[0]), 1),
-    "neg": (lambda i, a: -i[0], 1),
-    "abs": (lambda i, a: torch.abs(i[0]), 1),
-    "reciprocal": (lambda i, a: torch.reciprocal(i[0]), 1),
-    "add_scalar": (lambda i, a: i[0] + a["c"], 1),
-    "mul_scalar": (lambda i, a: i[0] * a["c"], 1),
-    "rsub_scalar": (lambda i, a: a["c"] - i[0], 1),
-    "pow_scalar": (lambda i, a: torch.pow(i[0], a["e"]), 1),
-    "add": (lambda i, a: i[0] + i[1], 1),
-    "sub": (lambda i, a: i[0] - i[1], 1),
-    "mul": (lambda i, a: i[0] * i[1], 1),
-    "div": (lambda i, a: i[0] / i[1], 1),
-    "where": (lambda i, a: torch.where(i[0].bool(), i[1], i[2]), 1),
-    "sum": (lambda i, a: torch.sum(i[0], dim=tuple(a["dims"]), keepdim=bool(a.get("keepdim"))), 1),
-    "mean": (lambda i, a: torch.mean(i[0], dim=tuple(a["dims"]), keepdim=bool(a.get("keepdim"))), 1),
-    "softmax": (lambda i, a: torch.softmax(i[0], a["dim"]), 1),
-    "log_softmax": (lambda i, a: torch.log_softmax(i[0], a["dim"]), 1),
-    "sdpa": (lambda i, a: _sdpa(i[0], i[1], i[2], i[3], a), 1),
-    "matmul": (lambda i, a: _matmul(i[0], i[1], a), 1),
-    "reshape": (lambda i, a: i[0].reshape(tuple(a["shape"])), 1),
-    "permute": (lambda i, a: i[0].permute(*a["perm"]), 1),
-    "expand": (lambda i, a: i[0].expand(*a["shape"]), 1),
-    "slice": (lambda i, a: _slice(i[0], a), 1),
-    "cat": (lambda i, a: torch.cat(list(i), a["dim"]), 1),
-    "full": (lambda i, a: torch.full(tuple(a["shape"]), a["value"], dtype=_TORCH_DTYPE[a.get("dtype", "f32")]), 1),
-}
+# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes):
+# the records' torch references (eval semantics)
+TORCH_OPS = {name: (r.torch, r.torch_outputs) for name, r in REGISTRY.items() if r.torch is not None}
 
 
 # ---- choosing the prefix ---------------------------------------------------------------

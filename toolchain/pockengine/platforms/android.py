@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
-    compile_objects, runtime_dir, runtime_sources
+    MODEL_OPT, compile_objects, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
 from ..errors import PockError
 from .socs import Soc, get_soc
@@ -184,7 +184,8 @@ def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: t
     headers = _digest(sorted(rt.rglob("*.h")))
     model_cpp = Path(model_cpp).resolve()
     jobs = [(src, flags, headers) for src in runtime_sources()]
-    jobs.append((model_cpp, (*flags, "-I", str(model_cpp.parent)), headers))
+    model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
+    jobs.append((model_cpp, (*model_flags, "-I", str(model_cpp.parent)), headers))
     jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool)), headers))
     paths = [str(o) for o in compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")]
     link = (*target_flags, *LINK_FLAGS, f"-Wl,--version-script={EXPORT_MAP}", f"-Wl,-soname,{soname}")
