@@ -511,8 +511,9 @@ def main(argv=None):
         res.update(measure_config(w.key, s, cfg_fws, {fw: preps[(w.key, s, fw)]["prep"] for fw in cfg_fws
                                                         if fw in PREPARED}, args, logs, zygotes))
         pe_prep = preps.get((w.key, s, "pockengine"), {})
-        if not pe_prep.get("ok"):  # the Vulkan build compiles the same program (the same FLOPs)
-            pe_prep = preps.get((w.key, s, "pockengine-vulkan"), {})
+        for other in [fw for fw in fws if fw.startswith("pockengine-")]:
+            if not pe_prep.get("ok"):  # every PockEngine build compiles the same program (the same FLOPs)
+                pe_prep = preps.get((w.key, s, other), {})
         stats = pe_prep.get("prep", {}).get("stats") if pe_prep.get("ok") else None
         flops = stats["flops_per_step"] if stats else None
         eager_ms = res.get("eager", {}).get("ms")
@@ -549,7 +550,7 @@ def main(argv=None):
             "versions": versions, "unavailable": unavailable, "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": time.perf_counter() - T0,
             "stats": {f"{k[0]}/{k[1]}": v["prep"]["stats"] for k, v in preps.items()
-                      if k[2] == "pockengine" and v.get("ok")}}
+                      if k[2].startswith("pockengine") and k[2] != "pockengine-vulkan" and v.get("ok")}}
     if not args.quick:
         try:  # memory-bound kernels in GB/s against the measured bandwidth (one thread)
             from kernels_bw import measure
