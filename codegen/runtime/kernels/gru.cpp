@@ -61,8 +61,13 @@ void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restr
 // product gemm() would run on one thread.
 constexpr i64 kStepMaxMacs = i64(1) << 20;
 inline bool split_steps(const GruParams& p) { return p.B * 3 * p.H * p.H < kStepMaxMacs && num_threads() > 1; }
-// Hidden units (or output columns) per chunk: at least kMinChunkElems weights streamed.
-inline i64 unit_grain(i64 weights_per_unit) { return grain_for_work(weights_per_unit, kMinChunkElems); }
+// Hidden units (or output columns) per chunk: at least kMinChunkElems weights
+// streamed, and one chunk per thread (n / threads units): a step's regions are
+// short, so each thread claims one slice and no more hand-offs than needed.
+inline i64 unit_grain(i64 n, i64 weights_per_unit) {
+  const i64 g = grain_for_work(weights_per_unit, kMinChunkElems), per_thread = n / num_threads();
+  return g > per_thread ? g : per_thread;
+}
 
 }  // namespace
 
@@ -96,7 +101,7 @@ void gru_fwd(const float* x, const float* h0, const float* w_ih, const float* w_
       // hidden units [j0, j1): their rows of W_h{r,z,n}, then their cells
       const float* hp = t > 0 ? y + (t - 1) * H : h0;
       const i64 hp_rs = t > 0 ? T * H : H;
-      parallel_for_aligned(H, unit_grain(3 * H * B), kW, [&](i64 j0, i64 j1) {
+      parallel_for_aligned(H, unit_grain(H, 3 * H * B), kW, [&](i64 j0, i64 j1) {
         for (i64 b = 0; b < B; ++b)
           for (i64 j = j0; j < j1; ++j) st[b * S + 3 * H + j] = bh ? bh[2 * H + j] : 0.f;
         if (hp) {
@@ -176,7 +181,7 @@ void gru_bwd(const float* dy, const float* dhn, const float* x, const float* h0,
     }
     if ((t > 0 || dh0) && split) {
       // the same products, output columns [c0, c1) per chunk
-      parallel_for(H, unit_grain(3 * H * B), [&](i64 c0, i64 c1) {
+      parallel_for(H, unit_grain(H, 3 * H * B), [&](i64 c0, i64 c1) {
         gemm_strided(dgt, S, 1, w_hh + c0, H, 1, dh + c0, H, B, c1 - c0, 2 * H, true);
         gemm_strided(dgt + 3 * H, S, 1, w_hh + 2 * H * H + c0, H, 1, dh + c0, H, B, c1 - c0, H, true);
       });

@@ -106,8 +106,13 @@ void cell_bwd(const float* g, const float* c, const float* cp, const float* dr, 
 // product gemm() would run on one thread.
 constexpr i64 kStepMaxMacs = i64(1) << 20;
 inline bool split_steps(const LstmParams& p) { return p.B * 4 * p.H * p.P < kStepMaxMacs && num_threads() > 1; }
-// Hidden units (or output columns) per chunk: at least kMinChunkElems weights streamed.
-inline i64 unit_grain(i64 weights_per_unit) { return grain_for_work(weights_per_unit, kMinChunkElems); }
+// Hidden units (or output columns) per chunk: at least kMinChunkElems weights
+// streamed, and one chunk per thread (n / threads units): a step's regions are
+// short, so each thread claims one slice and no more hand-offs than needed.
+inline i64 unit_grain(i64 n, i64 weights_per_unit) {
+  const i64 g = grain_for_work(weights_per_unit, kMinChunkElems), per_thread = n / num_threads();
+  return g > per_thread ? g : per_thread;
+}
 
 }  // namespace
 
@@ -142,7 +147,7 @@ void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_i
     const i64 hp_rs = t > 0 ? T * P : P;
     if (split) {
       // hidden units [j0, j1): their rows of the four gates' W_hh, then their cells
-      parallel_for_aligned(H, unit_grain(4 * P * B), kW, [&](i64 j0, i64 j1) {
+      parallel_for_aligned(H, unit_grain(H, 4 * P * B), kW, [&](i64 j0, i64 j1) {
         if (hp)
           for (i64 q = 0; q < 4; ++q)
             gemm_strided(hp, hp_rs, 1, w_hh + (q * H + j0) * P, 1, P, gt + q * H + j0, G, B, j1 - j0, P, true);
@@ -156,7 +161,7 @@ void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_i
       });
       // h_t = r_t W_hr^T, output columns [p0, p1)
       if (proj)
-        parallel_for(P, unit_grain(H * B), [&](i64 p0, i64 p1) {
+        parallel_for(P, unit_grain(P, H * B), [&](i64 p0, i64 p1) {
           gemm_strided(hraw + t * B * H, H, 1, w_hr + p0 * H, 1, H, y + t * P + p0, T * P, B, p1 - p0, H, false);
         });
       continue;
@@ -219,7 +224,7 @@ void lstm_bwd(const float* dy, const float* dhn, const float* dcn, const float* 
       const float* gt = gates + t * B * G;
       float* dgt = dG + t * B * G;
       // hidden units [j0, j1): dr = dh W_hr[:, j0:j1], then their cells' gradients
-      parallel_for_aligned(H, unit_grain(P * B), kW, [&](i64 j0, i64 j1) {
+      parallel_for_aligned(H, unit_grain(H, P * B), kW, [&](i64 j0, i64 j1) {
         if (proj) gemm_strided(dh, P, 1, w_hr + j0, H, 1, dr + j0, H, B, j1 - j0, P, false);
         const float* drt = proj ? dr : dh;
         for (i64 b = 0; b < B; ++b) {
@@ -238,7 +243,7 @@ void lstm_bwd(const float* dy, const float* dhn, const float* dcn, const float* 
       // recurrent part of dh_{t-1} = dG_t W_hh, output columns [p0, p1) (at t == 0: dh0)
       float* dst = t > 0 ? (proj ? dH + (t - 1) * B * P : dH) : dh0;
       if (dst)
-        parallel_for(P, unit_grain(G * B), [&](i64 p0, i64 p1) {
+        parallel_for(P, unit_grain(P, G * B), [&](i64 p0, i64 p1) {
           gemm_strided(dgt, G, 1, w_hh + p0, P, 1, dst + p0, P, B, p1 - p0, G, false);
         });
       continue;
