@@ -76,7 +76,7 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
     prefix_backend, step_backends = split_roles(backends)
     if step_backends != ["cpu"] or any("android" not in get(b).platforms for b in backends):
         prefixes = [b.name for b in registered() if b.role == "prefix" and "android" in b.platforms]
-        others = [b.name for b in registered() if b.role == "step" and b.name != "cpu" and "android" not in b.platforms]
+        others = [b for b in backends if "android" not in get(b).platforms]  # the ones asked for
         raise PockError(f"--platform android builds the step for cpu, optionally with the frozen prefix on "
                         f"{' or '.join(prefixes)}; got --backends {','.join(backends)} "
                         f"({', '.join(others)} on Android is not wired in this version)")
