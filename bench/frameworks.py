@@ -22,6 +22,7 @@ import json
 import math
 import os
 import sys
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +35,8 @@ sys.path.insert(0, str(HERE))
 from models import resolve_partial, workloads  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
-FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager", "torch.compile", "executorch", "onnxruntime"]
+FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager", "eager-1t",
+              "torch.compile", "executorch", "onnxruntime"]
 N_BATCHES = 4
 
 
@@ -112,7 +114,8 @@ def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
 # vector width), "-1t" runs on one thread, "-ref" builds against the runtime in
 # $POCK_BENCH_REF_RUNTIME (e.g. a checkout of an older commit's codegen/runtime: a before/after
 # comparison interleaved in one run, immune to the machine's load changing between runs).
-PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t"]
+PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t",
+               "pockengine-ref-v3", "pockengine-ref-v3-1t"]
 
 
 def pe_variant(framework: str) -> dict:
@@ -251,6 +254,13 @@ class TorchRunner:
 
 class CompiledRunner(TorchRunner):
     compiled = True
+
+
+class TorchRunner1T(TorchRunner):
+    """PyTorch eager on one thread (the reference of the 1-thread rows)."""
+
+    def __init__(self, ctx: Ctx, prep: dict | None):
+        super().__init__(dataclasses.replace(ctx, threads=1), prep)
 
 
 def prepare_compiled(ctx: Ctx) -> dict:
@@ -445,7 +455,7 @@ class OrtRunner:
 PREPARE = {"pockengine": prepare_pockengine, "pockengine-vulkan": prepare_pockengine_vulkan, "torch.compile": prepare_compiled, "executorch": prepare_executorch,
            "onnxruntime": prepare_onnxruntime,
            **{fw: (lambda ctx, fw=fw: prepare_pockengine_variant(ctx, fw)) for fw in PE_VARIANTS}}
-RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "torch.compile": CompiledRunner,
+RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "eager-1t": TorchRunner1T, "torch.compile": CompiledRunner,
            "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner, **{fw: PockEngineRunner for fw in PE_VARIANTS}}
 
 

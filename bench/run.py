@@ -41,13 +41,15 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 # pockengine-1t / -v3 / -v3-1t: the same step on one thread and built for -march=x86-64-v3
-# (bench/frameworks.py); pockengine-ref[-1t] (not run by default) builds against the runtime in
+# (bench/frameworks.py); eager-1t: PyTorch eager on one thread; pockengine-ref[-1t] (not run by default) builds against the runtime in
 # $POCK_BENCH_REF_RUNTIME for a before/after comparison in one run.
 ALL_FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager",
-                  "torch.compile", "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t"]
+                  "eager-1t", "torch.compile", "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t",
+                  "pockengine-ref-v3", "pockengine-ref-v3-1t"]
 DEFAULT_FRAMEWORKS = [f for f in ALL_FRAMEWORKS if not f.startswith("pockengine-ref")]
 PREPARED = {"pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "torch.compile",
-            "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t"}  # frameworks with a prepare step
+            "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t", "pockengine-ref-v3",
+            "pockengine-ref-v3-1t"}  # frameworks with a prepare step
 CACHED = {"executorch", "onnxruntime"}  # their artifacts depend only on bench/ and the package versions
 
 T0 = time.perf_counter()
@@ -108,7 +110,8 @@ def probe(framework: str) -> tuple[bool, str]:
                       "import executorch.extension.training; print(m.version('executorch'))",
         "onnxruntime": "import importlib.metadata as m; import onnxruntime.training.api, onnx; "
                        "print(m.version('onnxruntime-training'), 'onnx', onnx.__version__)",
-    }["pockengine" if framework.startswith("pockengine-") and framework != "pockengine-vulkan" else framework]
+    }["pockengine" if framework.startswith("pockengine-") and framework != "pockengine-vulkan"
+      else "eager" if framework == "eager-1t" else framework]
     py = env_python(framework)
     if not Path(py).exists():
         return False, f"not installed ({Path(py).parent.parent.name} missing; `make bench` installs it)"
@@ -427,6 +430,9 @@ def parse_args(argv=None):
     ap.add_argument("--schemes", help="comma-separated subset of full,last,sparse")
     ap.add_argument("--out", help="output directory (default bench/; quick: bench/out-quick/)")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--check-threads", action="store_true",
+                    help="exit 1 when a PockEngine build's step is more than 5%% slower on all threads than on "
+                    "one in this run (needs its -1t framework too, e.g. pockengine,pockengine-1t)")
     args = ap.parse_args(argv)
     args.steps = args.steps or (6 if args.quick else 20)
     args.threads = args.threads or (1 if args.quick else os.cpu_count() or 1)
@@ -505,11 +511,13 @@ def main(argv=None):
         res.update(measure_config(w.key, s, cfg_fws, {fw: preps[(w.key, s, fw)]["prep"] for fw in cfg_fws
                                                         if fw in PREPARED}, args, logs, zygotes))
         pe_prep = preps.get((w.key, s, "pockengine"), {})
-        if not pe_prep.get("ok"):  # the Vulkan build compiles the same program (the same FLOPs)
-            pe_prep = preps.get((w.key, s, "pockengine-vulkan"), {})
+        for other in [fw for fw in fws if fw.startswith("pockengine-")]:
+            if not pe_prep.get("ok"):  # every PockEngine build compiles the same program (the same FLOPs)
+                pe_prep = preps.get((w.key, s, other), {})
         stats = pe_prep.get("prep", {}).get("stats") if pe_prep.get("ok") else None
         flops = stats["flops_per_step"] if stats else None
         eager_ms = res.get("eager", {}).get("ms")
+        eager1_ms = res.get("eager-1t", {}).get("ms")
         parts = []
         for fw in fws:
             r = res[fw]
@@ -519,7 +527,9 @@ def main(argv=None):
                 row.update({k: r.get(k) for k in ("ms", "ms_min", "ms_max", "n", "warmup", "mem_mib", "first_loss", "final_loss",
                                                   "loss", "load_s", "rss_loaded_mib", "peak_rss_mib", "hwm_method")})
                 row["notes"] = r.get("notes", [])
-                row["ratio"] = eager_ms / r["ms"] if eager_ms else None
+                # the 1-thread rows against PyTorch on one thread when eager-1t ran
+                ref_ms = eager1_ms if fw.endswith("-1t") and eager1_ms else eager_ms
+                row["ratio"] = ref_ms / r["ms"] if ref_ms else None
                 row["gflops"] = flops / (r["ms"] / 1000) / 1e9 if flops else None
                 row["gflops_for_pct"] = True
                 parts.append(f"{fw} {r['ms']:.4g} ms" + (f" (x{row['ratio']:.2f})" if row["ratio"] else ""))
@@ -540,7 +550,7 @@ def main(argv=None):
             "versions": versions, "unavailable": unavailable, "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M"), "seconds": time.perf_counter() - T0,
             "stats": {f"{k[0]}/{k[1]}": v["prep"]["stats"] for k, v in preps.items()
-                      if k[2] == "pockengine" and v.get("ok")}}
+                      if k[2].startswith("pockengine") and k[2] != "pockengine-vulkan" and v.get("ok")}}
     if not args.quick:
         try:  # memory-bound kernels in GB/s against the measured bandwidth (one thread)
             from kernels_bw import measure
@@ -563,6 +573,16 @@ def main(argv=None):
         except ImportError as e:
             log(f"no plot: {e}")
     log(f"done in {time.perf_counter() - T0:.0f} s")
+    if args.check_threads:
+        from report import slower_on_more_threads, thread_pairs
+        if not thread_pairs(rows):
+            log("--check-threads: no framework ran both on 1 thread and on all (add e.g. pockengine-1t)")
+            return 1
+        slow = slower_on_more_threads(rows)
+        for line in slow:
+            log(f"slower on {args.threads} threads than on 1: {line}")
+        log(f"--check-threads: {'FAILED' if slow else 'ok'} ({len(thread_pairs(rows))} pairs)")
+        return 1 if slow else 0
     return 0
 
 

@@ -147,8 +147,13 @@ CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
     (2, 16, 5, 5, 12, 1, 1, (1, 1), (0, 0), (1, 1), 1, 8, 16, True),    # 1x1 GEMM, partial weight grad
     (2, 10, 4, 6, 7, 1, 1, (1, 1), (0, 0), (1, 1), 1, 5, 5, False),     # 1x1, input pre-sliced to k channels
     (1, 12, 7, 7, 9, 1, 1, (2, 2), (0, 0), (1, 1), 3, 4, 12, True),     # 1x1 stride 2, grouped
+    # depthwise 3x3 pad 1 on small planes: conv2d_dw_small.cpp's channel-vectorized form
+    # (blocks of 4 channels and a partial block; stride 2 takes the scatter input gradient)
+    (3, 6, 4, 4, 6, 3, 3, (1, 1), (1, 1), (1, 1), 6, 1, 6, True),
+    (2, 9, 8, 8, 9, 3, 3, (2, 2), (1, 1), (1, 1), 9, 1, 9, True),
+    (1, 7, 3, 5, 7, 3, 3, (2, 2), (1, 1), (1, 1), 7, 1, 7, False),
 ]
-CONV_ACT = [(0, 1), (2, 2), (3, 1), (4, 2), (8, 2), (11, 1)]  # (CONV index, act) for conv2d_fwd_act
+CONV_ACT = [(0, 1), (2, 2), (3, 1), (4, 2), (8, 2), (11, 1), (14, 2), (15, 1)]  # (CONV index, act) for conv2d_fwd_act
 
 
 def conv_case(N, C, H, W, O, KH, KW, stride, pad, dil, groups, bias=True):

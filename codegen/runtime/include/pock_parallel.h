@@ -28,6 +28,22 @@ class RangeFn {
   void (*call_)(void*, i64, i64);
 };
 
+// Work thresholds.  Handing chunks to the other threads costs several
+// microseconds (waking a sleeping core, then the join), more on a busy machine,
+// so a chunk must hold enough work to pay for it; a kernel whose whole work is
+// less than two chunks runs on the calling thread (parallel_for never splits
+// below `grain`).  Kernels size their grain from these, in one of two units:
+//   kMinChunkMacs   vectorized multiply-adds (~10 us at ~25 G/s on one core);
+//   kMinChunkElems  floats streamed through memory by a cheap pointwise or
+//                   row kernel (~10 us at a few GB/s).
+constexpr i64 kMinChunkMacs = i64(1) << 18;
+constexpr i64 kMinChunkElems = i64(1) << 15;
+// Items per chunk so that a chunk holds at least `min_work` when one item costs `per_item`.
+inline i64 grain_for_work(i64 per_item, i64 min_work) {
+  if (per_item < 1) per_item = 1;
+  return per_item >= min_work ? 1 : (min_work + per_item - 1) / per_item;
+}
+
 // Implemented in codegen/runtime/threadpool.cpp.
 void parallel_for_impl(i64 n, i64 grain, RangeFn fn);
 // Threads available to the current step (1 outside a step).

@@ -30,7 +30,7 @@ namespace pk {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr i64 kGrain = 1 << 15;  // multiply-adds per chunk, at least
+constexpr i64 kGrain = kMinChunkMacs;  // multiply-adds per chunk, at least (pock_parallel.h)
 
 using namespace simd;
 

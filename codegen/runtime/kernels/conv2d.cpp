@@ -234,11 +234,9 @@ void read_col2im(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* ou
   }
 }
 
-// Items per parallel chunk so that a chunk holds at least ~32K multiply-adds.
-inline i64 grain_for(i64 work_per_item) {
-  constexpr i64 kMinWork = 1 << 15;
-  return work_per_item >= kMinWork ? 1 : (kMinWork + work_per_item - 1) / (work_per_item < 1 ? 1 : work_per_item);
-}
+// Items per parallel chunk so that a chunk holds at least kMinChunkMacs
+// multiply-adds (pock_parallel.h): a smaller convolution runs on one thread.
+inline i64 grain_for(i64 work_per_item) { return grain_for_work(work_per_item, kMinChunkMacs); }
 
 inline void fill_bias(float* yp, i64 n, float v) {
   for (i64 i = 0; i < n; ++i) yp[i] = v;

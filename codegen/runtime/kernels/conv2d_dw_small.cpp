@@ -17,8 +17,9 @@
 // stride-1 form on it (dx = stride-1 correlation of dy_up with the flipped
 // kernel; dw = the stride-1 weight gradient of dy_up).
 //
-// Every entry point returns false, doing nothing, where it does not apply (other
-// shapes, or a target without AVX-512: NEON and AVX2 keep conv2d_plane3x3.cpp).
+// Without AVX-512 (AVX2+FMA, NEON, portable) the same entry points use a
+// channel-vectorized form instead (see below).  Every entry point returns
+// false, doing nothing, where it does not apply (other shapes).
 #include "conv_common.h"
 #include "pock_parallel.h"
 
@@ -142,8 +143,8 @@ bool applies(const Conv2dParams& p) {
          p.OW == (p.W - 1) / p.stride_w + 1;
 }
 
-// Planes per parallel chunk: ~32K multiply-adds.
-inline i64 plane_grain(i64 HW) { return (1 << 15) / (9 * HW) + 1; }
+// Planes per parallel chunk: at least kMinChunkMacs multiply-adds.
+inline i64 plane_grain(i64 HW) { return grain_for_work(9 * HW, kMinChunkMacs); }
 
 }  // namespace
 
@@ -206,11 +207,258 @@ bool dw_small_bwd_weight(const float* dy, const float* x, float* dw, const Conv2
   return true;
 }
 
-#else  // no AVX-512: conv2d_plane3x3.cpp's kernels serve every shape
+#else  // no AVX-512: the channel-vectorized form over simd.h's V (AVX2+FMA, NEON, portable)
 
-bool dw_small_fwd(const float*, const float*, const float*, float*, const Conv2dParams&, Act) { return false; }
-bool dw_small_bwd_input(const float*, const float*, float*, const Conv2dParams&) { return false; }
-bool dw_small_bwd_weight(const float*, const float*, float*, const Conv2dParams&, i64, i64) { return false; }
+// "Channel-vectorized" form: a vector holds kW channels of one image at one
+// position.  A block of kW channels is transposed (kW x kW register
+// transposes) into a zero-padded (H+2) x (W+2) buffer of position vectors, so
+// every tap of every output -- borders included -- is one full aligned vector
+// load and one multiply-add with that tap's per-channel weights; the result is
+// transposed back into the channel planes.  Unlike a vector along the plane,
+// no lane is wasted on a 4x4 or 8x8 plane, and stride 2 computes only the
+// outputs it keeps.  A last block of fewer than kW channels computes the
+// missing lanes on zeros and never stores them.
+namespace {
+
+using namespace simd;
+
+#ifndef PK_DW_SMALL_MAX_HW
+#define PK_DW_SMALL_MAX_HW 256
+#endif
+constexpr i64 kSmallMaxHW = PK_DW_SMALL_MAX_HW;
+constexpr i64 kMaxPadded = kSmallMaxHW + 2 * (kSmallMaxHW + 1) + 4;  // (H+2)(W+2) for H*W <= kSmallMaxHW
+
+// a[j] lane l <-> a[l] lane j.
+inline void transpose(V* a) {
+#if defined(__AVX2__) && defined(__FMA__)
+  __m256 t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(a[2 * i].v, a[2 * i + 1].v);
+    t[2 * i + 1] = _mm256_unpackhi_ps(a[2 * i].v, a[2 * i + 1].v);
+  }
+  for (int h = 0; h < 2; ++h) {  // rows 0-3, then 4-7
+    __m256* u = t + 4 * h;
+    s[4 * h + 0] = _mm256_shuffle_ps(u[0], u[2], _MM_SHUFFLE(1, 0, 1, 0));
+    s[4 * h + 1] = _mm256_shuffle_ps(u[0], u[2], _MM_SHUFFLE(3, 2, 3, 2));
+    s[4 * h + 2] = _mm256_shuffle_ps(u[1], u[3], _MM_SHUFFLE(1, 0, 1, 0));
+    s[4 * h + 3] = _mm256_shuffle_ps(u[1], u[3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    a[i].v = _mm256_permute2f128_ps(s[i], s[4 + i], 0x20);
+    a[4 + i].v = _mm256_permute2f128_ps(s[i], s[4 + i], 0x31);
+  }
+#elif defined(__aarch64__)
+  const float32x4x2_t p = vtrnq_f32(a[0].v, a[1].v), q = vtrnq_f32(a[2].v, a[3].v);
+  a[0].v = vcombine_f32(vget_low_f32(p.val[0]), vget_low_f32(q.val[0]));
+  a[1].v = vcombine_f32(vget_low_f32(p.val[1]), vget_low_f32(q.val[1]));
+  a[2].v = vcombine_f32(vget_high_f32(p.val[0]), vget_high_f32(q.val[0]));
+  a[3].v = vcombine_f32(vget_high_f32(p.val[1]), vget_high_f32(q.val[1]));
+#else
+  float t[kW][kW];
+  for (int i = 0; i < kW; ++i) vstore(t[i], a[i]);
+  float u[kW][kW];
+  for (int i = 0; i < kW; ++i)
+    for (int j = 0; j < kW; ++j) u[j][i] = t[i][j];
+  for (int i = 0; i < kW; ++i) a[i] = vload(u[i]);
+#endif
+}
+
+// Geometry of one call: input H x W (pitch Wp = W + 2 in the padded buffer),
+// output OH x OW, stride S.
+struct Geo {
+  i64 H, W, OH, OW, S, HW, OHW, Wp;
+};
+inline Geo geo_of(const Conv2dParams& p) {
+  return Geo{p.H, p.W, p.OH, p.OW, p.stride_h, p.H * p.W, p.OH * p.OW, p.W + 2};
+}
+
+// Channel planes src + l*stride (l < nl; n positions each) -> position vectors:
+// position q's vector goes to dst + slot(q)*kW.  Lanes >= nl read zeros.
+template <class Slot>
+inline void planes_to_lanes(const float* src, i64 stride, i64 nl, i64 n, float* dst, Slot slot) {
+  V a[kW];
+  for (i64 j = 0; j < n; j += kW) {
+    const i64 m = n - j < kW ? n - j : kW;
+    for (int l = 0; l < kW; ++l) a[l] = l < nl ? load_part(src + l * stride + j, m) : vzero();
+    transpose(a);
+    for (i64 i = 0; i < m; ++i) vstore(dst + slot(j + i) * kW, a[i]);
+  }
+}
+// Position vectors src + q*kW (q < n) -> channel planes dst + l*stride, l < nl.
+inline void lanes_to_planes(const float* src, i64 n, float* dst, i64 stride, i64 nl) {
+  V a[kW];
+  for (i64 j = 0; j < n; j += kW) {
+    const i64 m = n - j < kW ? n - j : kW;
+    for (i64 i = 0; i < kW; ++i) a[i] = i < m ? vload(src + (j + i) * kW) : vzero();
+    transpose(a);
+    for (i64 l = 0; l < nl; ++l) store_part(dst + l * stride + j, a[l], m);
+  }
+}
+// Channel planes (H x W) into the padded buffer's interior (its border stays zero).
+inline void load_padded(const float* src, i64 stride, i64 nl, const Geo& g, float* xt) {
+  planes_to_lanes(src, stride, nl, g.HW, xt, [&](i64 q) { return (q / g.W + 1) * g.Wp + q % g.W + 1; });
+}
+inline void zero(float* p, i64 n) {
+  for (i64 i = 0; i < n; i += kW) vstore(p + i, vzero());
+}
+// wv[t] lane l = w[(c0 + l)*9 + t] (zero for l >= nl); flip: tap 8 - t.
+inline void load_weights(const float* w, i64 c0, i64 nl, bool flip, V* wv) {
+  alignas(64) float t9[9][kW] = {};
+  for (i64 l = 0; l < nl; ++l)
+    for (int t = 0; t < 9; ++t) t9[flip ? 8 - t : t][l] = w[(c0 + l) * 9 + t];
+  for (int t = 0; t < 9; ++t) wv[t] = vload(t9[t]);
+}
+
+// yt[oh*OW + ow] = bias + the 3x3 correlation of the padded xt at (oh*S, ow*S).
+template <int S>
+inline void taps_all(const Geo& g, const float* xt, const V* wv, V bias, Act act, float* yt) {
+  const i64 Wp = g.Wp;
+  for (i64 oh = 0; oh < g.OH; ++oh)
+    for (i64 ow = 0; ow < g.OW; ++ow) {
+      const float* b = xt + (oh * S * Wp + ow * S) * kW;
+      V s = bias;
+      for (int kh = 0; kh < 3; ++kh)
+        for (int kw = 0; kw < 3; ++kw) s = vfma(wv[3 * kh + kw], vload(b + (kh * Wp + kw) * kW), s);
+      vstore(yt + (oh * g.OW + ow) * kW, actv(s, act));
+    }
+}
+
+bool applies(const Conv2dParams& p) {
+  return p.KH == 3 && p.KW == 3 && p.dil_h == 1 && p.dil_w == 1 && p.pad_h == 1 && p.pad_w == 1 &&
+         p.stride_h == p.stride_w && (p.stride_h == 1 || p.stride_h == 2) && p.groups == p.C && p.O == p.C &&
+         p.H * p.W <= kSmallMaxHW && p.H > 0 && p.W > 0 && p.OH == (p.H - 1) / p.stride_h + 1 &&
+         p.OW == (p.W - 1) / p.stride_w + 1;
+}
+
+// (image, channel block) items per parallel chunk: at least kMinChunkMacs multiply-adds.
+inline i64 block_grain(i64 per_block) { return grain_for_work(per_block, kMinChunkMacs); }
+
+}  // namespace
+
+bool dw_small_fwd(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act) {
+  if (!applies(p)) return false;
+  const Geo g = geo_of(p);
+  const i64 nblk = (p.C + kW - 1) / kW;
+  parallel_for(p.N * nblk, block_grain(9 * g.OHW * kW), [&](i64 u0, i64 u1) {
+    alignas(64) float xt[kMaxPadded * kW];
+    alignas(64) float yt[kSmallMaxHW * kW];
+    zero(xt, (g.H + 2) * g.Wp * kW);
+    for (i64 u = u0; u < u1; ++u) {
+      const i64 n = u / nblk, c0 = u % nblk * kW, nl = p.C - c0 < kW ? p.C - c0 : kW;
+      V wv[9];
+      load_weights(w, c0, nl, false, wv);
+      alignas(64) float bl[kW] = {};
+      if (b != nullptr)
+        for (i64 l = 0; l < nl; ++l) bl[l] = b[c0 + l];
+      load_padded(x + (n * p.C + c0) * g.HW, g.HW, nl, g, xt);
+      if (g.S == 1) taps_all<1>(g, xt, wv, vload(bl), act, yt);
+      else taps_all<2>(g, xt, wv, vload(bl), act, yt);
+      lanes_to_planes(yt, g.OHW, y + (n * p.C + c0) * g.OHW, g.OHW, nl);
+    }
+  });
+  return true;
+}
+
+// dx = the transposed convolution of dy.  Stride 1: the correlation of the
+// padded dy with the flipped kernel (the forward's loop).  Stride 2: scatter
+// form, dxt[(2oh + kh, 2ow + kw)] += w[kh, kw] * dy[oh, ow] on a padded buffer,
+// whose interior is then transposed out.
+bool dw_small_bwd_input(const float* dy, const float* w, float* dx, const Conv2dParams& p) {
+  if (!applies(p)) return false;
+  const Geo g = geo_of(p);
+  const i64 nblk = (p.C + kW - 1) / kW;
+  const i64 padded = (g.H + 2) * g.Wp * kW;
+  parallel_for(p.N * nblk, block_grain(9 * g.OHW * kW), [&](i64 u0, i64 u1) {
+    alignas(64) float bt[kMaxPadded * kW];   // stride 1: padded dy; stride 2: padded dx
+    alignas(64) float ot[kMaxPadded * kW];   // stride 1: dx; stride 2: dy
+    zero(bt, padded);
+    for (i64 u = u0; u < u1; ++u) {
+      const i64 n = u / nblk, c0 = u % nblk * kW, nl = p.C - c0 < kW ? p.C - c0 : kW;
+      const float* dyb = dy + (n * p.C + c0) * g.OHW;
+      float* dxb = dx + (n * p.C + c0) * g.HW;
+      V wv[9];
+      if (g.S == 1) {
+        load_weights(w, c0, nl, true, wv);
+        load_padded(dyb, g.OHW, nl, g, bt);
+        taps_all<1>(g, bt, wv, vzero(), Act::None, ot);
+        lanes_to_planes(ot, g.HW, dxb, g.HW, nl);
+        continue;
+      }
+      load_weights(w, c0, nl, false, wv);
+      if (u > u0) zero(bt, padded);
+      planes_to_lanes(dyb, g.OHW, nl, g.OHW, ot, [](i64 q) { return q; });
+      for (i64 oh = 0; oh < g.OH; ++oh)
+        for (i64 ow = 0; ow < g.OW; ++ow) {
+          const V d = vload(ot + (oh * g.OW + ow) * kW);
+          float* o = bt + (2 * oh * g.Wp + 2 * ow) * kW;
+          for (int kh = 0; kh < 3; ++kh)
+            for (int kw = 0; kw < 3; ++kw) {
+              float* q = o + (kh * g.Wp + kw) * kW;
+              vstore(q, vfma(wv[3 * kh + kw], d, vload(q)));
+            }
+        }
+      // interior rows of the padded dx, row by row, back to the planes
+      V a[kW];
+      for (i64 j = 0; j < g.HW; j += kW) {
+        const i64 m = g.HW - j < kW ? g.HW - j : kW;
+        for (i64 i = 0; i < kW; ++i) {
+          const i64 q = j + i;
+          a[i] = i < m ? vload(bt + ((q / g.W + 1) * g.Wp + q % g.W + 1) * kW) : vzero();
+        }
+        transpose(a);
+        for (i64 l = 0; l < nl; ++l) store_part(dxb + l * g.HW + j, a[l], m);
+      }
+    }
+  });
+  return true;
+}
+
+// dw[c, 0, kh, kw] = sum over n, oh, ow of dy[n, c, oh, ow] * x[n, c, oh*S + kh - 1, ow*S + kw - 1]:
+// per channel block, 9 vector accumulators (a lane per channel) over every
+// image, flushed to double every ~64 terms per lane.
+bool dw_small_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dParams& p, i64 k, i64 xc) {
+  if (!applies(p) || k != 1 || xc != p.C) return false;
+  const Geo g = geo_of(p);
+  const i64 nblk = (p.C + kW - 1) / kW;
+  parallel_for(nblk, block_grain(9 * p.N * g.OHW * kW), [&](i64 b0, i64 b1) {
+    alignas(64) float xt[kMaxPadded * kW];
+    alignas(64) float dt[kSmallMaxHW * kW];
+    zero(xt, (g.H + 2) * g.Wp * kW);
+    for (i64 blk = b0; blk < b1; ++blk) {
+      const i64 c0 = blk * kW, nl = p.C - c0 < kW ? p.C - c0 : kW;
+      double s9[9][kW] = {};
+      V acc[9];
+      for (int t = 0; t < 9; ++t) acc[t] = vzero();
+      i64 terms = 0;
+      auto flush = [&] {
+        for (int t = 0; t < 9; ++t) {
+          alignas(64) float f[kW];
+          vstore(f, acc[t]);
+          for (int l = 0; l < kW; ++l) s9[t][l] += f[l];
+          acc[t] = vzero();
+        }
+        terms = 0;
+      };
+      for (i64 n = 0; n < p.N; ++n) {
+        load_padded(x + (n * p.C + c0) * g.HW, g.HW, nl, g, xt);
+        planes_to_lanes(dy + (n * p.C + c0) * g.OHW, g.OHW, nl, g.OHW, dt, [](i64 q) { return q; });
+        for (i64 oh = 0; oh < g.OH; ++oh)
+          for (i64 ow = 0; ow < g.OW; ++ow) {
+            const V d = vload(dt + (oh * g.OW + ow) * kW);
+            const float* b = xt + (oh * g.S * g.Wp + ow * g.S) * kW;
+            for (int kh = 0; kh < 3; ++kh)
+              for (int kw = 0; kw < 3; ++kw)
+                acc[3 * kh + kw] = vfma(d, vload(b + (kh * g.Wp + kw) * kW), acc[3 * kh + kw]);
+            if (++terms == 64) flush();
+          }
+      }
+      flush();
+      for (i64 l = 0; l < nl; ++l)
+        for (int t = 0; t < 9; ++t) dw[(c0 + l) * 9 + t] = static_cast<float>(s9[t][l]);
+    }
+  });
+  return true;
+}
 
 #endif
 

@@ -16,10 +16,16 @@
 // projection (h W_hh^T + b_hh).  Input and weight gradients are then large
 // products over all T*B rows.
 //
+// Small batches (B * 3H * H below kStepMaxMacs, e.g. batch 1) split each
+// step's GEMVs over the threads as lstm.cpp does: forward by hidden unit (the
+// three gates' W_hh rows of those units, then their cells), backward's dh
+// products by output column.
+//
 // Scratch layout (gru_bwd_scratch_floats):  dG[T*B*4H] | dh[B*H]
 #include <cstring>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 #include "rnn_math.h"
 #include "vec_math.h"
 
@@ -37,9 +43,9 @@ using namespace simd;
 // One batch row of one step, in place: s = [a_r, a_z, a_n (input part), W_hn h + b_hn]
 // -> [r, z, n, unchanged]; out = n + z * (h - n) (h null: zeros).  Over simd.h
 // vectors with vec_math.h's sigmoid / tanh, the tail zero-padded.
-void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restrict out, i64 H) {
-  for (i64 j = 0; j < H; j += kW) {
-    const i64 n = H - j < kW ? H - j : kW;
+void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restrict out, i64 H, i64 j0, i64 j1) {
+  for (i64 j = j0; j < j1; j += kW) {
+    const i64 n = j1 - j < kW ? j1 - j : kW;
     const V r = vmath::vsigmoid(load_part(s + j, n));
     const V z = vmath::vsigmoid(load_part(s + H + j, n));
     const V nv = vmath::vtanh(vfma(r, load_part(s + 3 * H + j, n), load_part(s + 2 * H + j, n)));
@@ -49,6 +55,18 @@ void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restr
     const V hv = h ? load_part(h + j, n) : vzero();
     store_part(out + j, vfma(z, vsub(hv, nv), nv), n);
   }
+}
+
+// The per-step split (see the top): below this many multiply-adds per step
+// product gemm() would run on one thread.
+constexpr i64 kStepMaxMacs = i64(1) << 20;
+inline bool split_steps(const GruParams& p) { return p.B * 3 * p.H * p.H < kStepMaxMacs && num_threads() > 1; }
+// Hidden units (or output columns) per chunk: at least kMinChunkElems weights
+// streamed, and one chunk per thread (n / threads units): a step's regions are
+// short, so each thread claims one slice and no more hand-offs than needed.
+inline i64 unit_grain(i64 n, i64 weights_per_unit) {
+  const i64 g = grain_for_work(weights_per_unit, kMinChunkElems), per_thread = n / num_threads();
+  return g > per_thread ? g : per_thread;
 }
 
 }  // namespace
@@ -76,8 +94,28 @@ void gru_fwd(const float* x, const float* h0, const float* w_ih, const float* w_
   for (i64 b = 0; b < B; ++b)
     gemm_strided(x + b * T * I, I, 1, w_ih, 1, I, saved + b * S, B * S, T, 3 * H, I, bi != nullptr);
 
+  const bool split = split_steps(p);
   for (i64 t = 0; t < T; ++t) {
     float* st = saved + t * B * S;
+    if (split) {
+      // hidden units [j0, j1): their rows of W_h{r,z,n}, then their cells
+      const float* hp = t > 0 ? y + (t - 1) * H : h0;
+      const i64 hp_rs = t > 0 ? T * H : H;
+      parallel_for_aligned(H, unit_grain(H, 3 * H * B), kW, [&](i64 j0, i64 j1) {
+        for (i64 b = 0; b < B; ++b)
+          for (i64 j = j0; j < j1; ++j) st[b * S + 3 * H + j] = bh ? bh[2 * H + j] : 0.f;
+        if (hp) {
+          gemm_strided(hp, hp_rs, 1, w_hh + j0 * H, 1, H, st + j0, S, B, j1 - j0, H, true);
+          gemm_strided(hp, hp_rs, 1, w_hh + (H + j0) * H, 1, H, st + H + j0, S, B, j1 - j0, H, true);
+          gemm_strided(hp, hp_rs, 1, w_hh + (2 * H + j0) * H, 1, H, st + 3 * H + j0, S, B, j1 - j0, H, true);
+        }
+        for (i64 b = 0; b < B; ++b) {
+          const float* h = t > 0 ? y + (b * T + t - 1) * H : (h0 ? h0 + b * H : nullptr);
+          gru_cell_fwd(st + b * S, h, y + (b * T + t) * H, H, j0, j1);
+        }
+      });
+      continue;
+    }
     // h_{t-1}: y[:, t-1, :] or h0 (absent = zeros)
     // slot 3H:4H = W_hn h + b_hn: the bias first, the product accumulated onto it
     for (i64 b = 0; b < B; ++b)
@@ -93,7 +131,7 @@ void gru_fwd(const float* x, const float* h0, const float* w_ih, const float* w_
       float* s = st + b * S;
       const float* h = t > 0 ? y + (b * T + t - 1) * H : (h0 ? h0 + b * H : nullptr);
       float* out = y + (b * T + t) * H;
-      gru_cell_fwd(s, h, out, H);
+      gru_cell_fwd(s, h, out, H, 0, H);
     }
   }
   if (hn)
@@ -119,6 +157,7 @@ void gru_bwd(const float* dy, const float* dhn, const float* x, const float* h0,
   if (dhn) std::memcpy(dh, dhn, sizeof(float) * B * H);
   else std::memset(dh, 0, sizeof(float) * B * H);
 
+  const bool split = split_steps(p);
   for (i64 t = T - 1; t >= 0; --t) {
     const float* st = saved + t * B * S;
     float* dgt = dG + t * B * S;
@@ -140,7 +179,13 @@ void gru_bwd(const float* dy, const float* dhn, const float* x, const float* h0,
         dhb[j] = d * z;  // direct path; the recurrent products are added below
       }
     }
-    if (t > 0 || dh0) {
+    if ((t > 0 || dh0) && split) {
+      // the same products, output columns [c0, c1) per chunk
+      parallel_for(H, unit_grain(H, 3 * H * B), [&](i64 c0, i64 c1) {
+        gemm_strided(dgt, S, 1, w_hh + c0, H, 1, dh + c0, H, B, c1 - c0, 2 * H, true);
+        gemm_strided(dgt + 3 * H, S, 1, w_hh + 2 * H * H + c0, H, 1, dh + c0, H, B, c1 - c0, H, true);
+      });
+    } else if (t > 0 || dh0) {
       // dh_{t-1} += dG_t[:, 0:2H] W_hh[0:2H] + dG_t[:, 3H:4H] W_hh[2H:3H]
       gemm_strided(dgt, S, 1, w_hh, H, 1, dh, H, B, H, 2 * H, true);
       gemm_strided(dgt + 3 * H, S, 1, w_hh + 2 * H * H, H, 1, dh, H, B, H, H, true);

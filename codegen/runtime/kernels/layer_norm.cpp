@@ -21,7 +21,7 @@ namespace {
 
 using namespace simd;
 
-constexpr i64 kGrain = 1 << 14;  // elements per chunk, at least
+constexpr i64 kGrain = kMinChunkElems;  // elements per chunk, at least (pock_parallel.h)
 constexpr i64 kColBlock = 64;    // dw/db columns per unit (stack accumulators)
 constexpr i64 kRowBlock = 64;    // dw/db rows summed in float before the double sum
 constexpr i64 kBlk = 256;        // row-statistics columns summed in float

@@ -15,11 +15,21 @@
 // dG[T,B,4H] (and, with a projection, dH[T,B,P] = dL/dh_t) in scratch; the
 // input and weight gradients are then a few large products over all T*B rows.
 //
+// Small batches (B * 4H * P below kStepMaxMacs, e.g. a keyboard LM at batch
+// 1): each recurrent step is a few GEMVs that gemm() keeps on one thread, yet
+// streams W_hh (and W_hr) from memory every step.  Those steps split the
+// weights' rows over the threads instead (pk::parallel_for over hidden units
+// or output columns, each slice one gemm_strided GEMV and, forward, the cells
+// of the same hidden units), so every core streams -- and keeps in its own
+// cache -- only its part of the weights.  Each output's arithmetic is the
+// unsplit call's (GEMV columns and cell lanes are independent).
+//
 // Scratch layout (lstm_bwd_scratch_floats):
 //   dG[T*B*4H] | dc[B*H] | proj: dH[T*B*P] dr[B*H]  /  no proj: dh[B*P]
 #include <cstring>
 
 #include "pock_kernels.h"
+#include "pock_parallel.h"
 #include "fast_math.h"
 #include "rnn_math.h"
 #include "vec_math.h"
@@ -92,6 +102,18 @@ void cell_bwd(const float* g, const float* c, const float* cp, const float* dr, 
   else cell_bwd_impl<false>(g, g + H, g + 2 * H, g + 3 * H, c, cp, dr, dg, dg + H, dg + 2 * H, dg + 3 * H, dc, H);
 }
 
+// The per-step split (see the top): below this many multiply-adds per step
+// product gemm() would run on one thread.
+constexpr i64 kStepMaxMacs = i64(1) << 20;
+inline bool split_steps(const LstmParams& p) { return p.B * 4 * p.H * p.P < kStepMaxMacs && num_threads() > 1; }
+// Hidden units (or output columns) per chunk: at least kMinChunkElems weights
+// streamed, and one chunk per thread (n / threads units): a step's regions are
+// short, so each thread claims one slice and no more hand-offs than needed.
+inline i64 unit_grain(i64 n, i64 weights_per_unit) {
+  const i64 g = grain_for_work(weights_per_unit, kMinChunkElems), per_thread = n / num_threads();
+  return g > per_thread ? g : per_thread;
+}
+
 }  // namespace
 
 void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_ih, const float* w_hh,
@@ -116,14 +138,35 @@ void lstm_fwd(const float* x, const float* h0, const float* c0, const float* w_i
   for (i64 b = 0; b < B; ++b)
     gemm_strided(x + b * T * I, I, 1, w_ih, 1, I, gates + b * G, B * G, T, G, I, bi != nullptr);
 
+  const bool split = split_steps(p);
   for (i64 t = 0; t < T; ++t) {
     float* gt = gates + t * B * G;
     float* ct = cells + t * B * H;
     // h_{t-1}: y[:, t-1, :] or h0 (absent = zeros, nothing to add)
-    if (t > 0)
-      gemm_strided(y + (t - 1) * P, T * P, 1, w_hh, 1, P, gt, G, B, G, P, true);
-    else if (h0)
-      gemm_strided(h0, P, 1, w_hh, 1, P, gt, G, B, G, P, true);
+    const float* hp = t > 0 ? y + (t - 1) * P : h0;
+    const i64 hp_rs = t > 0 ? T * P : P;
+    if (split) {
+      // hidden units [j0, j1): their rows of the four gates' W_hh, then their cells
+      parallel_for_aligned(H, unit_grain(H, 4 * P * B), kW, [&](i64 j0, i64 j1) {
+        if (hp)
+          for (i64 q = 0; q < 4; ++q)
+            gemm_strided(hp, hp_rs, 1, w_hh + (q * H + j0) * P, 1, P, gt + q * H + j0, G, B, j1 - j0, P, true);
+        for (i64 b = 0; b < B; ++b) {
+          float* g = gt + b * G + j0;
+          const float* cp = t > 0 ? cells + ((t - 1) * B + b) * H : (c0 ? c0 + b * H : nullptr);
+          float* out = (proj ? hraw + (t * B + b) * H : y + (b * T + t) * P) + j0;
+          if (cp) cell_fwd_impl<true>(g, g + H, g + 2 * H, g + 3 * H, cp + j0, ct + b * H + j0, out, j1 - j0);
+          else cell_fwd_impl<false>(g, g + H, g + 2 * H, g + 3 * H, nullptr, ct + b * H + j0, out, j1 - j0);
+        }
+      });
+      // h_t = r_t W_hr^T, output columns [p0, p1)
+      if (proj)
+        parallel_for(P, unit_grain(P, H * B), [&](i64 p0, i64 p1) {
+          gemm_strided(hraw + t * B * H, H, 1, w_hr + p0 * H, 1, H, y + t * P + p0, T * P, B, p1 - p0, H, false);
+        });
+      continue;
+    }
+    if (hp) gemm_strided(hp, hp_rs, 1, w_hh, 1, P, gt, G, B, G, P, true);
 
     for (i64 b = 0; b < B; ++b) {
       float* g = gt + b * G;
@@ -172,10 +215,39 @@ void lstm_bwd(const float* dy, const float* dhn, const float* dcn, const float* 
   if (dcn) std::memcpy(dc, dcn, sizeof(float) * B * H);
   else std::memset(dc, 0, sizeof(float) * B * H);
 
+  const bool split = split_steps(p);
   for (i64 t = T - 1; t >= 0; --t) {
     // dh_t = dy[:, t, :] + (recurrent part already in dh)
     float* dh = proj ? dH + t * B * P : dH;
     for (i64 b = 0; b < B; ++b) add_to(dh + b * P, dy + (b * T + t) * P, P);
+    if (split) {
+      const float* gt = gates + t * B * G;
+      float* dgt = dG + t * B * G;
+      // hidden units [j0, j1): dr = dh W_hr[:, j0:j1], then their cells' gradients
+      parallel_for_aligned(H, unit_grain(H, P * B), kW, [&](i64 j0, i64 j1) {
+        if (proj) gemm_strided(dh, P, 1, w_hr + j0, H, 1, dr + j0, H, B, j1 - j0, P, false);
+        const float* drt = proj ? dr : dh;
+        for (i64 b = 0; b < B; ++b) {
+          const float* g = gt + b * G + j0;
+          const float* cp = t > 0 ? cells + ((t - 1) * B + b) * H : (c0 ? c0 + b * H : nullptr);
+          float* dg = dgt + b * G + j0;
+          const float* c = cells + (t * B + b) * H + j0;
+          if (cp)
+            cell_bwd_impl<true>(g, g + H, g + 2 * H, g + 3 * H, c, cp + j0, drt + b * H + j0, dg, dg + H, dg + 2 * H,
+                                dg + 3 * H, dc + b * H + j0, j1 - j0);
+          else
+            cell_bwd_impl<false>(g, g + H, g + 2 * H, g + 3 * H, c, nullptr, drt + b * H + j0, dg, dg + H,
+                                 dg + 2 * H, dg + 3 * H, dc + b * H + j0, j1 - j0);
+        }
+      });
+      // recurrent part of dh_{t-1} = dG_t W_hh, output columns [p0, p1) (at t == 0: dh0)
+      float* dst = t > 0 ? (proj ? dH + (t - 1) * B * P : dH) : dh0;
+      if (dst)
+        parallel_for(P, unit_grain(P, G * B), [&](i64 p0, i64 p1) {
+          gemm_strided(dgt, G, 1, w_hh + p0, P, 1, dst + p0, P, B, p1 - p0, G, false);
+        });
+      continue;
+    }
     const float* drt = dh;  // dL/dr_t
     if (proj) {
       gemm(dh, w_hr, dr, GemmParams{1, B, H, P, false, false, 0, 0, 0, 0.f});

@@ -13,11 +13,8 @@
 
 namespace pk {
 namespace {
-// Planes per parallel chunk: at least ~16K elements of work.
-inline i64 plane_grain(i64 per_plane) {
-  const i64 per = per_plane < 1 ? 1 : per_plane;
-  return per >= (1 << 14) ? 1 : ((1 << 14) + per - 1) / per;
-}
+// Planes per parallel chunk: at least kMinChunkElems elements of work.
+inline i64 plane_grain(i64 per_plane) { return grain_for_work(per_plane, kMinChunkElems); }
 }  // namespace
 
 // Max pooling.  Window (oh, ow) covers rows oh*sh - ph + i*dh (i < KH), clipped

@@ -13,7 +13,7 @@
 namespace pk {
 
 namespace {
-inline i64 grain(i64 cols) { return cols >= 4096 ? 1 : 4096 / (cols > 0 ? cols : 1); }
+inline i64 grain(i64 cols) { return grain_for_work(cols, kMinChunkElems); }
 }  // namespace
 
 void rms_norm_fwd(const float* x, const float* w, float* y, float* rstd, i64 rows, i64 cols, float eps) {
@@ -49,7 +49,8 @@ void rms_norm_bwd(const float* dy, const float* x, const float* rstd, const floa
     });
   }
   if (dw != nullptr) {
-    parallel_for(cols, 64, [&](i64 c0, i64 c1) {
+    const i64 cgrain = grain_for_work(rows, kMinChunkElems);  // columns per chunk (whole cache lines)
+    parallel_for(cols, cgrain < 64 ? 64 : (cgrain + 63) / 64 * 64, [&](i64 c0, i64 c1) {
       for (i64 j = c0; j < c1; ++j) {
         double s = 0.0;
         for (i64 r = 0; r < rows; ++r) s += static_cast<double>(dy[r * cols + j]) * (x[r * cols + j] * rstd[r]);

@@ -34,7 +34,8 @@ def build_shim(shim: str) -> ctypes.CDLL:
     lib = out_dir / f"{Path(shim).stem}-{h.hexdigest()[:16]}.so"
     if not lib.exists():
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([CXX, *FLAGS, "-I", str(RUNTIME / "include"), *map(str, srcs), "-o", str(tmp)], check=True)
+        subprocess.run([CXX, *FLAGS, "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-o", str(tmp)],
+                       check=True)
         os.replace(tmp, lib)
     return ctypes.CDLL(str(lib))
 

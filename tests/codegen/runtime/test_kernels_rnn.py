@@ -28,6 +28,8 @@ def _p(a):
 @pytest.fixture(scope="module")
 def lib(shim_builder):
     L = shim_builder("rnn_shim.cpp")
+    L.shim_rnn_set_threads.restype = None
+    L.shim_rnn_set_threads.argtypes = [cint]
     L.shim_lstm_bwd_scratch_floats.restype = i64
     L.shim_lstm_bwd_scratch_floats.argtypes = [i64] * 5 + [cint, cint]
     L.shim_lstm_fwd.restype = None
@@ -248,6 +250,35 @@ def test_lstm_matches_torch(lib, case):
     assert np.abs(got["dw_ih"]).max() > 1e-3  # not trivially zero
 
 
+@pytest.mark.parametrize("case", [LSTM_CASES[i] for i in (0, 2, 5, 8, 12, 13)] + [
+    # large enough that each step really splits into several chunks (>= 2^15 weights each)
+    (1, 5, 16, 300, 64, True, True, True, True, True, 16, 64, 300),
+    (1, 4, 8, 200, 0, True, False, True, True, False, 8, 200, 0),
+    (2, 3, 8, 150, 40, False, True, False, False, True, 8, 40, 150)],
+                         ids=lambda cs: "B{}T{}I{}H{}P{}".format(*cs[:5]))
+def test_lstm_two_threads_split_steps(lib, case):
+    """On a pool of 2 threads, small batches split every step's GEMVs and cells over the
+    threads (lstm.cpp's per-step split): the same values as on one thread (each output's
+    arithmetic is the unsplit one's), up to the GEMV kernel's order of summation."""
+    B, T, I, H, P, bias, uh, uc, udh, udc, k_ih, k_hh, k_hr = case
+    c = lstm_case(B, T, I, H, P, bias, uh, uc, udh, udc, seed=hash(case) % 2**32)
+    one = lstm_run_fwd(lib, c)
+    g1 = lstm_run_bwd(lib, c, one, k_ih, k_hh, k_hr)
+    lib.shim_rnn_set_threads(2)
+    try:
+        two = lstm_run_fwd(lib, c)
+        g2 = lstm_run_bwd(lib, c, two, k_ih, k_hh, k_hr)
+    finally:
+        lib.shim_rnn_set_threads(0)
+    for k in ("y", "hn", "cn", "gates", "cells"):
+        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for k, v in g1.items():
+        np.testing.assert_allclose(g2[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    ref = lstm_torch(c)
+    close(two["y"], ref["y"], "y")
+    close(g2["dx"], ref["dx"], "dx")
+
+
 @pytest.mark.parametrize("proj", [False, True])
 @pytest.mark.parametrize("want", [(), ("dx",), ("dh0", "dc0"), ("dw_ih",), ("dw_hh", "db_hh"), ("db_ih",),
                                   ("dw_hr",), ("dx", "dw_hr", "dc0")])
@@ -391,6 +422,33 @@ def test_gru_matches_torch(lib, case):
         close(got["db_hh"], ref["db_hh"], "db_hh")
         assert not np.allclose(got["db_ih"], got["db_hh"])  # b_hn sits inside r*(...)
     assert np.abs(got["dw_ih"]).max() > 1e-3
+
+
+@pytest.mark.parametrize("case", [GRU_CASES[i] for i in (0, 1, 2)] + [
+    # each step really splits into several chunks (>= 2^15 weights each)
+    (1, 5, 16, 200, True, True, True, 16, 200),
+    (2, 3, 8, 130, False, False, True, 8, 100)], ids=lambda cs: "B{}T{}I{}H{}".format(*cs[:4]))
+def test_gru_two_threads_split_steps(lib, case):
+    """On a pool of 2 threads, small batches split every step's GEMVs and cells over the
+    threads (gru.cpp's per-step split): the same values as on one thread, up to the GEMV
+    kernel's order of summation, and torch's."""
+    B, T, I, H, bias, uh, udh, k_ih, k_hh = case
+    c = gru_case(B, T, I, H, bias, uh, udh, seed=hash(case) % 2**32)
+    one = gru_run_fwd(lib, c)
+    g1 = gru_run_bwd(lib, c, one, k_ih, k_hh)
+    lib.shim_rnn_set_threads(2)
+    try:
+        two = gru_run_fwd(lib, c)
+        g2 = gru_run_bwd(lib, c, two, k_ih, k_hh)
+    finally:
+        lib.shim_rnn_set_threads(0)
+    for k in ("y", "hn", "saved"):
+        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for k, v in g1.items():
+        np.testing.assert_allclose(g2[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    ref = gru_torch(c)
+    close(two["y"], ref["y"], "y")
+    close(g2["dx"], ref["dx"], "dx")
 
 
 @pytest.mark.parametrize("want", [(), ("dx",), ("dh0",), ("dw_ih",), ("dw_hh", "db_hh"), ("db_ih",),

@@ -39,8 +39,10 @@ CHECKS = {
     "layer_norm.cpp": {"layer_norm_fwd": "fma", "layer_norm_bwd": "fma"},
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
     "linear.cpp": {"bias_bwd": "vec"},
-    "lstm.cpp": {"lstm_fwd": "exp", "lstm_bwd": "exp"},
+    "lstm.cpp": {r"lstm_fwd|cell_fwd_impl<\w+>": "exp", r"lstm_bwd|cell_bwd_impl<\w+>": "exp"},
     "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
+    "conv2d_dw_small.cpp": {"dw_small_fwd|taps_all": "fma", "dw_small_bwd_input": "fma",
+                            "dw_small_bwd_weight": "fma"},
     "batch_norm.cpp": {"train_fwd": "fma", "batch_norm_train_bwd": "fma", "channel_affine": "fma",
                        "batch_norm_eval_bwd": "fma"},
 }

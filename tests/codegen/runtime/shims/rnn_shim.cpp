@@ -1,5 +1,6 @@
 // rnn_shim.cpp — extern "C" wrappers over the LSTM / GRU kernels for the tests.
 #include "pock_kernels.h"
+#include "runtime_internal.h"
 
 using pk::i64;
 
@@ -11,6 +12,21 @@ pk::GruParams gru_params(i64 B, i64 T, i64 I, i64 H, int has_bias) { return pk::
 }  // namespace
 
 extern "C" {
+
+// Run the following kernel calls on this thread on a pool of `threads` threads
+// (as inside a step); 0 drops the pool (kernels run inline again).
+void shim_rnn_set_threads(int threads) {
+  static pock_rt::ThreadPool* pool = nullptr;
+  static pock_rt::PoolScope* scope = nullptr;
+  delete scope;
+  pock_rt::pool_destroy(pool);
+  scope = nullptr;
+  pool = nullptr;
+  if (threads > 0) {
+    pool = pock_rt::pool_create(threads);
+    scope = new pock_rt::PoolScope(pool);
+  }
+}
 
 i64 shim_lstm_bwd_scratch_floats(i64 B, i64 T, i64 I, i64 H, i64 P, int has_bias, int has_proj) {
   return pk::lstm_bwd_scratch_floats(lstm_params(B, T, I, H, P, has_bias, has_proj));
