@@ -32,6 +32,20 @@ LINEARS = {"q_proj/o_proj": (576, 576), "k_proj/v_proj": (192, 576), "gate/up": 
 PER_STEP = {"q_proj/o_proj": 60, "k_proj/v_proj": 60, "gate/up": 60, "down": 30, "lm_head": 1}
 
 
+def load(path) -> ctypes.CDLL:
+    dll = ctypes.CDLL(str(path))
+    vp, i64, ci = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+    dll.bench_linear.argtypes = [ci, ci, ci, vp, vp, vp, i64, i64, i64, ci, vp]
+    dll.bench_linear.restype = ctypes.c_double
+    dll.bench_gemm.argtypes = [ci, ci, vp, vp, vp, i64, i64, i64, i64, ci, ci]
+    dll.bench_gemm.restype = ctypes.c_double
+    dll.bench_pool.argtypes = [ci]
+    dll.bench_pool.restype = vp
+    dll.bench_linear_once.argtypes = [vp, ci, vp, vp, vp, i64, i64, i64]
+    dll.bench_linear_once.restype = ctypes.c_double
+    return dll
+
+
 def build(march: str) -> ctypes.CDLL:
     srcs = sorted((RT / "kernels").glob("*.cpp")) + [RT / "threadpool.cpp", ROOT / "bench" / "gemm_llm_shim.cpp"]
     flags = ["-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", f"-march={march}"]
@@ -46,17 +60,7 @@ def build(march: str) -> ctypes.CDLL:
         subprocess.run(["g++", *flags, "-I", str(RT / "include"), "-I", str(RT), *map(str, srcs), "-o", str(tmp)],
                        check=True)
         os.replace(tmp, lib)
-    dll = ctypes.CDLL(str(lib))
-    vp, i64, ci = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-    dll.bench_linear.argtypes = [ci, ci, ci, vp, vp, vp, i64, i64, i64, ci, vp]
-    dll.bench_linear.restype = ctypes.c_double
-    dll.bench_gemm.argtypes = [ci, ci, vp, vp, vp, i64, i64, i64, i64, ci, ci]
-    dll.bench_gemm.restype = ctypes.c_double
-    dll.bench_pool.argtypes = [ci]
-    dll.bench_pool.restype = vp
-    dll.bench_linear_once.argtypes = [vp, ci, vp, vp, vp, i64, i64, i64]
-    dll.bench_linear_once.restype = ctypes.c_double
-    return dll
+    return load(lib)
 
 
 def fma_peak(march: str) -> float:
@@ -144,12 +148,19 @@ def main(argv=None):
     ap.add_argument("--lowp", action="store_true", help="also the bf16/int8/q4 frozen-weight products")
     ap.add_argument("--stream", type=int, default=0, metavar="LAYERS",
                     help="instead: the step's linears over LAYERS layers of distinct weights (cold caches)")
+    ap.add_argument("--extra", action="append", default=[], metavar="NAME=LIB",
+                    help="also time a prebuilt gemm_llm shim library (e.g. the kernels before a change), "
+                         "its peak taken as the first -march's")
     a = ap.parse_args(argv)
     import torch
     rng = np.random.default_rng(0)
     marches = a.march.split(",")
     libs = {m: build(m) for m in marches}
     peaks = {m: fma_peak(m) for m in marches}
+    for spec in a.extra:
+        name, path = spec.split("=", 1)
+        libs[name], peaks[name] = load(path), peaks[marches[0]]
+        marches.append(name)
     print(f"load {os.getloadavg()[0]:.1f}; FMA peak 1 core: " + ", ".join(f"{m} {p:.1f}" for m, p in peaks.items()))
     if a.stream:
         for threads in map(int, a.threads.split(",")):
