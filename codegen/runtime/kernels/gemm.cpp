@@ -126,12 +126,15 @@ void micro_kernel(i64 kc, const float* __restrict a, i64 ars, i64 acs, const flo
   V acc[R][kNV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kNV; ++v) acc[r][v] = vzero();
+  // row mode: rows in halves of up to 6 from two bases, so the addresses need
+  // few index registers (base + {0, 1, 2, 4} * ars, 3 * ars, 5 * ars)
+  const float* a_hi = a + (R > 6 ? 6 : 0) * ars;
   for (i64 k = 0; k < kc; ++k) {
     V bv[kNV];
     for (int v = 0; v < kNV; ++v) bv[v] = vload(b + k * ldb + v * kW);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const V ar = vbcast(kRowMode ? a[r * ars + k] : a[k * acs + r]);
+      const V ar = vbcast(kRowMode ? (r < 6 ? a : a_hi)[(r < 6 ? r : r - 6) * ars + k] : a[k * acs + r]);
       for (int v = 0; v < kNV; ++v) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
     }
   }
