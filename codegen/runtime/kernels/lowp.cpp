@@ -78,27 +78,41 @@ inline void opaque(V& x) {
 }
 
 // q4 block b (32 values from 16 bytes) positions [p0, p1) -> out[0, p1 - p0)
-inline void q4_block(const uint8_t* bytes, float d, float m, int p0, int p1, float* out) {
+#if defined(__GNUC__)
+#define PK_LOWP_INLINE inline __attribute__((always_inline))
+#else
+#define PK_LOWP_INLINE inline
+#endif
+
+PK_LOWP_INLINE void q4_block(const uint8_t* bytes, float d, float m, int p0, int p1, float* out) {
   alignas(64) float q[32];
-  for (int j = 0; j < 16; ++j) q[j] = static_cast<float>(bytes[j] & 15);
-  for (int j = 0; j < 16; ++j) q[j + 16] = static_cast<float>(bytes[j] >> 4);
   if (p0 == 0 && p1 == 32) {
-    const V dv = vbcast(d), mv = vbcast(m);
-    for (int j = 0; j < 32; j += kW) {
-      V prod = vmul(vload(q + j), dv);
-      opaque(prod);  // two roundings, as quant.dequantize
-      vstore(out + j, vadd(prod, mv));
-    }
-    return;
+    for (int j = 0; j < 16; ++j) q[j] = static_cast<float>(bytes[j] & 15);
+    for (int j = 0; j < 16; ++j) q[j + 16] = static_cast<float>(bytes[j] >> 4);
+  } else if (p0 == 0 && p1 == 16) {  // AVX2 panels: half blocks
+    for (int j = 0; j < 16; ++j) q[j] = static_cast<float>(bytes[j] & 15);
+  } else if (p0 == 16 && p1 == 32) {
+    for (int j = 0; j < 16; ++j) q[j + 16] = static_cast<float>(bytes[j] >> 4);
+  } else {
+    for (int j = p0; j < (p1 < 16 ? p1 : 16); ++j) q[j] = static_cast<float>(bytes[j] & 15);
+    for (int j = p0 > 16 ? p0 : 16; j < p1; ++j) q[j] = static_cast<float>(bytes[j - 16] >> 4);
   }
-  for (int j = p0; j < p1; ++j) {  // part of a block (a panel edge that cuts it)
+  // vectors over [p0, p1) (a panel edge may cut the block: AVX2's 16 and NEON's 12 columns)
+  const V dv = vbcast(d), mv = vbcast(m);
+  int j = p0;
+  for (; j + kW <= p1; j += kW) {
+    V prod = vmul(vload(q + j), dv);
+    opaque(prod);  // two roundings, as quant.dequantize
+    vstore(out + j - p0, vadd(prod, mv));
+  }
+  for (; j < p1; ++j) {
     volatile float prod = q[j] * d;
     out[j - p0] = prod + m;
   }
 }
 
 // out[0:n] = dequant(w)[row, c0 : c0 + n]  (w is [rows, K])
-void dequant_span(const void* w, LowpDtype dt, const float* scale, i64 K, i64 row, i64 c0, i64 n, float* out) {
+PK_LOWP_INLINE void dequant_span(const void* w, LowpDtype dt, const float* scale, i64 K, i64 row, i64 c0, i64 n, float* out) {
   if (dt == LowpDtype::BF16) {
     const uint16_t* src = static_cast<const uint16_t*>(w) + row * K + c0;
     for (i64 i = 0; i < n; ++i) {
@@ -157,7 +171,19 @@ void read_wt(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i6
 // gemm reader for op(B) = dequant(w) ([N, K] read as [K_gemm = N, N_gemm = K]).
 void read_w(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
   const LowpW& q = *static_cast<const LowpW*>(ctx);
-  for (i64 k = 0; k < rows; ++k) dequant_span(q.w, q.dt, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+  switch (q.dt) {  // one loop per format, the format's code inlined into it
+    case LowpDtype::BF16:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::BF16, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+      break;
+    case LowpDtype::F16:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::F16, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+      break;
+    case LowpDtype::I8:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::I8, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+      break;
+    default:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::Q4, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+  }
 }
 
 }  // namespace

@@ -40,7 +40,7 @@ CHECKS = {
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
     "linear.cpp": {"bias_bwd": "vec"},
     "gemm.cpp": {"micro_kernel<[^>]*>": "fma", "gemm_dot_rows<[^>]*>": "fma", "gemv_block<[^>]*>": "fma"},
-    "lowp.cpp": {"dequant_span|q4_block": "vec"},
+    "lowp.cpp": {"read_w": "vec", "read_wt": "vec"},
     "lstm.cpp": {"lstm_fwd": "exp", "lstm_bwd": "exp"},
     "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
     "batch_norm.cpp": {"train_fwd": "fma", "batch_norm_train_bwd": "fma", "channel_affine": "fma",
