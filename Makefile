@@ -41,12 +41,12 @@ demo: setup
 # make test also runs the end-to-end steps as an AVX2+FMA (x86-64-v3) machine builds them, first, so
 # an AVX-512 CI machine checks the vector width most phones and laptops have (its summary stays last).
 test: setup
-	POCK_MARCH=x86-64-v3 $(PY) -m pytest -n 2 -q tests/test_program.py
+	POCK_MARCH=x86-64-v3 $(PY) -m pytest -n 2 -q tests/program/test_program.py
 	$(PY) -m pytest -n 2 -q -m "not slow" tests
 
 # The kernel and end-to-end tests as other machines build them (README "Testing"): AVX2+FMA
 # (x86-64-v3) and baseline x86-64 (the portable vector path); aarch64 runs under qemu in tests/arm64.
-FLAVOUR_TESTS := tests/codegen/runtime tests/test_program.py tests/test_trainer.py
+FLAVOUR_TESTS := tests/codegen/runtime tests/program/test_program.py tests/trainer/test_trainer.py
 test-flavours: setup
 	for march in x86-64-v3 x86-64; do POCK_MARCH=$$march $(PY) -m pytest -n 2 -q $(FLAVOUR_TESTS) || exit 1; done
 

@@ -114,3 +114,33 @@ SPARSE = {
     "lstm": {"lstm.weight_ih_l1": 0.5, "lstm.weight_hh_l1": 0.5, "lstm.bias_*_l1": 1.0, "fc.weight": 0.5,
              "fc.bias": 1.0},
 }
+
+
+def rotate_half(x):  # transformers' Llama rotate_half, verbatim in substance
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+class Rotary(nn.Module):
+    """q/k projections, heads, then apply_rotary_pos_emb with fixed cos/sin tables."""
+
+    def __init__(self, d=24, heads=3, kv_heads=1, T=5, per_batch=False):
+        super().__init__()
+        self.q, self.k = nn.Linear(d, d), nn.Linear(d, d // heads * kv_heads)
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        inv = 1.0 / (10000 ** (torch.arange(0, self.hd, 2).float() / self.hd))
+        pos = torch.arange(T).float()
+        if per_batch:  # position ids differ per batch row: cos/sin [B, 1, T, D]
+            pos = torch.stack([pos, pos + 3.0])
+        freqs = pos[..., None] * inv
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.register_buffer("cos", emb.cos().unsqueeze(-3), persistent=False)
+        self.register_buffer("sin", emb.sin().unsqueeze(-3), persistent=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.q(x).view(B, T, self.heads, self.hd).transpose(1, 2)
+        k = self.k(x).view(B, T, self.kv_heads, self.hd).transpose(1, 2)
+        q = q * self.cos + rotate_half(q) * self.sin
+        k = (rotate_half(k) * self.sin) + (self.cos * k)
+        return (q.sum(1) * k.sum(1)).reshape(B, T, -1)

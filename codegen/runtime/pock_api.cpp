@@ -209,6 +209,8 @@ PockCtx make_ctx(pock_trainer* t) {
   ctx.seed = step_seed(t->steps);
   ctx.num_threads = t->num_threads;
   ctx.updates_done = 0;
+  ctx.profile = t->profile;
+  ctx.backend = t->backend;
   return ctx;
 }
 
@@ -306,9 +308,11 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
     *out = nullptr;
     const PockModel* m = pock_compiled_model();
     if (pock_status s = check_model(m)) return s;
+    void* backend = nullptr;
     if (m->backend_open)
-      if (pock_status s = m->backend_open()) return s;
+      if (pock_status s = m->backend_open(&backend)) return s;
     pock_trainer* t = new pock_trainer{m, nullptr, nullptr, m->default_lr, 0, pock_rt::default_num_threads()};
+    t->backend = backend;
     try {
       t->pool = pock_rt::pool_create(t->num_threads);
     } catch (...) {  // no threads to be had: run single-threaded
@@ -334,6 +338,8 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
 
 POCK_API void pock_close(pock_trainer* t) {
   if (!t) return;
+  pock_rt::profile_free(t->profile);
+  if (t->backend && t->model->backend_close) t->model->backend_close(t->backend);
   pock_rt::pool_destroy(t->pool);
   std::free(t->arena);
   std::free(t->state);

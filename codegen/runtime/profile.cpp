@@ -1,54 +1,27 @@
 // profile.cpp — per-op profiling of the training step (pock_profile_* of pock.h)
 // and the hooks the generated step calls (pock_model.h).
 //
-// The generated step does not know its trainer: it gets a PockCtx, built by
-// pock_api.cpp.  So the profiles live here, one per profiled trainer, found by
-// the trainer's state buffer (ctx->state), which is unique to a live trainer
-// and never moves.  Counters are allocated by pock_profile_enable, never in a
-// step.  When no trainer is being profiled, pock_profile_begin is one relaxed
-// atomic load; otherwise it takes a mutex once per step (not per node).
-#include <atomic>
+// A trainer's profile is its own: pock_profile_enable allocates the counters
+// into the pock_trainer, make_ctx (pock_api.cpp) hands them to the step in
+// ctx->profile, pock_profile_enable(t, 0) and pock_close free them.  No
+// registry, no lock: calls on one trainer are serialised by the caller
+// (pock.h), and nothing in a step allocates.
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <new>
-#include <vector>
 
 #include "runtime_internal.h"
 
 using pock_rt::fail;
 
 struct PockProfile {
-  const pock_trainer* trainer;
-  const uint8_t* state;  // the key pock_profile_begin looks up
   int32_t n_nodes;
   int64_t steps;
   std::unique_ptr<int64_t[]> node_ns;  // [n_nodes]
 };
 
 namespace {
-
-std::mutex g_mu;
-std::vector<std::unique_ptr<PockProfile>> g_profiles;  // guarded by g_mu
-std::atomic<int32_t> g_active{0};                       // g_profiles.size()
-
-// Caller holds g_mu.
-PockProfile* find_locked(const pock_trainer* t) {
-  for (auto& p : g_profiles)
-    if (p->trainer == t && p->state == t->state) return p.get();
-  return nullptr;
-}
-
-// Caller holds g_mu.  Drop profiles left by trainers closed while profiling
-// whose address or state buffer `t` now reuses.
-void drop_stale_locked(const pock_trainer* t) {
-  for (auto it = g_profiles.begin(); it != g_profiles.end();) {
-    const bool stale = ((*it)->trainer == t) != ((*it)->state == t->state);
-    it = stale ? g_profiles.erase(it) : it + 1;
-  }
-  g_active.store(static_cast<int32_t>(g_profiles.size()), std::memory_order_relaxed);
-}
 
 const PockNodeTable* node_table(const pock_trainer* t) {
   const PockNodeTable* table = t->model->step_nodes;
@@ -60,14 +33,10 @@ const PockNodeTable* node_table(const pock_trainer* t) {
 
 }  // namespace
 
+void pock_rt::profile_free(PockProfile* p) { delete p; }
+
 // ---------------------------------------------------------------- step hooks
-PockProfile* pock_profile_begin(const PockCtx* ctx) {
-  if (g_active.load(std::memory_order_relaxed) == 0) return nullptr;
-  std::lock_guard<std::mutex> lock(g_mu);
-  for (auto& p : g_profiles)
-    if (p->state == ctx->state) return p.get();
-  return nullptr;
-}
+PockProfile* pock_profile_begin(const PockCtx* ctx) { return ctx->profile; }
 
 int64_t pock_profile_now() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -89,31 +58,21 @@ extern "C" {
 POCK_API pock_status pock_profile_enable(pock_trainer* t, int32_t on) {
   CHECK_TRAINER(t, "pock_profile_enable");
   try {
-    std::lock_guard<std::mutex> lock(g_mu);
-    drop_stale_locked(t);
-    PockProfile* p = find_locked(t);
     if (!on) {
-      if (p) {
-        for (auto it = g_profiles.begin(); it != g_profiles.end(); ++it)
-          if (it->get() == p) {
-            g_profiles.erase(it);
-            break;
-          }
-        g_active.store(static_cast<int32_t>(g_profiles.size()), std::memory_order_relaxed);
-      }
+      pock_rt::profile_free(t->profile);
+      t->profile = nullptr;
       return POCK_OK;
     }
-    if (p) return POCK_OK;
+    if (t->profile) return POCK_OK;
     const PockNodeTable* table = node_table(t);
     if (!table)
       return fail(POCK_ERR_INVALID_ARGUMENT,
                   "pock_profile_enable: model '%s' was generated without profiling hooks; regenerate it with "
                   "this version of PockEngine",
                   t->model->name);
-    std::unique_ptr<PockProfile> fresh(new PockProfile{t, t->state, table->n_nodes, 0, nullptr});
+    std::unique_ptr<PockProfile> fresh(new PockProfile{table->n_nodes, 0, nullptr});
     fresh->node_ns.reset(new int64_t[static_cast<size_t>(table->n_nodes)]());
-    g_profiles.push_back(std::move(fresh));
-    g_active.store(static_cast<int32_t>(g_profiles.size()), std::memory_order_relaxed);
+    t->profile = fresh.release();
     return POCK_OK;
   } catch (const std::bad_alloc&) {
     return fail(POCK_ERR_NO_MEMORY, "pock_profile_enable: out of memory");
@@ -124,8 +83,7 @@ POCK_API pock_status pock_profile_enable(pock_trainer* t, int32_t on) {
 
 POCK_API pock_status pock_profile_reset(pock_trainer* t) {
   CHECK_TRAINER(t, "pock_profile_reset");
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (PockProfile* p = find_locked(t)) {
+  if (PockProfile* p = t->profile) {
     p->steps = 0;
     std::memset(p->node_ns.get(), 0, sizeof(int64_t) * static_cast<size_t>(p->n_nodes));
   }
@@ -156,8 +114,7 @@ POCK_API pock_status pock_profile_entry(pock_trainer* t, int32_t index, pock_nod
   out->kernel = info.kernel;
   out->module = info.module;
   out->flops = info.flops;
-  std::lock_guard<std::mutex> lock(g_mu);
-  if (const PockProfile* p = find_locked(t)) {
+  if (const PockProfile* p = t->profile) {
     out->steps = p->steps;
     out->total_ns = p->node_ns[index];
   }

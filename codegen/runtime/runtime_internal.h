@@ -18,6 +18,8 @@ struct pock_trainer {
   int64_t steps;   // optimizer steps completed
   int32_t num_threads;
   pock_rt::ThreadPool* pool = nullptr;  // num_threads threads (the caller included); owned
+  PockProfile* profile = nullptr;       // per-node counters while profiling (profile.cpp); owned
+  void* backend = nullptr;              // model->backend_open's state for this trainer
 };
 
 namespace pock_rt {
@@ -30,6 +32,9 @@ const char* dtype_name(int32_t dtype);
 std::string describe(const int64_t* shape, int32_t ndim, int32_t dtype);
 // Index of the state tensor called `name`, or -1.
 int32_t find_state(const PockModel* m, const char* name);
+
+// profile.cpp: frees a trainer's profile (pock_close); nullptr is fine.
+void profile_free(PockProfile* p);
 
 // checkpoint.cpp
 pock_status save_checkpoint(const pock_trainer* t, const char* path);

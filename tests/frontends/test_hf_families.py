@@ -107,6 +107,10 @@ def test_llama_step_has_no_mask_code():
     ops = {n.op for n in prog.graph.nodes}
     assert not ops & {"compare", "cast", "cos", "sin"}, ops
     assert any(v.kind == "const" for v in prog.graph.state.values())
+    # rotary embeddings fused (kernels/rope.cpp); the constant causal mask became sdpa's causal flag
+    assert "rope" in ops and "rope_bwd" in ops and "cat" not in ops and "neg" not in ops, ops
+    sdpa = [n for n in prog.graph.nodes if n.op == "sdpa"]
+    assert sdpa and all(n.attrs["causal"] and n.inputs[3] is None for n in sdpa)
 
 
 def test_unsupported_op_names_op_and_module():

@@ -4,6 +4,8 @@ reference (test_lora.ref_lora) holding the same rounded weights, judged against 
 from __future__ import annotations
 
 import copy
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,6 +16,7 @@ import pockengine as pe  # noqa: E402
 from hf_zoo import llama  # noqa: E402
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference  # noqa: E402
 from pockengine.quant import round_trip  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "program"))
 from test_lora import ref_lora  # noqa: E402
 
 

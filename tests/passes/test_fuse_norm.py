@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import pockengine as pe
+from models import Rotary
 
 
 class RMSNorm(torch.nn.Module):  # transformers' LlamaRMSNorm, verbatim in substance
@@ -113,3 +114,35 @@ def test_swiglu_fused_and_trains_like_torch(up_first):
     got = trainer.state_dict()
     for name, p in ref.state_dict().items():
         np.testing.assert_allclose(got[name], p.numpy(), rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("per_batch", [False, True])
+def test_rope_fused_and_trains_like_torch(per_batch):
+    torch.manual_seed(3)
+    model = Rotary(per_batch=per_batch)
+    ref = copy.deepcopy(model)
+    x, y = torch.randn(2, 5, 24), torch.randn(2, 5, 8)
+    prog = pe.compile(model, (x,), (y,), loss="mse", optimizer=pe.SGD(lr=0.1))
+    ops = [n.op for n in prog.graph.nodes]
+    assert ops.count("rope") == 2 and ops.count("rope_bwd") == 2, ops
+    assert "cat" not in ops and "neg" not in ops, ops
+    trainer = prog.build()
+    np.testing.assert_allclose(trainer.forward((x,)), ref(x).detach().numpy(), rtol=1e-5, atol=1e-5)
+    opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+    for _ in range(2):
+        loss = torch.nn.functional.mse_loss(ref(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        assert abs(trainer.step((x,), (y,)) - loss.item()) < 1e-5 * max(1.0, loss.item())
+    got = trainer.state_dict()
+    for name, p in ref.state_dict().items():
+        np.testing.assert_allclose(got[name], p.numpy(), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_rope_layout():
+    from pockengine.passes.fuse_norm import rope_layout
+    assert rope_layout((2, 4, 8, 16), (1, 1, 8, 16)) == (1, 8, 128, 0)
+    assert rope_layout((2, 4, 8, 16), (8, 16)) == (1, 8, 128, 0)
+    assert rope_layout((2, 4, 8, 16), (2, 1, 8, 16)) == (2, 4, 128, 1)
+    assert rope_layout((2, 8, 4, 16), (1, 8, 1, 16)) is None  # cos varies over a dim left of a broadcast one

@@ -29,6 +29,7 @@ from .autodiff.rules import FULL
 from .backends import cpu as _cpu  # noqa: F401  (the built-in backends register themselves, in this order)
 from .backends import vulkan as _vulkan  # noqa: F401
 from .backends import htp as _htp  # noqa: F401
+from .backends import reference as _reference  # noqa: F401  (the null backend: the IR in torch, for tests)
 from .backends import check_backends as _check_backends, split_roles, step_backend
 from .build.host import cache_dir
 from .codegen import Source, emit_cpu
@@ -36,6 +37,7 @@ from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
 from .ir.ops import flops
+from .ops import REGISTRY as OP_RECORDS
 from .ir.verify import verify
 from .memory.plan import MemoryPlan, plan_memory, state_layout
 from .optim.optimizers import SGD, Optimizer
@@ -99,11 +101,16 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
 def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
     """Stage `lower` (in place, each step verified): the backward pass for the trained
     parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
-    from .passes.fuse_norm import fuse_rms_norm, fuse_swiglu
+    from .passes.causal import causal_from_constant_mask
+    from .passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
+    verify(causal_from_constant_mask(graph), "causal mask")
+    verify(causal_from_constant_mask(forward_graph), "causal mask (inference)")
     verify(fuse_rms_norm(graph), "RMSNorm fusion")
     verify(fuse_rms_norm(forward_graph), "RMSNorm fusion (inference)")
     verify(fuse_swiglu(graph), "SwiGLU fusion")
     verify(fuse_swiglu(forward_graph), "SwiGLU fusion (inference)")
+    verify(fuse_rope(graph), "RoPE fusion")
+    verify(fuse_rope(forward_graph), "RoPE fusion (inference)")
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]
@@ -359,9 +366,7 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
 # Ops whose kernels take float32 tensors only: an integer tensor reaching one
 # (clamp on token ids, loss="mse" with class-index targets) is a PockError here,
 # not a g++ error in the generated code.
-FLOAT_ONLY_OPS = ("hardtanh", "relu", "gelu", "sigmoid", "tanh", "silu", "exp", "log", "sqrt", "rsqrt",
-                  "reciprocal", "softmax", "log_softmax", "layer_norm", "batch_norm_train", "batch_norm_eval",
-                  "linear", "matmul", "conv2d", "mse_loss", "dropout", "lstm", "gru", "max_pool2d", "avg_pool2d")
+FLOAT_ONLY_OPS = tuple(name for name, r in OP_RECORDS.items() if r.float_only)
 
 
 def check_float_ops(graph) -> None:

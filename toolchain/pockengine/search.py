@@ -13,7 +13,7 @@ Three steps (PockEngine, MICRO 2023, section 4.2):
    contribution is the drop in the mean loss on the evaluation batches. All options run
    on one build of the full-update step: after every step the parameters (and slices)
    outside the option are put back, which is exactly the option's own sparse step
-   because SGD and AdamW update every element independently (tests/test_search.py
+   because SGD and AdamW update every element independently (tests/search/test_search.py
    checks this against the option's own compiled program). Contributions are assumed
    to add up.
 3. Cost and search (`SchemeCompiler`, `search`): each scheme's cost is read from

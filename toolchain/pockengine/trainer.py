@@ -190,12 +190,28 @@ def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
 
 
 class Trainer:
-    """One trainer over a compiled model library: step, forward, state, checkpoints."""
+    """One trainer over a compiled model library: step, forward, state, checkpoints.
 
-    partition = None  # passes/partition.Partition of a step built over several backends
+    Pluggable stages around the library (set by prog.build from the backend registry):
+      open_device   the device hook, run before the library loads (Backend.open)
+      input stage   turns the user's inputs into the library's step inputs, e.g. a
+                    frozen prefix run on an inference accelerator (passes/prefix.PrefixRunner
+                    on the HTP); install it with use_input_stage().  It is any object with
+                      inputs                  [IOInfo] of the user's inputs
+                      __call__(arrays)        the library's step inputs for checked user arrays
+                      prefix_outputs(arrays)  the inputs it computes (beyond the user's it keeps)
+                      frozen                  {name: array} of state baked into the stage
+                      order                   the model's parameter/buffer names in state_dict order
+                      name                    what runs it (for messages), e.g. "htp"
+                      close()                 releases what it holds
+    """
+
+    partition = None       # passes/partition.Partition of a step built over several backends
+    input_stage = None     # see use_input_stage()
+    prefix_manifest = None  # a prefix backend's manifest["prefix"] (backends/htp.py)
 
     def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None,
-                 strict: bool = False, open_device=None):
+                 strict: bool = False, open_device=None, input_stage=None):
         """aliases: {name: canonical name} for tied parameters that PyTorch's
         state_dict lists under several names but the library stores once.
 
@@ -203,7 +219,9 @@ class Trainer:
         PockError instead of being skipped and counted in skipped_steps.
 
         open_device: the device hook, called with lib_path before the library is loaded
-        (a backend's Backend.open, e.g. Vulkan's: PockError naming what is missing)."""
+        (a backend's Backend.open, e.g. Vulkan's: PockError naming what is missing).
+
+        input_stage: see the class docstring and use_input_stage()."""
         self._handle = None  # first, so that close()/__del__ work whatever fails below
         self._lock = threading.RLock()
         self.strict = bool(strict)
@@ -217,7 +235,7 @@ class Trainer:
         if open_device is not None:
             open_device(lib_path)
         self._lib = lib = _load_library(lib_path)
-        self.inputs = self._io_infos(_INPUTS)
+        self.inputs = self.step_inputs = self._io_infos(_INPUTS)  # inputs: the user's (input stage's)
         self.targets = self._io_infos(_TARGETS)
         self.outputs = self._io_infos(_OUTPUTS)
         self.tensors = []
@@ -228,13 +246,25 @@ class Trainer:
                                            _DTYPES[info.dtype], tuple(info.shape[:info.ndim])))
         self._tensor_by_name = {t.name: t for t in self.tensors}
         # Descriptors are built once: a call only fills in data pointers.
-        self._in_structs, self._in_shapes = self._structs(self.inputs)
+        self._in_structs, self._in_shapes = self._structs(self.step_inputs)
         self._tg_structs, self._tg_shapes = self._structs(self.targets)
         self._out_bufs = (_Buffer * max(1, len(self.outputs)))()
         handle = ctypes.c_void_p()
         ckpt = None if checkpoint is None else _c_path(checkpoint, "checkpoint")
         self._check(lib.pock_open(ckpt, ctypes.byref(handle)))
         self._handle = handle
+        if input_stage is not None:
+            self.use_input_stage(input_stage)
+
+    def use_input_stage(self, stage) -> "Trainer":
+        """Put `stage` in front of the library: step/forward/profile take the user's
+        inputs (stage.inputs), the stage turns them into the step's inputs; the state
+        it holds (stage.frozen) is listed by state_dict() and never changes."""
+        known = {t.name for t in self.tensors}
+        self.input_stage = stage
+        self.inputs = list(stage.inputs)
+        self._stage_frozen = {k: v for k, v in dict(stage.frozen).items() if k not in known}
+        return self
 
     def describe_partition(self) -> str:
         """The step's backend partition as text ("" for a single-backend step)."""
@@ -275,12 +305,16 @@ class Trainer:
             raise err
         return self._handle
 
-    def _fill(self, values, ios: list[IOInfo], structs, what: str) -> list[np.ndarray]:
+    @staticmethod
+    def _check_inputs(values, ios: list[IOInfo], what: str) -> list[np.ndarray]:
         seq = list(values) if isinstance(values, (tuple, list)) else [values]
         if len(seq) != len(ios):
             names = ", ".join(io.name for io in ios)
             raise PockError(f"expected {len(ios)} {what}s ({names}), got {len(seq)}")
-        arrays = [_input_array(v, f"{what} {i} {io.name!r}", io) for i, (v, io) in enumerate(zip(seq, ios))]
+        return [_input_array(v, f"{what} {i} {io.name!r}", io) for i, (v, io) in enumerate(zip(seq, ios))]
+
+    def _fill(self, values, ios: list[IOInfo], structs, what: str) -> list[np.ndarray]:
+        arrays = self._check_inputs(values, ios, what)
         for s, a in zip(structs, arrays):
             s.data = a.ctypes.data
         return arrays  # the caller keeps them alive across the C call
@@ -294,12 +328,30 @@ class Trainer:
         see pock.h for the one exception), returns the loss it computed (NaN
         or inf), counts itself in skipped_steps and sets last_step_status to
         "skipped"; with strict=True it raises PockError instead."""
+        return self._step(self._stage_inputs(inputs), targets)
+
+    def _stage_inputs(self, inputs):
+        """The library's step inputs for the user's `inputs` (through the input stage, if any)."""
+        if self.input_stage is None:
+            return inputs
+        self._live()
+        return self.input_stage(self._check_inputs(inputs, self.inputs, "input"))
+
+    def prefix_outputs(self, inputs) -> list[np.ndarray]:
+        """What the input stage (e.g. the HTP prefix) computes for `inputs`: the step's
+        inputs beyond the user's inputs it keeps."""
+        if self.input_stage is None:
+            raise PockError("prefix_outputs: this trainer has no input stage (build with a prefix backend, "
+                            "e.g. backends=['htp', 'cpu'])")
+        return self.input_stage.prefix_outputs(self._check_inputs(inputs, self.inputs, "input"))
+
+    def _step(self, inputs, targets) -> float:
         with self._lock:
             h = self._live()
-            keep = (self._fill(inputs, self.inputs, self._in_structs, "input"),
+            keep = (self._fill(inputs, self.step_inputs, self._in_structs, "input"),
                     self._fill(targets, self.targets, self._tg_structs, "target"))
             loss = ctypes.c_float()
-            status = self._lib.pock_step(h, self._in_structs, len(self.inputs), self._tg_structs,
+            status = self._lib.pock_step(h, self._in_structs, len(self.step_inputs), self._tg_structs,
                                          len(self.targets), ctypes.byref(loss))
             del keep
             if status == _ERR_NONFINITE:
@@ -316,13 +368,15 @@ class Trainer:
 
     def forward(self, inputs):
         """Inference with the current weights: one numpy array, or a tuple of them."""
+        inputs = self._stage_inputs(inputs)
         with self._lock:
             h = self._live()
-            keep = self._fill(inputs, self.inputs, self._in_structs, "input")
+            keep = self._fill(inputs, self.step_inputs, self._in_structs, "input")
             outs = [np.empty(o.shape, o.dtype) for o in self.outputs]
             for b, a in zip(self._out_bufs, outs):
                 b.data, b.nbytes = a.ctypes.data, a.nbytes
-            self._check(self._lib.pock_forward(h, self._in_structs, len(self.inputs), self._out_bufs, len(outs)))
+            self._check(self._lib.pock_forward(h, self._in_structs, len(self.step_inputs), self._out_bufs,
+                                               len(outs)))
             del keep
             return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -333,7 +387,8 @@ class Trainer:
         in schedule order (index, phase, op, kernel, module, flops, ms per step,
         pct of the step, gflops, ...), with .step_ms (measured wall-clock time
         per step), .steps and .losses; print it with
-        pockengine.profile.format_table.
+        pockengine.profile.format_table.  With an input stage, the stage runs once
+        on `inputs` and the library's step is profiled on what it gives.
 
         These are real training steps: `warmup` unprofiled steps, then `steps`
         profiled ones, each updating the weights, the optimizer state and the
@@ -348,17 +403,18 @@ class Trainer:
         lib = self._lib
         if not all(hasattr(lib, name) for name in _OPTIONAL_SIGNATURES):
             raise PockError(f"{str(self.lib_path)!r} was built before the profiler; rebuild it to profile")
+        inputs = self._stage_inputs(inputs)
         with self._lock:
             h = self._live()
             if lib.pock_profile_count(h) <= 0:
                 raise PockError(f"model {self.model_name!r} was generated without profiling hooks; "
                                 "regenerate it with this version of PockEngine")
-            losses = [self.step(inputs, targets) for _ in range(warmup)]
+            losses = [self._step(inputs, targets) for _ in range(warmup)]
             self._check(lib.pock_profile_enable(h, 1))
             try:
                 self._check(lib.pock_profile_reset(h))
                 start = time.perf_counter()
-                losses += [self.step(inputs, targets) for _ in range(steps)]
+                losses += [self._step(inputs, targets) for _ in range(steps)]
                 elapsed = time.perf_counter() - start
                 entries = []
                 for i in range(lib.pock_profile_count(h)):
@@ -379,8 +435,25 @@ class Trainer:
             raise PockError(f"unknown state tensor {name!r}")
         return info
 
+    def _frozen_in_stage(self, name: str):
+        """The input stage's copy of state tensor `name` (or an alias of it), else None."""
+        if self.input_stage is None:
+            return None
+        return self._stage_frozen.get(self._aliases.get(name, name))
+
+    def _check_stage_value(self, name: str, value) -> None:
+        want = self._frozen_in_stage(name)
+        got = _from_torch(value, f"state tensor {name!r}")
+        got = np.asarray(value) if got is None else got
+        if got.shape != want.shape or not np.array_equal(got.astype(want.dtype), want):
+            raise PockError(f"state tensor {name!r} is frozen in the prefix run by {self.input_stage.name} (its "
+                            f"values are baked into the prefix model); recompile the model to change it")
+
     def get_tensor(self, name: str) -> np.ndarray:
         """A copy of any state tensor (optimizer state and constants included)."""
+        frozen = self._frozen_in_stage(name)
+        if frozen is not None:
+            return frozen.copy()
         with self._lock:
             h = self._live()
             info = self._info(name)
@@ -390,6 +463,8 @@ class Trainer:
 
     def set_tensor(self, name: str, value) -> None:
         """Overwrite any state tensor (same conversions as load_state_dict)."""
+        if self._frozen_in_stage(name) is not None:
+            return self._check_stage_value(name, value)
         info = self._info(name)
         arr = _state_array(value, name, info)
         with self._lock:
@@ -400,6 +475,12 @@ class Trainer:
         order; a tied parameter's other names follow, sharing its array."""
         with self._lock:  # one consistent snapshot, never tensors from two different steps
             sd = {t.name: self._fp32(t) for t in self.tensors if t.kind in ("param", "buffer")}
+        if self.input_stage is not None and self._stage_frozen:  # the stage's frozen state, in model order
+            frozen = self._stage_frozen
+            merged = {n: (frozen[n].copy() if n in frozen else sd[n]) for n in self.input_stage.order
+                      if n in frozen or n in sd}
+            merged.update({k: v for k, v in sd.items() if k not in merged})
+            sd = merged
         sd.update({alias: sd[canon] for alias, canon in self._aliases.items() if canon in sd})
         return sd
 
@@ -428,8 +509,20 @@ class Trainer:
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Strict: the keys must be exactly state_dict()'s (a tied parameter's
         other names may be left out), with the same shapes.  Nothing changes
-        unless every entry is valid."""
+        unless every entry is valid.  State frozen in an input stage must come
+        back unchanged."""
         self._live()
+        if self.input_stage is not None and self._stage_frozen:
+            rest = {}
+            for key, value in state_dict.items():
+                if self._frozen_in_stage(key) is not None:
+                    self._check_stage_value(key, value)
+                else:
+                    rest[key] = value
+            missing = [n for n in self._stage_frozen if n not in state_dict]
+            if missing:
+                raise PockError("load_state_dict: missing keys: " + ", ".join(map(repr, missing)))
+            state_dict = rest
         wanted = [t for t in self.tensors if t.kind in ("param", "buffer")]
         names = {t.name for t in wanted}
         aliases = {a: self._tensor_by_name[c] for a, c in self._aliases.items() if c in names}
@@ -525,6 +618,8 @@ class Trainer:
             if self._handle is not None:
                 self._lib.pock_close(self._handle)
                 self._handle = None
+                if self.input_stage is not None:
+                    self.input_stage.close()
 
     def __enter__(self) -> "Trainer":
         self._live()
@@ -541,4 +636,5 @@ class Trainer:
 
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else f"{len(self.tensors)} state tensors"
-        return f"<pockengine.Trainer {self.model_name!r} ({state}) from {str(self.lib_path)!r}>"
+        stage = "" if self.input_stage is None else f", prefix on {self.input_stage.name}"
+        return f"<pockengine.Trainer {self.model_name!r} ({state}{stage}) from {str(self.lib_path)!r}>"

@@ -151,7 +151,7 @@ POCK_API pock_status pock_set_num_threads(pock_trainer* t, int32_t n);
  *
  * pock_profile_enable(t, 1) starts with zeroed counters (or keeps the current
  * ones if already on); pock_profile_enable(t, 0) stops and frees them, so read
- * the entries first.  Turn profiling off before pock_close.  Models generated
+ * the entries first; pock_close frees them too.  Models generated
  * before the profiler have no node table: enabling fails with
  * POCK_ERR_INVALID_ARGUMENT and pock_profile_count returns 0. */
 typedef struct pock_node_profile {

@@ -115,6 +115,14 @@ void rms_norm_bwd(const float* dy, const float* x, const float* rstd, const floa
 void swiglu_fwd(const float* gate, const float* up, float* y, i64 n);
 void swiglu_bwd(const float* dy, const float* gate, const float* up, float* dgate, float* dup, i64 n);
 
+// ---------------------------------------------------------------- rope.cpp
+// y = x * cos + rotate_half(x) * sin over rows of D (x, y [outer, rep, inner]; cos, sin
+// [outer if cos_outer else 1, inner], broadcast over rep); backward: dx from dy (the transpose).
+void rope_fwd(const float* x, const float* cos, const float* sin, float* y, i64 outer, i64 rep, i64 inner, i64 D,
+              i64 cos_outer);
+void rope_bwd(const float* dy, const float* cos, const float* sin, float* dx, i64 outer, i64 rep, i64 inner, i64 D,
+              i64 cos_outer);
+
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
 void layer_norm_fwd(const float* x, const float* w, const float* b, float* y, float* mean, float* rstd,

@@ -14,6 +14,10 @@ struct PockCtx {
   uint64_t seed;      // dropout RNG seed for this step
   int32_t num_threads;
   int32_t updates_done;  // optimizer updates this step has run (the non-finite guard's report)
+  // The trainer's own per-call state, set by pock_api.cpp from its pock_trainer
+  // (no global registry: the generated step reads them from here).
+  struct PockProfile* profile;  // this trainer's counters while profiling, else nullptr
+  void* backend;                // what the model's backend_open returned (e.g. the Vulkan device), or nullptr
 };
 
 struct PockStateTensor {  // a tensor living in ctx->state
@@ -79,10 +83,12 @@ struct PockModel {
   // (which leave it zero-initialised) still build: nullptr means the step
   // carries no profiling hooks.
   const PockNodeTable* step_nodes;
-  // Opens the accelerator backends the step uses (e.g. the Vulkan device);
-  // pock_open fails with its status (POCK_ERR_BACKEND naming what is missing).
-  // nullptr: CPU only.
-  pock_status (*backend_open)(void);
+  // Opens the accelerator backends the step uses (e.g. the Vulkan device) and
+  // sets *state to the handle the step finds in ctx->backend; pock_open fails
+  // with its status (POCK_ERR_BACKEND naming what is missing).  nullptr: CPU only.
+  pock_status (*backend_open)(void** state);
+  // Releases what backend_open gave this trainer (pock_close); nullptr: nothing to release.
+  void (*backend_close)(void* state);
 };
 
 extern "C" const PockModel* pock_compiled_model();
@@ -96,8 +102,8 @@ extern "C" const PockModel* pock_compiled_model();
 // so with profiling off a node costs one predictable branch, and nothing in a
 // step allocates either way (the counters are allocated by pock_profile_enable).
 struct PockProfile;
-// The profile of the trainer `ctx` belongs to, or nullptr when it is not being
-// profiled (one relaxed atomic load when no trainer is).
+// The profile of the trainer `ctx` belongs to (ctx->profile), or nullptr when it
+// is not being profiled.
 PockProfile* pock_profile_begin(const PockCtx* ctx);
 int64_t pock_profile_now();  // monotonic nanoseconds
 // Add now - t0 to node `node`'s time and return now.

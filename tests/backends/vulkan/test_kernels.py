@@ -6,6 +6,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pockengine as pe
+from models import Rotary
 from vk_helpers import check_vulkan_op, needs_vulkan
 
 pytestmark = needs_vulkan
@@ -70,3 +71,27 @@ def test_sgd_and_adamw_updates_over_steps():
         lin = nn.Linear(6, 4)
         check_vulkan_op(lambda x, lin: lin(x), r(5, 6), modules=(lin,), optimizer=opt, steps=3,
                         ops=("sgd_update",) if isinstance(opt, pe.SGD) else ("adamw_update",))
+
+
+class _RMSNorm(nn.Module):  # Llama's RMSNorm, fp32 upcast included (passes/fuse_norm.py fuses it)
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(1.0 + 0.1 * r(d, seed=5)), eps
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(x.dtype)
+
+
+def test_fused_rms_norm_and_swiglu():
+    norm, gate, up = _RMSNorm(20), nn.Linear(20, 70, bias=False), nn.Linear(20, 70, bias=False)
+    check_vulkan_op(lambda x, norm, gate, up: F.silu(gate(norm(x))) * up(norm(x)), r(2, 3, 20),
+                    modules=(norm, gate, up), ops=("rms_norm", "rms_norm_bwd", "swiglu", "swiglu_bwd"),
+                    rtol=2e-5, atol=2e-6)
+
+
+def test_fused_rope():
+    rot = Rotary(d=24, heads=3, kv_heads=1, T=5, per_batch=True)
+    check_vulkan_op(lambda x, rot: rot(x), r(2, 5, 24), modules=(rot,), ops=("rope", "rope_bwd"), rtol=2e-5,
+                    atol=2e-6)

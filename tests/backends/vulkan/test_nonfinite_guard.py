@@ -5,12 +5,17 @@ late gradient leaves weights and optimizer state bit-identical and the next good
 a trainer that never saw the bad batch.  exact_skip=False: each update's own gradient is
 checked before it runs (its segment split there); nothing NaN ever reaches the state.
 (Before: the Vulkan step had no guard at all and every case below poisoned the weights.)"""
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
 
 import pockengine as pe
-from test_reliability import Guarded, assert_same, guard_batch, snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "trainer"))
+from test_reliability import Guarded, assert_same, guard_batch, snapshot  # noqa: E402
 from vk_helpers import needs_vulkan, on_vulkan
 
 pytestmark = needs_vulkan

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import TORCH_OPS, FrozenPrefix, PrefixTrainer, split_prefix
+from ..passes.prefix import TORCH_OPS, FrozenPrefix, PrefixRunner, split_prefix
 from ..platforms.socs import get_soc
 from . import Backend, Device, register
 from .onnx_export import export_onnx
@@ -200,7 +200,8 @@ class HtpRunner:
 
 def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, precision: str = "fp16",
                           calibration=None):
-    """The step with its frozen prefix on the HTP and the rest on `other_backends` (a Trainer-like object).
+    """The step with its frozen prefix on the HTP and the rest on `other_backends`: the suffix's
+    Trainer with a PrefixRunner over the HTP session as its input stage.
 
     With no frozen prefix to move, the step is built on the other backends alone."""
     prefix, suffix = split_prefix(prog)
@@ -215,7 +216,8 @@ def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, p
         manifest = prefix.manifest(files={"onnx": str(built["onnx"]), "context": str(built["context"]),
                                           "context_binary": str(built["binary"])}, soc=_htp_soc(soc),
                                    precision=precision, runtime="onnxruntime-qnn")
-    trainer = PrefixTrainer(prog, prefix, _build_suffix(suffix, other_backends, out_dir), runner, backend="htp")
+    trainer = _build_suffix(suffix, other_backends, out_dir)
+    trainer.use_input_stage(PrefixRunner(prog, prefix, trainer.step_inputs, runner, name="htp"))
     trainer.prefix_manifest = manifest
     trainer.htp = built
     return trainer

@@ -296,6 +296,64 @@ def _ln_bwd(e, n):           # dx per row; dw, db per column
     return out
 
 
+@emitter("rms_norm")
+def _rms(e, n):              # y = w * (x * r); saves r per row
+    x, w = n.inputs
+    y, rstd = n.outputs
+    _f32(x, w)
+    rows, cols = _rows_cols(x, 1)
+    push = [0, e.w(x), e.w(w), e.w(y), e.w(rstd), rows, cols, fbits(n.attrs["eps"]), NONE, NONE]
+    return [Dispatch("rms_norm", grid(rows), push)]
+
+
+@emitter("rms_norm_bwd")
+def _rms_bwd(e, n):          # dx per row; dw per column
+    dy, x, rstd, w = n.inputs
+    dx, dw = n.outputs
+    rows, cols = _rows_cols(x, 1)
+    base = [e.w(x), e.w(w), e.w(dx), e.w(rstd), rows, cols, 0, e.w(dy), e.w(dw)]
+    out = []
+    if dx is not None:
+        out.append(Dispatch("rms_norm", grid(rows), [1, *base]))
+    if dw is not None:
+        out.append(Dispatch("rms_norm", grid(cols), [2, *base]))
+    return out
+
+
+@emitter("swiglu")
+def _swiglu(e, n):           # y = silu(gate) * up
+    gate, up = n.inputs
+    _f32(gate, up)
+    return [Dispatch("swiglu", grid(_n(gate)), [0, e.w(gate), e.w(up), e.w(n.outputs[0]), _n(gate), NONE, NONE, NONE])]
+
+
+@emitter("swiglu_bwd")
+def _swiglu_bwd(e, n):       # dgate, dup from dy, gate, up
+    dy, gate, up = n.inputs
+    dgate, dup = n.outputs
+    return [Dispatch("swiglu", grid(_n(gate)), [1, e.w(gate), e.w(up), NONE, _n(gate), e.w(dy), e.w(dgate),
+                                                 e.w(dup)])]
+
+
+def _rope_dispatch(e, mode, n, a, out):
+    x, cos, sin = n.inputs[0], n.inputs[1], n.inputs[2]
+    _f32(a, cos, sin)
+    at = n.attrs
+    D = x.shape[-1]
+    return [Dispatch("rope", grid(_n(x) // 2), [mode, e.w(a), e.w(cos), e.w(sin), e.w(out), at["outer"], at["rep"],
+                                                at["inner"], D, at["cos_outer"]])]
+
+
+@emitter("rope")
+def _rope(e, n):             # y = x * cos + rotate_half(x) * sin
+    return _rope_dispatch(e, 0, n, n.inputs[0], n.outputs[0])
+
+
+@emitter("rope_bwd")
+def _rope_bwd(e, n):         # dx = dy * cos + rotate_half^T(dy * sin); inputs (dy, cos, sin)
+    return _rope_dispatch(e, 1, n, n.inputs[0], n.outputs[0])
+
+
 def ce_dispatch(mode, count, logits, target, out, N, C, a, dloss=NONE, err=NONE):
     push = [mode, logits, target, out, N, C, ibits(a["ignore_index"]), fbits(a["label_smoothing"]), dloss, err]
     return Dispatch("cross_entropy", (1, 1, 1) if mode == 0 else grid(count), push)

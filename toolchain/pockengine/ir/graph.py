@@ -57,9 +57,9 @@ class Node:
 
     @property
     def mutates(self) -> list[Value]:
-        from .ops import OPS
+        from ..ops.record import REGISTRY
 
-        return [self.inputs[i] for i in OPS[self.op].mutates if self.inputs[i] is not None]
+        return [self.inputs[i] for i in REGISTRY[self.op].mutates if self.inputs[i] is not None]
 
     @property
     def out(self) -> Value:
@@ -142,7 +142,7 @@ class Graph:
         """Append a node; output shapes come from the op table. `wanted[i] =
         False` leaves optional output i absent (None). Returns the outputs
         (a single Value when the op has one output)."""
-        from .ops import infer
+        from ..ops.record import infer
 
         attrs = dict(attrs or {})
         specs = infer(op, list(inputs), attrs)

@@ -6,8 +6,9 @@ produces, and the layers' own gradients read their inputs, not their outputs."""
 from __future__ import annotations
 
 from ..ir.graph import Graph, Node
+from ..ops import REGISTRY
 
-FUSABLE = {"linear", "conv2d", "batch_norm_train", "batch_norm_eval"}
+FUSABLE = {name for name, r in REGISTRY.items() if r.act_epilogue}  # kernels with an Act epilogue
 
 
 def _epilogue(n: Node) -> str | None:

@@ -4,9 +4,12 @@ the fp32 upcast casts already dropped by the frontend) becomes one `rms_norm` no
 gradient is one `rms_norm_bwd` (kernels/rms_norm.cpp): one pass over x instead of six,
 and none of the intermediates saved for the backward. Likewise `silu(gate) * up` (SwiGLU MLPs)
 becomes one `swiglu` node (kernels/swiglu.cpp) with `swiglu_bwd`, when gate and up are both
-linear outputs (the MLP pattern). Neither fused op has a Vulkan shader yet: in a Vulkan step
-they run as CPU nodes."""
+linear outputs (the MLP pattern), and rotary embeddings (`x * cos + rotate_half(x) * sin` with
+compile-time cos/sin tables) one `rope` node (kernels/rope.cpp) with `rope_bwd`. RMSNorm and
+SwiGLU also have Vulkan shaders (shaders/rms_norm.comp, shaders/swiglu.comp)."""
 from __future__ import annotations
+
+import math
 
 from ..ir.graph import Graph, Node
 
@@ -91,4 +94,104 @@ def fuse_swiglu(g: Graph) -> Graph:
     return g
 
 
-__all__ = ["fuse_rms_norm", "fuse_swiglu"]
+def rope_layout(x_shape, c_shape):
+    """(outer, rep, inner, cos_outer) of the rope kernel (kernels/rope.cpp) for x of x_shape and cos/sin
+    of c_shape broadcast to it: x = [outer, rep, inner] with cos covering `inner` exactly, constant
+    over `rep` and either equal to x over `outer` (cos_outer 1) or constant over it (0); None if
+    the broadcast has another form."""
+    n = len(x_shape)
+    if len(c_shape) > n:
+        return None
+    c = (1,) * (n - len(c_shape)) + tuple(c_shape)
+    k = n
+    while k > 0 and (c[k - 1] == x_shape[k - 1] or x_shape[k - 1] == 1):  # inner: where cos follows x
+        k -= 1
+    j = k
+    while j > 0 and c[j - 1] == 1:  # rep: where cos is broadcast
+        j -= 1
+    lead = list(zip(x_shape[:j], c[:j]))
+    if any(cv != xv for xv, cv in lead):
+        return None
+    prod = lambda dims: math.prod(dims) if dims else 1  # noqa: E731
+    outer, rep, inner = prod(x_shape[:j]), prod(x_shape[j:k]), prod(x_shape[k:])
+    if n - k < 1 or inner % x_shape[-1]:
+        return None
+    return outer, rep, inner, int(prod(c[:j]) > 1)
+
+
+def _slice_of(v, x, start, end):
+    p = v.producer
+    return p is not None and p.op == "slice" and p.inputs[0] is x and p.attrs["dim"] in (-1, len(x.shape) - 1) \
+        and p.attrs["start"] == start and p.attrs["end"] == end and p.attrs.get("step", 1) == 1
+
+
+def _table(v) -> bool:
+    """A cos/sin table computed at compile time (passes/const_eval.py) or a buffer: nothing trains it."""
+    return v is not None and v.producer is None and v.kind in ("const", "buffer") and v.dtype == "f32"
+
+
+def _match_rope(cat: Node, users, g: Graph):
+    """cat(-x[..., h:], x[..., :h]) * sin + x * cos (either operand order), each intermediate read once."""
+    if cat.op != "cat" or cat.phase != "forward" or len(cat.inputs) != 2:
+        return None
+    neg, lo = cat.inputs
+    if neg is None or neg.producer is None or neg.producer.op != "neg" or lo is None or lo.producer is None:
+        return None
+    x = lo.producer.inputs[0] if lo.producer.op == "slice" else None
+    if x is None or x.dtype != "f32" or not x.shape or cat.attrs["dim"] not in (-1, len(x.shape) - 1):
+        return None
+    D = x.shape[-1]
+    h = D // 2
+    if D % 2 or not _slice_of(lo, x, 0, h) or not _slice_of(neg.producer.inputs[0], x, h, D):
+        return None
+    chain = [lo.producer, neg.producer.inputs[0].producer, neg.producer, cat]
+    for v in (lo, neg.producer.inputs[0], neg, cat.outputs[0]):
+        if len(users.get(id(v), [])) != 1 or v in g.outputs:
+            return None
+    mul_s = users[id(cat.outputs[0])][0]
+    if mul_s.op != "mul" or mul_s.phase != "forward":
+        return None
+    sin = _other(mul_s, cat.outputs[0])
+    us = users.get(id(mul_s.outputs[0]), [])
+    if not _table(sin) or len(us) != 1 or us[0].op != "add" or mul_s.outputs[0] in g.outputs:
+        return None
+    add = us[0]
+    xc = _other(add, mul_s.outputs[0])
+    mul_c = xc.producer if xc is not None else None
+    if mul_c is None or mul_c.op != "mul" or mul_c.phase != "forward" or len(users.get(id(xc), [])) != 1 \
+            or xc in g.outputs:
+        return None
+    cos = _other(mul_c, x)
+    if not _table(cos) or cos.shape != sin.shape or add.outputs[0].shape != x.shape:
+        return None
+    layout = rope_layout(x.shape, cos.shape)
+    if layout is None:
+        return None
+    return x, cos, sin, [*chain, mul_s, mul_c, add], layout
+
+
+def fuse_rope(g: Graph) -> Graph:
+    """Rotary position embeddings (`apply_rotary_pos_emb` with `rotate_half`) -> one `rope` node
+    (kernels/rope.cpp) whose gradient is one `rope_bwd`: no slices, negation, cat or products saved."""
+    users = g.users()
+    drop, place = set(), {}
+    for n in g.nodes:
+        if id(n) in drop:
+            continue
+        m = _match_rope(n, users, g)
+        if m is None:
+            continue
+        x, cos, sin, chain, (outer, rep, inner, cos_outer) = m
+        add = chain[-1]
+        y = add.outputs[0]
+        fused = Node("rope", [x, cos, sin], [y], {"outer": outer, "rep": rep, "inner": inner,
+                                                  "cos_outer": cos_outer}, add.source, "forward")
+        y.producer = fused
+        drop.update(id(c) for c in chain)
+        place[id(add)] = fused
+    if place:
+        g.nodes = [place.get(id(n), n) for n in g.nodes if id(n) not in drop or id(n) in place]
+    return g
+
+
+__all__ = ["fuse_rms_norm", "fuse_rope", "fuse_swiglu", "rope_layout"]

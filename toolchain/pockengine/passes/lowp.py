@@ -14,9 +14,11 @@ tables) and every trained tensor and optimizer state stay fp32.
 from __future__ import annotations
 
 from ..ir.graph import Graph
+from ..ops import REGISTRY
 from ..quant import Q4_BLOCK, quantize
 
-DEQUANT_USES = {("linear", 1), ("linear_bwd_input", 1), ("embedding", 0)}
+# (op, input) pairs whose kernel reads a low-precision frozen weight (the records' lowp_inputs)
+DEQUANT_USES = {(name, i) for name, r in REGISTRY.items() for i in r.lowp_inputs}
 
 
 def _uses(g: Graph) -> dict[str, set]:

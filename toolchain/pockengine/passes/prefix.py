@@ -13,7 +13,7 @@ A prefix node is a forward node that
   - reads only model inputs, frozen state and other prefix outputs,
   - writes no state and draws no random numbers (train-mode BatchNorm and
     dropout stop it), and
-  - has a torch function in `TORCH_OPS` (so the prefix exports to ONNX and
+  - has a torch reference (its op record's `torch`, `TORCH_OPS` here) (so the prefix exports to ONNX and
     converts with coremltools).
 Nodes that read only frozen state (a slice of a frozen positional table) join
 the prefix only when a prefix node reads them.  The cut values are the prefix
@@ -26,111 +26,22 @@ statistics in inference) the split is a PockError naming the node.
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from ..errors import PockError
 from ..ir.graph import Graph, Node, Value
 from ..ir.verify import verify
+from ..ops import REGISTRY
+from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
 
-_TORCH_DTYPE = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "u8": torch.bool}
-LAYOUT_OPS = {"reshape", "permute", "expand", "slice", "cat", "full"}
+# ops that only move data: a prefix of nothing else is not worth splitting off
+LAYOUT_OPS = {name for name, r in REGISTRY.items() if r.layout}
 
-
-# ---- IR op -> torch function (eval semantics) ------------------------------------------
-def _act(y, a):
-    act = a.get("act")
-    if act == "relu":
-        return F.relu(y)
-    if act == "relu6":
-        return F.hardtanh(y, 0.0, 6.0)
-    return y
-
-
-def _matmul(a, b, attrs):
-    if attrs.get("ta"):
-        a = a.transpose(-1, -2)
-    if attrs.get("tb"):
-        b = b.transpose(-1, -2)
-    return torch.matmul(a, b)
-
-
-def _clamp(x, a):
-    lo, hi = a["lo"], a["hi"]
-    if lo == 0.0 and hi == 6.0:
-        return F.hardtanh(x, 0.0, 6.0)
-    return torch.clamp(x, None if math.isinf(lo) else lo, None if math.isinf(hi) else hi)
-
-
-def _slice(x, a):
-    idx = [slice(None)] * x.dim()
-    idx[a["dim"]] = slice(a["start"], a["end"], a["step"])
-    return x[tuple(idx)]
-
-
-def _avg_pool(x, a):
-    return F.avg_pool2d(x, a["kernel"], a["stride"], a["padding"], a["ceil_mode"],
-                        a.get("count_include_pad", True), a.get("divisor_override") or None)
-
-
-def _sdpa(q, k, v, mask, a):
-    if mask is not None and mask.dtype == torch.uint8:
-        mask = mask.bool()
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=a["causal"], scale=a["scale"])
-
-
-# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes)
-TORCH_OPS = {
-    "linear": (lambda i, a: _act(F.linear(i[0], i[1], i[2]), a), 1),
-    "conv2d": (lambda i, a: _act(F.conv2d(i[0], i[1], i[2], a["stride"], a["padding"], a["dilation"],
-                                          a["groups"]), a), 1),
-    "embedding": (lambda i, a: F.embedding(i[1], i[0]), 1),
-    "batch_norm_eval": (lambda i, a: _act(F.batch_norm(i[0], i[3], i[4], i[1], i[2], False, 0.0, a["eps"]), a), 1),
-    "layer_norm": (lambda i, a: F.layer_norm(i[0], i[0].shape[i[0].dim() - a["normalized_ndim"]:], i[1], i[2],
-                                             a["eps"]), 1),
-    "max_pool2d": (lambda i, a: F.max_pool2d(i[0], a["kernel"], a["stride"], a["padding"], a.get("dilation", 1),
-                                             a["ceil_mode"]), 1),
-    "avg_pool2d": (lambda i, a: _avg_pool(i[0], a), 1),
-    "adaptive_avg_pool2d": (lambda i, a: F.adaptive_avg_pool2d(i[0], a["output_size"]), 1),
-    "relu": (lambda i, a: F.relu(i[0]), 1),
-    "sigmoid": (lambda i, a: torch.sigmoid(i[0]), 1),
-    "tanh": (lambda i, a: torch.tanh(i[0]), 1),
-    "silu": (lambda i, a: F.silu(i[0]), 1),
-    "gelu": (lambda i, a: F.gelu(i[0], approximate="tanh" if a.get("approximate") else "none"), 1),
-    "hardtanh": (lambda i, a: _clamp(i[0], a), 1),
-    "exp": (lambda i, a: torch.exp(i[0]), 1),
-    "log": (lambda i, a: torch.log(i[0]), 1),
-    "sqrt": (lambda i, a: torch.sqrt(i[0]), 1),
-    "rsqrt": (lambda i, a: torch.rsqrt(i[0]), 1),
-    "neg": (lambda i, a: -i[0], 1),
-    "abs": (lambda i, a: torch.abs(i[0]), 1),
-    "reciprocal": (lambda i, a: torch.reciprocal(i[0]), 1),
-    "add_scalar": (lambda i, a: i[0] + a["c"], 1),
-    "mul_scalar": (lambda i, a: i[0] * a["c"], 1),
-    "rsub_scalar": (lambda i, a: a["c"] - i[0], 1),
-    "pow_scalar": (lambda i, a: torch.pow(i[0], a["e"]), 1),
-    "add": (lambda i, a: i[0] + i[1], 1),
-    "sub": (lambda i, a: i[0] - i[1], 1),
-    "mul": (lambda i, a: i[0] * i[1], 1),
-    "div": (lambda i, a: i[0] / i[1], 1),
-    "where": (lambda i, a: torch.where(i[0].bool(), i[1], i[2]), 1),
-    "sum": (lambda i, a: torch.sum(i[0], dim=tuple(a["dims"]), keepdim=bool(a.get("keepdim"))), 1),
-    "mean": (lambda i, a: torch.mean(i[0], dim=tuple(a["dims"]), keepdim=bool(a.get("keepdim"))), 1),
-    "softmax": (lambda i, a: torch.softmax(i[0], a["dim"]), 1),
-    "log_softmax": (lambda i, a: torch.log_softmax(i[0], a["dim"]), 1),
-    "sdpa": (lambda i, a: _sdpa(i[0], i[1], i[2], i[3], a), 1),
-    "matmul": (lambda i, a: _matmul(i[0], i[1], a), 1),
-    "reshape": (lambda i, a: i[0].reshape(tuple(a["shape"])), 1),
-    "permute": (lambda i, a: i[0].permute(*a["perm"]), 1),
-    "expand": (lambda i, a: i[0].expand(*a["shape"]), 1),
-    "slice": (lambda i, a: _slice(i[0], a), 1),
-    "cat": (lambda i, a: torch.cat(list(i), a["dim"]), 1),
-    "full": (lambda i, a: torch.full(tuple(a["shape"]), a["value"], dtype=_TORCH_DTYPE[a.get("dtype", "f32")]), 1),
-}
+# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes):
+# the records' torch references (eval semantics)
+TORCH_OPS = {name: (r.torch, r.torch_outputs) for name, r in REGISTRY.items() if r.torch is not None}
 
 
 # ---- choosing the prefix ---------------------------------------------------------------
@@ -439,7 +350,7 @@ def split_prefix(prog):
     return prefix, suffix
 
 
-# ---- a trainer with the prefix in front ---------------------------------------------------
+# ---- the prefix as a trainer's input stage ---------------------------------------------------
 def torch_runner(prefix: FrozenPrefix):
     """run(arrays) -> arrays: the prefix in PyTorch (the reference every other runner is checked against)."""
     def run(arrays):
@@ -452,159 +363,46 @@ def torch_runner(prefix: FrozenPrefix):
     return run
 
 
-class PrefixTrainer:
-    """trainer.Trainer's Python API over (prefix runner, compiled suffix step).
+class PrefixRunner:
+    """The input stage of a Trainer (trainer.Trainer.use_input_stage) whose step follows a
+    frozen prefix: it runs the prefix on the model's inputs (`run`: the torch reference,
+    backends/htp.HtpRunner on the HTP, ...) and hands the library the inputs the suffix
+    keeps plus the prefix outputs.  The prefix's frozen weights are baked into the prefix
+    model: the trainer lists them in state_dict() and accepts them back only unchanged."""
 
-    Each step/forward runs the prefix on the model's inputs, then the suffix
-    library on the inputs it keeps plus the prefix outputs.  The prefix's
-    frozen weights are baked into the prefix model: state_dict() lists them
-    (they never change) and load_state_dict() accepts them only unchanged.
-    """
-
-    def __init__(self, prog, prefix: FrozenPrefix, suffix_trainer, run_prefix, backend: str = "torch",
-                 on_close=None):
+    def __init__(self, prog, prefix: FrozenPrefix, step_inputs, run, name: str = "torch", on_close=None):
         from ..frontends.torch_export import NUMPY
         from ..trainer import IOInfo
 
-        self.prog, self.prefix, self.suffix = prog, prefix, suffix_trainer
-        self.run_prefix, self.backend, self._on_close = run_prefix, backend, on_close
-        io = lambda v: IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape))  # noqa: E731
-        self.inputs = [io(v) for v in prog.graph.inputs]
-        self.targets = suffix_trainer.targets
-        self.outputs = suffix_trainer.outputs
-        self._frozen = {name: np.array(prog.state[name].data, copy=True) for name in prefix.state_names()
-                        if name not in suffix_trainer._tensor_by_name}
-        self._order = [name for name, v in sorted(prog.state.items(), key=lambda kv: prog.state_offsets[kv[0]])
-                       if v.kind in ("param", "buffer")]
-        self._aliases = dict(prog.aliases)
+        self.prefix, self.run, self.name, self._on_close = prefix, run, name, on_close
+        self.inputs = [IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape)) for v in prog.graph.inputs]
+        self._cut = list(step_inputs)[len(prefix.kept_inputs):]  # the suffix inputs the prefix computes
+        self.frozen = {name: np.array(prog.state[name].data, copy=True) for name in prefix.state_names()}
+        self.order = [name for name, v in sorted(prog.state.items(), key=lambda kv: prog.state_offsets[kv[0]])
+                      if v.kind in ("param", "buffer")]
 
-    def _split(self, inputs):
-        from ..trainer import _input_array
-
-        seq = list(inputs) if isinstance(inputs, (tuple, list)) else [inputs]
-        if len(seq) != len(self.inputs):
-            names = ", ".join(io.name for io in self.inputs)
-            raise PockError(f"expected {len(self.inputs)} inputs ({names}), got {len(seq)}")
-        arrays = [_input_array(v, f"input {i} {io.name!r}", io) for i, (v, io) in enumerate(zip(seq, self.inputs))]
+    def prefix_outputs(self, arrays) -> list[np.ndarray]:
+        """The prefix outputs for the model's input arrays (checked: indices inside their tables)."""
         ins = [arrays[i] for i in self.prefix.input_index]
         self.prefix.check_inputs(ins)
-        outs = self.run_prefix(ins)
-        return [arrays[i] for i in self.prefix.kept_inputs] + [
-            np.ascontiguousarray(o, dtype=np.dtype(io.dtype)).reshape(io.shape)
-            for o, io in zip(outs, self.suffix.inputs[len(self.prefix.kept_inputs):])]
+        return [np.ascontiguousarray(o, dtype=np.dtype(io.dtype)).reshape(io.shape)
+                for o, io in zip(self.run(ins), self._cut)]
 
-    def step(self, inputs, targets) -> float:
-        return self.suffix.step(self._split(inputs), targets)
-
-    def forward(self, inputs):
-        return self.suffix.forward(self._split(inputs))
-
-    def prefix_outputs(self, inputs) -> list[np.ndarray]:
-        """What the prefix runner computes for `inputs` (the suffix's extra inputs)."""
-        return self._split(inputs)[len(self.prefix.kept_inputs):]
-
-    def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
-        """The suffix step's per-node profile on the prefix outputs of `inputs`."""
-        return self.suffix.profile(self._split(inputs), targets, steps, warmup)
-
-    # -- state
-    @property
-    def tensors(self):
-        return self.suffix.tensors
-
-    def get_tensor(self, name: str) -> np.ndarray:
-        name = self._aliases.get(name, name)
-        if name in self._frozen:
-            return self._frozen[name].copy()
-        return self.suffix.get_tensor(name)
-
-    def set_tensor(self, name: str, value) -> None:
-        if self._aliases.get(name, name) in self._frozen:
-            self._check_frozen(name, value)
-            return
-        self.suffix.set_tensor(name, value)
-
-    def _check_frozen(self, name, value) -> None:
-        want = self._frozen[self._aliases.get(name, name)]
-        got = value.detach().cpu().numpy() if isinstance(value, torch.Tensor) else np.asarray(value)
-        if got.shape != want.shape or not np.array_equal(got.astype(want.dtype), want):
-            raise PockError(f"state tensor {name!r} is frozen in the prefix run by {self.backend} (its values are "
-                            f"baked into the prefix model); recompile the model to change it")
-
-    def state_dict(self) -> dict[str, np.ndarray]:
-        sd = self.suffix.state_dict()
-        merged = {name: (self._frozen[name].copy() if name in self._frozen else sd[name]) for name in self._order
-                  if name in self._frozen or name in sd}
-        merged.update({k: v for k, v in sd.items() if k not in merged})
-        merged.update({a: merged[c] for a, c in self._aliases.items() if c in merged})
-        return merged
-
-    def load_state_dict(self, state_dict) -> None:
-        rest = {}
-        for key, value in state_dict.items():
-            if self._aliases.get(key, key) in self._frozen:
-                self._check_frozen(key, value)
-            else:
-                rest[key] = value
-        missing = [n for n in self._frozen if n not in state_dict]
-        if missing:
-            raise PockError("load_state_dict: missing keys: " + ", ".join(map(repr, missing)))
-        self.suffix.load_state_dict(rest)
-
-    def save(self, path) -> None:
-        self.suffix.save(path)
-
-    def load(self, path) -> None:
-        self.suffix.load(path)
-
-    @property
-    def learning_rate(self) -> float:
-        return self.suffix.learning_rate
-
-    @learning_rate.setter
-    def learning_rate(self, lr: float) -> None:
-        self.suffix.learning_rate = lr
-
-    @property
-    def step_count(self) -> int:
-        return self.suffix.step_count
-
-    def set_num_threads(self, n: int) -> None:
-        self.suffix.set_num_threads(n)
-
-    @property
-    def model_name(self) -> str:
-        return self.suffix.model_name
-
-    @property
-    def model_hash(self) -> str:
-        return self.suffix.model_hash
-
-    @property
-    def lib_path(self):
-        return self.suffix.lib_path
-
-    @property
-    def closed(self) -> bool:
-        return self.suffix.closed
+    def __call__(self, arrays) -> list[np.ndarray]:
+        return [arrays[i] for i in self.prefix.kept_inputs] + self.prefix_outputs(arrays)
 
     def close(self) -> None:
-        self.suffix.close()
         if self._on_close is not None:
             self._on_close()
             self._on_close = None
 
-    def __enter__(self):
-        if self.closed:
-            self.suffix._live()
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __repr__(self) -> str:
-        return f"<pockengine.PrefixTrainer prefix on {self.backend}, suffix {self.suffix!r}>"
+def PrefixTrainer(prog, prefix: FrozenPrefix, suffix_trainer, run_prefix, backend: str = "torch",  # noqa: N802
+                  on_close=None):
+    """The suffix step's Trainer with the prefix in front (`run_prefix` runs it) as its input stage."""
+    stage = PrefixRunner(prog, prefix, suffix_trainer.step_inputs, run_prefix, backend, on_close)
+    return suffix_trainer.use_input_stage(stage)
 
 
-__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixTrainer", "TORCH_OPS", "frozen_state",
+__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "TORCH_OPS", "frozen_state",
            "torch_runner"]

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
-    compile_objects, runtime_dir, runtime_sources
+    MODEL_OPT, compile_objects, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
 from ..errors import PockError
 from .socs import Soc, get_soc
@@ -76,7 +76,7 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
     prefix_backend, step_backends = split_roles(backends)
     if step_backends != ["cpu"] or any("android" not in get(b).platforms for b in backends):
         prefixes = [b.name for b in registered() if b.role == "prefix" and "android" in b.platforms]
-        others = [b.name for b in registered() if b.role == "step" and b.name != "cpu" and "android" not in b.platforms]
+        others = [b for b in backends if "android" not in get(b).platforms]  # the ones asked for
         raise PockError(f"--platform android builds the step for cpu, optionally with the frozen prefix on "
                         f"{' or '.join(prefixes)}; got --backends {','.join(backends)} "
                         f"({', '.join(others)} on Android is not wired in this version)")
@@ -184,7 +184,8 @@ def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: t
     headers = _digest(sorted(rt.rglob("*.h")))
     model_cpp = Path(model_cpp).resolve()
     jobs = [(src, flags, headers) for src in runtime_sources()]
-    jobs.append((model_cpp, (*flags, "-I", str(model_cpp.parent)), headers))
+    model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
+    jobs.append((model_cpp, (*model_flags, "-I", str(model_cpp.parent)), headers))
     jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool)), headers))
     paths = [str(o) for o in compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")]
     link = (*target_flags, *LINK_FLAGS, f"-Wl,--version-script={EXPORT_MAP}", f"-Wl,-soname,{soname}")

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..build.host import _digest, compile_objects, runtime_dir, runtime_sources
+from ..build.host import MODEL_OPT, _digest, compile_objects, runtime_dir, runtime_sources
 from ..checkpoint import write_initial_checkpoint
 from ..errors import PockError
 from .macho import CPU_ARM64, CPU_X86_64, write_fat
@@ -146,7 +146,10 @@ def compile_ios_objects(sources: list[Path], zig_target: str, arch: str) -> list
     flags = (*FLAGS, "-I", str(rt / "include"), "-I", str(rt))
     headers = _digest(sorted(rt.rglob("*.h")))
     cmd, compiler_id = _compiler(zig_target, arch)
-    return compile_objects([(src, flags, headers) for src in sources], cmd, subdir=f"ios/{zig_target}",
+    model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
+    runtime = {Path(s).resolve() for s in runtime_sources()}
+    jobs = [(src, flags if Path(src).resolve() in runtime else model_flags, headers) for src in sources]
+    return compile_objects(jobs, cmd, subdir=f"ios/{zig_target}",
                            what=f"iOS compilation ({zig_target})", compiler_id=compiler_id)
 
 

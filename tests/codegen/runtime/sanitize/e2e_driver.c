@@ -1,5 +1,5 @@
 /* e2e_driver.c — one compiled model's training step through pock.h, for the
- * ASan/UBSan run of tests/test_reliability_sanitizers.py.  Any model: inputs are
+ * ASan/UBSan run of tests/codegen/test_reliability_sanitizers.py.  Any model: inputs are
  * made from pock_io_info (floats sin(k)/2, integer ids k % 5).  Checks: good
  * steps train; an id of +-10^6 is POCK_ERR_VALUE and a NaN input
  * POCK_ERR_NONFINITE, both with the step count unchanged; forward, save, load.

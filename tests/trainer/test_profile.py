@@ -2,6 +2,8 @@
 pock_profile_* C API and `pock-build --profile`."""
 import collections
 import ctypes
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +17,10 @@ from pockengine.profile import Profile, format_table, summarize
 from pockengine.trainer import Trainer, _NodeProfile
 
 from models import GPT, batches
-from test_cli import SPEC, pock_build
-from test_trainer import TINY, batch as tiny_batch
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cli"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_cli import SPEC, pock_build  # noqa: E402
+from test_trainer import TINY, batch as tiny_batch  # noqa: E402
 
 STEPS = 20
 

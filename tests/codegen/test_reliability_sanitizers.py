@@ -17,7 +17,7 @@ import pockengine as pe
 from pockengine.build.host import build_shared_library
 from pockengine.checkpoint import write_initial_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "codegen" / "runtime" / "sanitize" / "e2e_driver.c"
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 

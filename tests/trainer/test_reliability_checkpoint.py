@@ -18,7 +18,7 @@ from pockengine.checkpoint import read_checkpoint, write_checkpoint
 from pockengine.errors import PockError
 from pockengine.trainer import Trainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "codegen" / "runtime" / "fixtures" / "tiny_model.cpp"
 
 

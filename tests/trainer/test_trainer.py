@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 try:
     import pockengine.trainer  # noqa: F401
 except ImportError:  # not installed: use the checkout

@@ -3,7 +3,7 @@ imports included, read from the source with ast."""
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "toolchain" / "pockengine"
+PACKAGE = Path(__file__).resolve().parents[2] / "toolchain" / "pockengine"
 
 
 def module_name(path: Path) -> str:

@@ -153,7 +153,7 @@ def test_search_update_contract_and_report(tmp_path, capsys):
 def test_cli_search(tmp_path, capsys):
     spec = tmp_path / "spec.py"
     spec.write_text(f"""import sys, torch
-sys.path.insert(0, {os.path.dirname(__file__)!r})
+sys.path.insert(0, {os.path.dirname(os.path.dirname(__file__))!r})
 import pockengine as pe
 from models import MLP, batches
 

@@ -259,6 +259,7 @@ def test_vulkan_build_is_one_artifact(spec_dir, tmp_path):
     (["--backends", "cpu,tpu"], "unknown backend(s) ['tpu']"),
     (["--backends", "vulkan"], "must include 'cpu'"),
     (["--ai-hub"], "no frozen prefix"),
+    (["--backends", "reference,cpu"], "--backends reference builds no library"),
 ])
 def test_flags_in_the_wrong_place_fail_clearly(spec_dir, tmp_path, args, message):
     r = pock_build(f"{spec_dir / 'spec.py'}:make", *args, "--out", tmp_path / "out", cwd=spec_dir)
@@ -270,7 +271,7 @@ def test_host_build_with_htp_records_the_prefix(tmp_path):
     """--backends htp,cpu on the keyboard model with a frozen embedding: the bundle holds
     the prefix's context binary for the SoC and the library is the step after it."""
     pytest.importorskip("onnxruntime_qnn")
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     r = pock_build(f"{root / 'demo-apps/keyboard/model/spec.py'}:make_sparse", "--backends", "htp,cpu",
                    "--soc", "sm8550", "--out", tmp_path / "out", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -286,7 +287,7 @@ def test_host_build_with_htp_records_the_prefix(tmp_path):
 
 
 def test_ai_hub_without_an_account_is_an_error_not_a_wait(tmp_path):
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env_home = tmp_path / "home"  # no ~/.qai_hub/client.ini
     env_home.mkdir()
     r = subprocess.run([sys.executable, "-m", "pockengine.cli", f"{root / 'demo-apps/keyboard/model/spec.py'}:make_sparse",

@@ -1,0 +1,121 @@
+"""The op records (pockengine/ops): each is complete, the old tables are views of the one
+registry, and every kernel a record's CPU call names is declared in pock_kernels.h."""
+import inspect
+import re
+import types
+from pathlib import Path
+
+from pockengine.autodiff.rules import PARTIAL, RULES
+from pockengine.backends.cpu import EMITTERS
+from pockengine.ir.ops import INPLACE, OPS, TRANSFER_OPS
+from pockengine.ops import REGISTRY, OpRecord, get
+from pockengine.passes.prefix import LAYOUT_OPS, TORCH_OPS
+from pockengine.program import FLOAT_ONLY_OPS
+
+HEADER = Path(__file__).resolve().parents[2] / "codegen" / "runtime" / "include" / "pock_kernels.h"
+
+# Forward ops without a torch reference: a frozen prefix (HTP, Core ML) stops at them. Giving
+# one a reference lets the prefix take it in: a decision to make, not a default.
+NO_TORCH_REFERENCE = {
+    "batch_norm_train": "computes batch statistics and writes the running ones",
+    "dropout": "draws random numbers",
+    "lstm": "not in the prefix's ONNX export yet", "gru": "not in the prefix's ONNX export yet",
+    "rms_norm": "not in the prefix's ONNX export yet", "swiglu": "not in the prefix's ONNX export yet",
+    "compare": "integer bookkeeping", "cast": "integer bookkeeping", "cumsum": "integer bookkeeping",
+    "cos": "rotary tables are constants", "sin": "rotary tables are constants",
+    "sum_to": "only in backward passes",
+    "cross_entropy": "a loss", "nll_loss": "a loss", "mse_loss": "a loss",
+}
+
+
+def test_each_record_is_registered_under_its_name():
+    assert len(REGISTRY) > 90
+    for name, r in REGISTRY.items():
+        assert isinstance(r, OpRecord) and r.name == name and callable(r.infer) and callable(r.flops), name
+        assert get(name) is r
+
+
+def test_every_op_has_a_gradient_rule_or_is_declared_non_differentiable():
+    for name, r in REGISTRY.items():
+        assert (r.grad is not None) == r.differentiable, name
+        assert not r.partial or r.grad is not None, name
+    not_differentiable = {name for name, r in REGISTRY.items() if not r.differentiable}
+    assert not_differentiable == ({op for op in REGISTRY if "_bwd" in op}
+                                  | {"assign", "sgd_update", "adamw_update", *TRANSFER_OPS})
+
+
+def test_every_forward_op_has_a_torch_reference_or_a_reason():
+    for name, r in REGISTRY.items():
+        if r.differentiable and name not in NO_TORCH_REFERENCE:
+            assert r.torch is not None, f"{name} has no torch reference (or add it to NO_TORCH_REFERENCE)"
+        if name in NO_TORCH_REFERENCE:
+            assert r.torch is None, f"{name} has a torch reference now: take it out of NO_TORCH_REFERENCE"
+        assert r.torch_outputs >= 1, name
+
+
+def test_every_op_but_the_transfers_has_a_cpu_call():
+    for name, r in REGISTRY.items():
+        assert (r.cpu is None) == r.transfer, name
+
+
+def test_the_old_tables_are_views_of_the_registry():
+    assert OPS is REGISTRY
+    assert RULES == {n: r.grad for n, r in REGISTRY.items() if r.grad}
+    assert PARTIAL == {n: set(r.partial) for n, r in REGISTRY.items() if r.partial}
+    assert EMITTERS == {n: r.cpu for n, r in REGISTRY.items() if r.cpu}
+    assert TORCH_OPS == {n: (r.torch, r.torch_outputs) for n, r in REGISTRY.items() if r.torch}
+    assert INPLACE == {n: r.inplace for n, r in REGISTRY.items() if r.inplace}
+    assert set(FLOAT_ONLY_OPS) == {n for n, r in REGISTRY.items() if r.float_only}
+    assert LAYOUT_OPS == {n for n, r in REGISTRY.items() if r.layout}
+    for name, r in REGISTRY.items():  # in-place and mutated inputs exist; a view aliases input 0
+        assert all(i >= 0 for i in r.inplace + r.mutates), name
+        assert not (r.view and r.inplace), name
+
+
+def _sources(fn, seen) -> list[str]:
+    """The source of fn and of the ops-package functions it calls or builds on (closures)."""
+    if id(fn) in seen or not isinstance(fn, types.FunctionType) or not fn.__module__.startswith("pockengine.ops"):
+        return []
+    seen.add(id(fn))
+    text = inspect.getsource(fn)
+    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):  # pk::{op}_fwd made by a factory
+        if isinstance(cell.cell_contents, str):
+            text = text.replace("{" + var + "}", cell.cell_contents)
+    out = [text]
+    codes = [fn.__code__]
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+        out += [c for c in code.co_consts if isinstance(c, str)]  # f-string pieces (a lambda's source may be cut)
+        for name in code.co_names:
+            out += _sources(fn.__globals__.get(name), seen)
+    return out
+
+
+def test_every_kernel_a_cpu_call_names_is_declared_in_pock_kernels_h():
+    declared = set(re.findall(r"\b([A-Za-z_]\w*)\s*[({<]", HEADER.read_text())) | set(
+        re.findall(r"\b(?:enum class|struct|using)\s+(\w+)", HEADER.read_text()))
+    named = {}
+    for name, r in REGISTRY.items():
+        if r.cpu is None:
+            continue
+        text = "\n".join(_sources(r.cpu, set())).replace("{n.op}", name)
+        kernels = set()
+        for k in re.findall(r"pk::(\w+(?:\{suffix\})?)", text):
+            kernels |= {k.replace("{suffix}", ""), k.replace("{suffix}", "_act")} if "{suffix}" in k else {k}
+        named[name] = kernels
+    missing = {op: sorted(k - declared) for op, k in named.items() if k - declared}
+    assert missing == {}
+    assert sorted(op for op, k in named.items() if not k) == ["assign", "reshape"]  # memcpy; a view
+    assert {"linear_fwd", "linear_fwd_act", "layer_norm_fwd", "relu_fwd", "add_scalar", "first_bad_index",
+            "strided_copy", "reduce_sum", "sgd_update"} <= set().union(*named.values())
+
+
+def test_the_vulkan_backends_ops_are_registered_ops():
+    """Vulkan keeps its own per-node emitters and shader op codes (backends/vulkan*.py); each
+    names an op of the registry (gelu's tanh form has its own code)."""
+    from pockengine.backends.vulkan_dispatch import EMITTERS as VULKAN
+    from pockengine.backends.vulkan_ops import BINARY, POINTWISE
+
+    assert set(VULKAN) <= set(REGISTRY), sorted(set(VULKAN) - set(REGISTRY))
+    assert {op.replace("gelu_tanh", "gelu") for op in POINTWISE} | set(BINARY) <= set(VULKAN)
