@@ -139,6 +139,30 @@ void run_linear_act(Case& c) {
   pk::linear_fwd_act(c.f("x"), c.f("w"), c.opt("b"), c.output("y", {M, N}), M, N, K, static_cast<pk::Act>(c.pi(3)));
 }
 
+// p: M N K dtype (pk::LowpDtype); x dy "q" (the stored codes as floats: bf16/f16 bit patterns,
+// int8 values, q4 bytes) scale? b? -> y (forward, bias) dx (input gradient)
+void run_lowp(Case& c) {
+  i64 M = c.pi(0), N = c.pi(1), K = c.pi(2);
+  const auto dt = static_cast<pk::LowpDtype>(c.pi(3));
+  const Tensor& q = c.get("q");
+  std::vector<uint16_t> h;
+  std::vector<int8_t> i8;
+  std::vector<uint8_t> u8;
+  const void* w;
+  if (dt == pk::LowpDtype::BF16 || dt == pk::LowpDtype::F16) {
+    for (float v : q.data) h.push_back(static_cast<uint16_t>(v));
+    w = h.data();
+  } else if (dt == pk::LowpDtype::I8) {
+    for (float v : q.data) i8.push_back(static_cast<int8_t>(v));
+    w = i8.data();
+  } else {
+    for (float v : q.data) u8.push_back(static_cast<uint8_t>(v));
+    w = u8.data();
+  }
+  pk::linear_fwd_lowp(c.f("x"), w, dt, c.opt("scale"), c.opt("b"), c.output("y", {M, N}), M, N, K, pk::Act::None);
+  pk::linear_bwd_input_lowp(c.f("dy"), w, dt, c.opt("scale"), c.output("dx", {M, K}), M, N, K);
+}
+
 // p[0..16): N C H W O KH KW OH OW stride_h stride_w pad_h pad_w dil_h dil_w groups
 pk::Conv2dParams conv_params(const Case& c) {
   return {c.pi(0), c.pi(1), c.pi(2),  c.pi(3),  c.pi(4),  c.pi(5),  c.pi(6),  c.pi(7),
@@ -379,7 +403,7 @@ void run_embedding(Case& c) {
 }
 
 const std::map<std::string, std::function<void(Case&)>> kKernels = {
-    {"gemm", run_gemm},           {"linear", run_linear},
+    {"gemm", run_gemm},           {"linear", run_linear},         {"lowp", run_lowp},
     {"linear_act", run_linear_act}, {"conv2d", run_conv2d},
     {"conv2d_act", run_conv2d_act}, {"layer_norm", run_layer_norm},
     {"batch_norm", run_batch_norm}, {"batch_norm_act", run_batch_norm_act},

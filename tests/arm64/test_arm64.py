@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import math
 import struct
 import sys
@@ -130,6 +131,23 @@ def linear_cases():
         y = F.linear(x, w, b)
         y = y.relu() if act == 1 else y.clamp(0, 6)
         yield "linear_act", [M, N, K, act], {"x": x, "w": w, "b": b}, {"y": y}
+
+
+def lowp_cases():
+    """Low-precision frozen weights (lowp.cpp): panels of 12 columns on NEON cut q4's 32-blocks."""
+    from pockengine.quant import dequantize, quantize
+    rng = np.random.default_rng(5)
+    for (M, N, K), dt in itertools.product([(5, 17, 64), (13, 30, 96), (1, 3, 288)], ["bf16", "f16", "i8", "q4"]):
+        w = (rng.standard_normal((N, K)) * K**-0.5).astype(np.float32)
+        q, scale = quantize(w, dt)
+        wd = dequantize(q, dt, scale).astype(np.float64)
+        codes = q.view(np.uint16) if dt == "f16" else q
+        x, dy, b = rng.standard_normal((M, K)), rng.standard_normal((M, N)), rng.standard_normal(N)
+        x, dy, b = (a.astype(np.float32).astype(np.float64) for a in (x, dy, b))
+        ins = {"x": x, "dy": dy, "q": codes.astype(np.float64), "b": b}
+        if scale is not None:
+            ins["scale"] = np.asarray(scale, np.float64).reshape(-1)
+        yield "lowp", [M, N, K, {"bf16": 0, "f16": 1, "i8": 2, "q4": 3}[dt]], ins, {"y": x @ wd.T + b, "dx": dy @ wd}
 
 
 CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
@@ -408,7 +426,7 @@ def data_cases():
 def kernel_cases():
     """{case name: (inputs, expected)}; case names are "<family>.<i>"."""
     cases, count = {}, {}
-    for gen in (gemm_cases, linear_cases, conv2d_cases, norm_cases, softmax_loss_cases, sdpa_cases, rnn_cases,
+    for gen in (gemm_cases, linear_cases, lowp_cases, conv2d_cases, norm_cases, softmax_loss_cases, sdpa_cases, rnn_cases,
                 optimizer_cases, data_cases):
         for family, params, ins, exp in gen():
             i = count[family] = count.get(family, -1) + 1

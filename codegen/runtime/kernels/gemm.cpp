@@ -1,24 +1,33 @@
 // gemm.cpp — pk::gemm, a cache-blocked single-precision GEMM.
 //
-// Design (no heap allocation; bounded stack buffers):
-//   * C is cut into units of [rows x NC columns]; units run on pk::parallel_for
-//     (large products only: small ones stay on the calling thread).
-//   * Within a unit, for each depth block of KC: op(B)[KC x NC] is packed into
-//     NR-wide column panels (zero-padded), then every MR-row strip of op(A) is
-//     multiplied into the C tiles.  op(A) is read in place when it is row-major
-//     or column-major (only edge strips and reader-produced operands are
-//     packed), so A costs no packing traffic at all.
+// Design:
+//   * C is cut into units of [rows x nc columns] (nc up to kNCMax, so a packed
+//     kKC x nc block of op(B) stays in L2 and each operand streams through
+//     memory about once); units run on pk::parallel_for (large products only:
+//     small ones stay on the calling thread), cut finer on several threads.
+//   * Within a unit, for each depth block of kKC: op(B)[kKC x nc] is packed into
+//     kNR-wide column panels (zero-padded; a transposed op(B), e.g. x @ w^T, is
+//     packed through kT x kT register transposes, simd.h), then every strip of
+//     up to kMR rows of op(A) is multiplied into the C tiles.  op(A) is read in
+//     place when it is row-major or column-major (only reader-produced and
+//     strided operands are packed), so A costs no packing traffic at all.
+//     The packed block lives in a per-thread buffer allocated on first use.
 //   * Small M with a row-major op(B) reads B in place too (each element is used
 //     once or twice, packing would cost more than it saves), and small M with a
 //     transposed op(B) (x @ w^T, e.g. an LSTM's recurrent step) uses dot
 //     products along the contiguous K of both operands instead of packing B.
-//   * The micro-kernel keeps an MR x NR tile of C in vector registers.  It is
-//     written once over the vector type of simd.h, chosen at compile time: AVX-512
-//     (__AVX512F__), AVX2+FMA (__AVX2__ && __FMA__), NEON (__aarch64__), or a
-//     portable C++ struct of 4 floats that compiles everywhere.
+//   * The micro-kernel keeps an R x kNR tile of C in vector registers (R = kMR,
+//     or the rows left at the bottom edge: an edge strip computes no padding
+//     rows).  It is written once over the vector type of simd.h, chosen at
+//     compile time: AVX-512 (__AVX512F__), AVX2+FMA (__AVX2__ && __FMA__), NEON
+//     (__aarch64__), or a portable C++ struct of 4 floats that compiles everywhere.
 //   * The store applies beta, then (last depth block) an optional bias per
 //     column and a relu/relu6 epilogue, so linear_fwd_act needs no extra pass.
+//   * Every element of C is the same chain of FMAs over k (blocks of kKC, in
+//     order) whatever the tiling and the thread count: results do not depend
+//     on the number of threads.
 #include <cstring>
+#include <vector>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
@@ -43,11 +52,12 @@ constexpr int kMR = 4, kNV = 2;  // 8 accumulators
 constexpr int kNR = kNV * kW;  // micro-tile: kMR rows x kNR columns
 #ifndef PK_GEMM_KC  // block sizes (overridable for tuning)
 #define PK_GEMM_KC 256
-#define PK_GEMM_NC 64
+#define PK_GEMM_NC 512
 #endif
-constexpr i64 kKC = PK_GEMM_KC;                          // depth of one packed block
-constexpr i64 kNC = (PK_GEMM_NC + kNR - 1) / kNR * kNR;  // columns of B per packed block
-static_assert((kNC + kMR) * kKC * sizeof(float) <= 96 * 1024, "packing buffers must stay small (stack)");
+constexpr i64 kKC = PK_GEMM_KC;                                         // depth of one packed block
+constexpr i64 kNCMax = PK_GEMM_NC / kNR > 0 ? PK_GEMM_NC / kNR * kNR : kNR;  // most columns of B per block
+// Several threads: columns are cut down to this width before rows are cut.
+constexpr i64 kNCMinSplit = 4 * kNR;
 // Work below this many multiply-adds stays on the calling thread.
 constexpr i64 kParallelMinFlops = i64(1) << 20;
 // Up to this many rows, a row-major op(B) is read in place (not packed).
@@ -106,26 +116,39 @@ inline void store_row(float* c, const V* acc, int nr, i64 col, bool first, bool 
 }
 
 // ------------------------------------------------------------ micro-kernel
-// C[0:mr, 0:nr] (row stride ldc) <- acc = op(A)[0:kMR, 0:kc] @ Bpanel[0:kc, 0:kNR].
-// kRows: op(A)(r, k) at a[r*ars + k] (row-major strip, read in place);
+// C[0:R, 0:nr] (row stride ldc) <- acc = op(A)[0:R, 0:kc] @ Bpanel[0:kc, 0:kNR].
+// kRowMode: op(A)(r, k) at a[r*ars + k] (row-major strip, read in place);
 // otherwise at a[k*acs + r] (a packed panel, acs = kMR, or column-major op(A)).
 // b: the panel, row k at b + k*ldb (ldb = kNR when packed).
-template <bool kRows>
+template <bool kRowMode, int R>
 void micro_kernel(i64 kc, const float* __restrict a, i64 ars, i64 acs, const float* __restrict b, i64 ldb,
-                  float* __restrict c, i64 ldc, int mr, int nr, i64 col, bool first, bool last, const Epi& e) {
-  V acc[kMR][kNV];
-  for (int r = 0; r < kMR; ++r)
+                  float* __restrict c, i64 ldc, int nr, i64 col, bool first, bool last, const Epi& e) {
+  V acc[R][kNV];
+  for (int r = 0; r < R; ++r)
     for (int v = 0; v < kNV; ++v) acc[r][v] = vzero();
+  // row mode: rows in halves of up to 6 from two bases, so the addresses need
+  // few index registers (base + {0, 1, 2, 4} * ars, 3 * ars, 5 * ars)
+  const float* a_hi = a + (R > 6 ? 6 : 0) * ars;
   for (i64 k = 0; k < kc; ++k) {
     V bv[kNV];
     for (int v = 0; v < kNV; ++v) bv[v] = vload(b + k * ldb + v * kW);
 #pragma GCC unroll 16
-    for (int r = 0; r < kMR; ++r) {
-      const V ar = vbcast(kRows ? a[r * ars + k] : a[k * acs + r]);
+    for (int r = 0; r < R; ++r) {
+      const V ar = vbcast(kRowMode ? (r < 6 ? a : a_hi)[(r < 6 ? r : r - 6) * ars + k] : a[k * acs + r]);
       for (int v = 0; v < kNV; ++v) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < mr; ++r) store_row(c + r * ldc, acc[r], nr, col, first, last, e);
+  for (int r = 0; r < R; ++r) store_row(c + r * ldc, acc[r], nr, col, first, last, e);
+}
+
+// micro_kernel for a strip of `rows` (1..kMR) rows.
+template <bool kRowMode, int R = kMR>
+inline void micro_rows(int rows, i64 kc, const float* a, i64 ars, i64 acs, const float* b, i64 ldb, float* c, i64 ldc,
+                       int nr, i64 col, bool first, bool last, const Epi& e) {
+  if constexpr (R > 1) {
+    if (rows < R) return micro_rows<kRowMode, R - 1>(rows, kc, a, ars, acs, b, ldb, c, ldc, nr, col, first, last, e);
+  }
+  micro_kernel<kRowMode, R>(kc, a, ars, acs, b, ldb, c, ldc, nr, col, first, last, e);
 }
 
 // ------------------------------------------------------------ operands
@@ -149,21 +172,11 @@ void pack_b_panel(const MatView& b, i64 k0, i64 kc, i64 j0, i64 cols, float* __r
     for (i64 k = 0; k < kc; ++k)
       for (int v = 0; v < kNV; ++v) vstore(out + k * kNR + v * kW, vload(src + k * b.rs + v * kW));
   } else if (b.rs == 1) {
-    // op(B) stored transposed ([N, K]): column j is a contiguous row of B.
-    // Read runs of 8 contiguous k per column so each source line is used fully.
-    const float* src = b.base + k0 + j0 * b.cs;
-    i64 k = 0;
-    for (; k + 8 <= kc; k += 8) {
-      for (i64 j = 0; j < cols; ++j) {
-        const float* s = src + j * b.cs + k;
-        float* d = out + k * kNR + j;
-        for (int kk = 0; kk < 8; ++kk) d[kk * kNR] = s[kk];
-      }
-    }
-    for (; k < kc; ++k)
-      for (i64 j = 0; j < cols; ++j) out[k * kNR + j] = src[j * b.cs + k];
+    // op(B) stored transposed ([N, K]): column j is a contiguous row of B;
+    // kT x kT tiles are transposed in registers.
+    transpose_copy(b.base + k0 + j0 * b.cs, b.cs, kc, cols, out, kNR);
     if (cols < kNR)
-      for (k = 0; k < kc; ++k)
+      for (i64 k = 0; k < kc; ++k)
         for (i64 j = cols; j < kNR; ++j) out[k * kNR + j] = 0.0f;
   } else {
     for (i64 k = 0; k < kc; ++k)
@@ -186,11 +199,11 @@ struct ViewOps {
   // op(A) strip [i0, i0+rows) x [k0, k0+kc): in place when possible, else packed into buf.
   // Returns the pointer and sets the strides and mode for micro_kernel.
   const float* a_strip(i64 i0, i64 rows, i64 k0, i64 kc, float* buf, i64& ars, i64& acs, bool& row_mode) const {
-    if (rows == kMR && a.cs == 1) {
+    if (a.cs == 1) {
       row_mode = true, ars = a.rs, acs = 1;
       return a.base + i0 * a.rs + k0;
     }
-    if (rows == kMR && a.rs == 1) {
+    if (a.rs == 1) {
       row_mode = false, ars = 1, acs = a.cs;
       return a.base + i0 + k0 * a.cs;
     }
@@ -211,9 +224,6 @@ struct ReaderOps {
   const void *at_ctx, *b_ctx;
   const float* a_strip(i64 i0, i64 rows, i64 k0, i64 kc, float* buf, i64& ars, i64& acs, bool& row_mode) const {
     read_at(at_ctx, k0, kc, i0, rows, buf, kMR);
-    if (rows < kMR)
-      for (i64 k = 0; k < kc; ++k)
-        for (i64 r = rows; r < kMR; ++r) buf[k * kMR + r] = 0.0f;
     row_mode = false, ars = 1, acs = kMR;
     return buf;
   }
@@ -227,15 +237,38 @@ struct ReaderOps {
   }
 };
 
+// op(A) a strided view, op(B) produced by a reader (e.g. a low-precision weight
+// dequantized while it is packed, lowp.cpp).
+struct ViewReaderOps {
+  ViewOps view;
+  BlockReadFn read_b;
+  const void* b_ctx;
+  const float* a_strip(i64 i0, i64 rows, i64 k0, i64 kc, float* buf, i64& ars, i64& acs, bool& row_mode) const {
+    return view.a_strip(i0, rows, k0, kc, buf, ars, acs, row_mode);
+  }
+  bool b_direct(i64) const { return false; }
+  const float* b_direct_ptr(i64, i64, i64&) const { return nullptr; }
+  void b_panel(i64 k0, i64 kc, i64 j0, i64 cols, float* out) const {
+    ReaderOps{nullptr, read_b, nullptr, b_ctx}.b_panel(k0, kc, j0, cols, out);
+  }
+};
+
+// The packed block of op(B) (kKC x kNCMax floats): one buffer per thread, made on first use.
+float* b_pack_buffer() {
+  thread_local std::vector<float> buf;
+  if (buf.empty()) buf.resize(static_cast<size_t>(kKC * kNCMax) + 16);
+  return buf.data();
+}
+
 // ------------------------------------------------------------ blocked product
-// C[rows m0..m1, cols n0..n1] of C = op(A) @ op(B) (+ epilogue); n1 - n0 <= kNC.
+// C[rows m0..m1, cols n0..n1] of C = op(A) @ op(B) (+ epilogue); n1 - n0 <= kNCMax.
 template <class Ops>
 void gemm_unit(const Ops& ops, float* c, i64 ldc, i64 m0, i64 m1, i64 n0, i64 n1, i64 K, bool direct_b,
                const Epi& e) {
-  alignas(64) float b_pack[kNC * kKC];
+  float* b_pack = b_pack_buffer();
   alignas(64) float a_pack[kMR * kKC];
-  const float* bp[kNC / kNR];
-  i64 ldb[kNC / kNR];
+  const float* bp[kNCMax / kNR];
+  i64 ldb[kNCMax / kNR];
   const i64 npanels = (n1 - n0 + kNR - 1) / kNR;
   for (i64 k0 = 0; k0 < K; k0 += kKC) {
     const i64 kc = K - k0 < kKC ? K - k0 : kKC;
@@ -251,7 +284,7 @@ void gemm_unit(const Ops& ops, float* c, i64 ldc, i64 m0, i64 m1, i64 n0, i64 n1
       }
     }
     for (i64 i0 = m0; i0 < m1; i0 += kMR) {
-      const i64 rows = m1 - i0 < kMR ? m1 - i0 : kMR;
+      const int rows = static_cast<int>(m1 - i0 < kMR ? m1 - i0 : kMR);
       i64 ars, acs;
       bool row_mode;
       const float* ap = ops.a_strip(i0, rows, k0, kc, a_pack, ars, acs, row_mode);
@@ -260,10 +293,9 @@ void gemm_unit(const Ops& ops, float* c, i64 ldc, i64 m0, i64 m1, i64 n0, i64 n1
         const int nr = static_cast<int>(n1 - j0 < kNR ? n1 - j0 : kNR);
         float* ct = c + i0 * ldc + j0;
         if (row_mode)
-          micro_kernel<true>(kc, ap, ars, acs, bp[p], ldb[p], ct, ldc, static_cast<int>(rows), nr, j0, first, last, e);
+          micro_rows<true>(rows, kc, ap, ars, acs, bp[p], ldb[p], ct, ldc, nr, j0, first, last, e);
         else
-          micro_kernel<false>(kc, ap, ars, acs, bp[p], ldb[p], ct, ldc, static_cast<int>(rows), nr, j0, first, last,
-                              e);
+          micro_rows<false>(rows, kc, ap, ars, acs, bp[p], ldb[p], ct, ldc, nr, j0, first, last, e);
       }
     }
   }
@@ -395,20 +427,33 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
       }
     return;
   }
-  const i64 ncb = (N + kNC - 1) / kNC;  // column blocks
   const int threads = M * N * K >= kParallelMinFlops ? num_threads() : 1;
-  i64 nrb = 1;                          // row blocks
-  if (threads > 1 && ncb < 2 * threads) {
-    nrb = (2 * threads + ncb - 1) / ncb;
-    const i64 max_rb = (M + 4 * kMR - 1) / (4 * kMR);  // at least ~4 strips each
-    if (nrb > max_rb) nrb = max_rb < 1 ? 1 : max_rb;
+  // Column blocks of nc (a multiple of kNR, at most kNCMax) and row blocks of
+  // whole strips. Several threads: about 4 units per thread (parallel_for's
+  // chunks), from narrower column blocks first (down to kNCMinSplit), then from
+  // row blocks of at least 2 strips (each row block packs its own B).
+  const i64 strips = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
+  i64 ncb = (N + kNCMax - 1) / kNCMax, nrb = 1;
+  if (threads > 1) {
+    const i64 want = 4 * threads;
+    if (ncb < want) {
+      const i64 most = (N + kNCMinSplit - 1) / kNCMinSplit;
+      ncb = ncb > (want < most ? want : most) ? ncb : (want < most ? want : most);
+    }
+    if (ncb < want) {
+      nrb = (want + ncb - 1) / ncb;
+      const i64 max_rb = strips / 2 < 1 ? 1 : strips / 2;
+      if (nrb > max_rb) nrb = max_rb;
+    }
   }
-  const i64 strips = (M + kMR - 1) / kMR;
+  const i64 pnc = (panels + ncb - 1) / ncb;  // panels per column block
+  ncb = (panels + pnc - 1) / pnc;
+  const i64 nc = pnc * kNR;
   auto run = [&](i64 u0, i64 u1) {
     for (i64 u = u0; u < u1; ++u) {
       const i64 cb = u / nrb, rb = u % nrb;
       const i64 m0 = strips * rb / nrb * kMR, m1 = strips * (rb + 1) / nrb * kMR;
-      const i64 n0 = cb * kNC, n1 = N - n0 < kNC ? N : n0 + kNC;
+      const i64 n0 = cb * nc, n1 = N - n0 < nc ? N : n0 + nc;
       gemm_unit(ops, c, ldc, m0, m1 < M ? m1 : M, n0, n1, K, direct_b, e);
     }
   };
@@ -466,6 +511,15 @@ void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, c
                   i64 ldc, i64 M, i64 N, i64 K, bool accumulate) {
   gemm_core(ReaderOps{read_at, read_b, at_ctx, b_ctx}, C, ldc, M, N, K,
             Epi{accumulate ? 1.0f : 0.0f, nullptr, Act::None}, false);
+}
+
+// op(A) a strided view (as gemm_strided), op(B) [K, N] from a reader (read_b
+// fills out[k*ld + j] for a block; it may be called from several threads at
+// once): C = op(A) @ op(B) + beta*C, then bias (nullable) and act per tile.
+void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, const void* b_ctx, float* C, i64 ldc,
+                      i64 M, i64 N, i64 K, float beta, const float* bias, Act act) {
+  gemm_core(ViewReaderOps{ViewOps{MatView{A, a_rs, a_cs}, MatView{nullptr, 0, 0}}, read_b, b_ctx}, C, ldc, M, N, K,
+            Epi{beta, bias, act}, false);
 }
 }  // namespace detail
 

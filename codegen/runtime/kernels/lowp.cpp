@@ -8,29 +8,32 @@
 //         scale[(n * K / 32 + block) * 2 + {0, 1}]; a row is K / 2 bytes, byte j of a block
 //         holds q[j] (low nibble) and q[j + 16] (high nibble)
 //
-// The weight is never materialised in fp32 as a whole: the products run over
-// panels of output channels, each panel dequantized into a per-thread scratch
-// buffer (kPanelFloats floats, allocated once per thread on first use) and
-// multiplied by gemm.cpp. Dequantization is exact (every format widens to fp32
-// without rounding), so a torch model holding the rounded weights in fp32 is
-// the reference. The forward applies bias and the fused activation per panel.
+// The weight is never materialised in fp32: gemm.cpp packs op(B) block by block
+// through a reader (gemm_view_reader) that dequantizes the rows it packs, so the
+// dequantization rides on the packing pass the fp32 product makes anyway (the
+// forward's w^T panels go through register transposes, simd.h). Dequantization
+// is exact (every format widens to fp32 without rounding; q4 rounds q * d, then
+// the + m, never one FMA), so a torch model holding the rounded weights in fp32
+// is the reference. The forward applies bias and the fused activation per tile.
 #include <cstring>
-#include <vector>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "simd.h"
+#if defined(__F16C__)
+#include <immintrin.h>
+#endif
 
 namespace pk {
 namespace detail {
-void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                  i64 M, i64 N, i64 K, bool accumulate);
-void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
-                           i64 ldc, i64 M, i64 N, i64 K, const float* bias, Act act);
+using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
+void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, const void* b_ctx, float* C, i64 ldc,
+                      i64 M, i64 N, i64 K, float beta, const float* bias, Act act);
 }  // namespace detail
 
 namespace {
 
-constexpr i64 kPanelFloats = i64(1) << 16;  // 256 KiB of dequantized weight per panel
+using namespace simd;
 
 inline float bf16_to_f32(uint16_t h) {
   const uint32_t bits = static_cast<uint32_t>(h) << 16;
@@ -63,56 +66,124 @@ inline float f16_to_f32(uint16_t h) {
   return f;
 }
 
-// out[r, 0:K] = dequant(w row n0 + r), r < rows
-void dequant_rows(const void* w, LowpDtype dt, const float* scale, i64 n0, i64 rows, i64 K, float* out) {
-  auto run = [&](i64 r0, i64 r1) {
-    for (i64 r = r0; r < r1; ++r) {
-      const i64 n = n0 + r;
-      float* o = out + r * K;
-      if (dt == LowpDtype::BF16) {
-        const uint16_t* src = static_cast<const uint16_t*>(w) + n * K;
-        for (i64 k = 0; k < K; ++k) o[k] = bf16_to_f32(src[k]);
-      } else if (dt == LowpDtype::F16) {
-        const uint16_t* src = static_cast<const uint16_t*>(w) + n * K;
-        for (i64 k = 0; k < K; ++k) o[k] = f16_to_f32(src[k]);
-      } else if (dt == LowpDtype::I8) {
-        const int8_t* src = static_cast<const int8_t*>(w) + n * K;
-        const float s = scale[n];
-        for (i64 k = 0; k < K; ++k) o[k] = static_cast<float>(src[k]) * s;
-      } else {  // Q4
-        const uint8_t* src = static_cast<const uint8_t*>(w) + n * (K / 2);
-        const float* dm = scale + n * (K / 32) * 2;
-        for (i64 b = 0; b < K / 32; ++b) {
-          const float d = dm[2 * b], m = dm[2 * b + 1];
-          for (int j = 0; j < 16; ++j) {
-            const uint8_t byte = src[b * 16 + j];
-            // two roundings, as quant.dequantize: the product is a statement of its own so no
-            // compiler contracts it with the add into an FMA
-            const float lo = static_cast<float>(byte & 15) * d;
-            const float hi = static_cast<float>(byte >> 4) * d;
-            o[b * 32 + j] = lo + m;
-            o[b * 32 + j + 16] = hi + m;
-          }
-        }
-      }
+// Keeps x a rounded value of its own (no FMA may absorb the operation that made it).
+inline void opaque(V& x) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  asm("" : "+x"(x.v));
+#elif defined(__aarch64__)
+  asm("" : "+w"(x.v));
+#else
+  asm volatile("" : : "r"(&x) : "memory");
+#endif
+}
+
+// q4 block b (32 values from 16 bytes) positions [p0, p1) -> out[0, p1 - p0)
+#if defined(__GNUC__)
+#define PK_LOWP_INLINE inline __attribute__((always_inline))
+#else
+#define PK_LOWP_INLINE inline
+#endif
+
+PK_LOWP_INLINE void q4_block(const uint8_t* bytes, float d, float m, int p0, int p1, float* out) {
+  alignas(64) float q[32];
+  if (p0 == 0 && p1 == 32) {
+    for (int j = 0; j < 16; ++j) q[j] = static_cast<float>(bytes[j] & 15);
+    for (int j = 0; j < 16; ++j) q[j + 16] = static_cast<float>(bytes[j] >> 4);
+  } else if (p0 == 0 && p1 == 16) {  // AVX2 panels: half blocks
+    for (int j = 0; j < 16; ++j) q[j] = static_cast<float>(bytes[j] & 15);
+  } else if (p0 == 16 && p1 == 32) {
+    for (int j = 0; j < 16; ++j) q[j + 16] = static_cast<float>(bytes[j] >> 4);
+  } else {
+    for (int j = p0; j < (p1 < 16 ? p1 : 16); ++j) q[j] = static_cast<float>(bytes[j] & 15);
+    for (int j = p0 > 16 ? p0 : 16; j < p1; ++j) q[j] = static_cast<float>(bytes[j - 16] >> 4);
+  }
+  // vectors over [p0, p1) (a panel edge may cut the block: AVX2's 16 and NEON's 12 columns)
+  const V dv = vbcast(d), mv = vbcast(m);
+  int j = p0;
+  for (; j + kW <= p1; j += kW) {
+    V prod = vmul(vload(q + j), dv);
+    opaque(prod);  // two roundings, as quant.dequantize
+    vstore(out + j - p0, vadd(prod, mv));
+  }
+  for (; j < p1; ++j) {
+    volatile float prod = q[j] * d;
+    out[j - p0] = prod + m;
+  }
+}
+
+// out[0:n] = dequant(w)[row, c0 : c0 + n]  (w is [rows, K])
+PK_LOWP_INLINE void dequant_span(const void* w, LowpDtype dt, const float* scale, i64 K, i64 row, i64 c0, i64 n, float* out) {
+  if (dt == LowpDtype::BF16) {
+    const uint16_t* src = static_cast<const uint16_t*>(w) + row * K + c0;
+    for (i64 i = 0; i < n; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
+      std::memcpy(out + i, &bits, 4);
     }
-  };
-  if (rows * K >= (i64(1) << 15))
-    parallel_for(rows, 4, run);
-  else
-    run(0, rows);
+  } else if (dt == LowpDtype::F16) {
+    const uint16_t* src = static_cast<const uint16_t*>(w) + row * K + c0;
+    i64 i = 0;
+#if defined(__F16C__)
+    for (; i + 8 <= n; i += 8)
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i))));
+#endif
+    for (; i < n; ++i) out[i] = f16_to_f32(src[i]);
+  } else if (dt == LowpDtype::I8) {
+    const int8_t* src = static_cast<const int8_t*>(w) + row * K + c0;
+    const float s = scale[row];
+    for (i64 i = 0; i < n; ++i) out[i] = static_cast<float>(src[i]) * s;
+  } else {  // Q4
+    const uint8_t* src = static_cast<const uint8_t*>(w) + row * (K / 2);
+    const float* dm = scale + row * (K / 32) * 2;
+    for (i64 i = 0; i < n;) {
+      const i64 c = c0 + i, b = c / 32;
+      const int p0 = static_cast<int>(c % 32);
+      const int p1 = static_cast<int>(n - i < 32 - p0 ? p0 + (n - i) : 32);
+      q4_block(src + b * 16, dm[2 * b], dm[2 * b + 1], p0, p1, out + i);
+      i += p1 - p0;
+    }
+  }
 }
 
-float* panel_buffer(i64 floats) {
-  thread_local std::vector<float> buf;
-  if (static_cast<i64>(buf.size()) < floats) buf.resize(static_cast<size_t>(floats));
-  return buf.data();
+struct LowpW {
+  const void* w;
+  LowpDtype dt;
+  const float* scale;
+  i64 K;  // row length of w [N, K]
+};
+
+// gemm reader for op(B) = dequant(w)^T ([K, N]): out[k*ld + j] = w[c0 + j, r0 + k].
+// Up to kT rows of w at a time are dequantized into a stack tile, then
+// transposed into place.
+void read_wt(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const LowpW& q = *static_cast<const LowpW*>(ctx);
+  constexpr i64 kSpan = 256;
+  alignas(64) float tile[kT * kSpan];
+  for (i64 j = 0; j < cols; j += kT) {
+    const i64 nj = cols - j < kT ? cols - j : kT;
+    for (i64 k = 0; k < rows; k += kSpan) {
+      const i64 nk = rows - k < kSpan ? rows - k : kSpan;
+      for (i64 t = 0; t < nj; ++t) dequant_span(q.w, q.dt, q.scale, q.K, c0 + j + t, r0 + k, nk, tile + t * kSpan);
+      transpose_copy(tile, kSpan, nk, nj, out + k * ld + j, ld);
+    }
+  }
 }
 
-i64 panel_rows(i64 N, i64 K) {
-  i64 rows = K > 0 ? kPanelFloats / K : N;
-  if (rows < 16) rows = 16;
-  return rows < N ? rows : N;
+// gemm reader for op(B) = dequant(w) ([N, K] read as [K_gemm = N, N_gemm = K]).
+void read_w(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const LowpW& q = *static_cast<const LowpW*>(ctx);
+  switch (q.dt) {  // one loop per format, the format's code inlined into it
+    case LowpDtype::BF16:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::BF16, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+      break;
+    case LowpDtype::F16:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::F16, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+      break;
+    case LowpDtype::I8:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::I8, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+      break;
+    default:
+      for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::Q4, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
+  }
 }
 
 }  // namespace
@@ -120,27 +191,15 @@ i64 panel_rows(i64 N, i64 K) {
 // y[M,N] = act(x[M,K] @ dequant(w)[N,K]^T + b[N])
 void linear_fwd_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
                      i64 M, i64 N, i64 K, Act act) {
-  const i64 P = panel_rows(N, K);
-  float* panel = panel_buffer(P * K);
-  for (i64 n0 = 0; n0 < N; n0 += P) {
-    const i64 rows = N - n0 < P ? N - n0 : P;
-    dequant_rows(w, dt, scale, n0, rows, K, panel);
-    detail::gemm_strided_bias_act(x, K, 1, panel, /*b_rs=*/1, /*b_cs=*/K, y + n0, /*ldc=*/N, M, rows, K,
-                                  b ? b + n0 : nullptr, act);
-  }
+  const LowpW q{w, dt, scale, K};
+  detail::gemm_view_reader(x, K, 1, read_wt, &q, y, N, M, N, K, 0.0f, b, act);
 }
 
-// dx[M,K] = dy[M,N] @ dequant(w)[N,K], summed over panels of N in order
+// dx[M,K] = dy[M,N] @ dequant(w)[N,K]
 void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
                            i64 N, i64 K) {
-  const i64 P = panel_rows(N, K);
-  float* panel = panel_buffer(P * K);
-  for (i64 n0 = 0; n0 < N; n0 += P) {
-    const i64 rows = N - n0 < P ? N - n0 : P;
-    dequant_rows(w, dt, scale, n0, rows, K, panel);
-    detail::gemm_strided(dy + n0, /*a_rs=*/N, /*a_cs=*/1, panel, /*b_rs=*/K, /*b_cs=*/1, dx, /*ldc=*/K, M, K,
-                         rows, /*accumulate=*/n0 > 0);
-  }
+  const LowpW q{w, dt, scale, K};
+  detail::gemm_view_reader(dy, N, 1, read_w, &q, dx, K, M, K, N, 0.0f, nullptr, Act::None);
 }
 
 // y[i, :] = dequant(w)[idx[i], :]  (indices validated by the C API)
@@ -153,7 +212,7 @@ i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const in
       if (idx[i] < 0 || idx[i] >= V)
         std::memset(y + i * D, 0, sizeof(float) * static_cast<size_t>(D));
       else
-        dequant_rows(w, dt, scale, idx[i], 1, D, y + i * D);
+        dequant_span(w, dt, scale, D, idx[i], 0, D, y + i * D);
     }
   };
   if (n * D >= (i64(1) << 15))

@@ -13,12 +13,14 @@
 // integral-valued n in [-254, 254] (two exact power-of-two factors, so a
 // subnormal result comes out right).  vec_math.h builds exp / tanh / erf on them.
 // load_part / store_part move n <= kW floats (a row's tail) in and out of a V.
+// transpose_copy(src, lds, rows, cols, dst, ldd): dst[r*ldd + c] = src[c*lds + r], through
+// kT x kT tiles transposed in registers (AVX 8x8, NEON 4x4; plain copies elsewhere).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
 #elif defined(__aarch64__)
 #include <arm_neon.h>
@@ -187,6 +189,60 @@ inline void store_part(float* p, V v, long long n) {
   float t[kW];
   vstore(t, v);
   std::memcpy(p, t, sizeof(float) * n);
+}
+
+// ------------------------------------------------------------ transposing copy
+#if defined(__AVX2__)
+constexpr int kT = 8;
+// d[r*ld + c] = s[c*ls + r] for an 8 x 8 tile
+inline void transpose_tile(const float* s, long long ls, float* d, long long ld) {
+  const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls), r2 = _mm256_loadu_ps(s + 2 * ls),
+               r3 = _mm256_loadu_ps(s + 3 * ls), r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls),
+               r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
+  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
+               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
+               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+  const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+               u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+               u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+               u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+  _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+#elif defined(__aarch64__)
+constexpr int kT = 4;
+inline void transpose_tile(const float* s, long long ls, float* d, long long ld) {
+  const float32x4_t r0 = vld1q_f32(s), r1 = vld1q_f32(s + ls), r2 = vld1q_f32(s + 2 * ls), r3 = vld1q_f32(s + 3 * ls);
+  const float32x4_t t0 = vtrn1q_f32(r0, r1), t1 = vtrn2q_f32(r0, r1), t2 = vtrn1q_f32(r2, r3), t3 = vtrn2q_f32(r2, r3);
+  vst1q_f32(d, vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2))));
+  vst1q_f32(d + ld, vreinterpretq_f32_f64(vtrn1q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3))));
+  vst1q_f32(d + 2 * ld, vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t0), vreinterpretq_f64_f32(t2))));
+  vst1q_f32(d + 3 * ld, vreinterpretq_f32_f64(vtrn2q_f64(vreinterpretq_f64_f32(t1), vreinterpretq_f64_f32(t3))));
+}
+#else
+constexpr int kT = 4;
+inline void transpose_tile(const float* s, long long ls, float* d, long long ld) {
+  for (int r = 0; r < kT; ++r)
+    for (int c = 0; c < kT; ++c) d[r * ld + c] = s[c * ls + r];
+}
+#endif
+
+inline void transpose_copy(const float* src, long long lds, long long rows, long long cols, float* dst,
+                           long long ldd) {
+  const long long rt = rows / kT * kT, ct = cols / kT * kT;
+  for (long long r = 0; r < rt; r += kT) {
+    for (long long c = 0; c < ct; c += kT) transpose_tile(src + c * lds + r, lds, dst + r * ldd + c, ldd);
+    for (long long c = ct; c < cols; ++c)
+      for (long long i = r; i < r + kT; ++i) dst[i * ldd + c] = src[c * lds + i];
+  }
+  for (long long r = rt; r < rows; ++r)
+    for (long long c = 0; c < cols; ++c) dst[r * ldd + c] = src[c * lds + r];
 }
 
 }  // namespace simd

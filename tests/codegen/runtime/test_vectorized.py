@@ -39,6 +39,8 @@ CHECKS = {
     "layer_norm.cpp": {"layer_norm_fwd": "fma", "layer_norm_bwd": "fma"},
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
     "linear.cpp": {"bias_bwd": "vec"},
+    "gemm.cpp": {"micro_kernel<[^>]*>": "fma", "gemm_dot_rows<[^>]*>": "fma", "gemv_block<[^>]*>": "fma"},
+    "lowp.cpp": {"read_w": "vec", "read_wt": "vec"},
     "lstm.cpp": {r"lstm_fwd|cell_fwd_impl<\w+>": "exp", r"lstm_bwd|cell_bwd_impl<\w+>": "exp"},
     "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
     "conv2d_dw_small.cpp": {"dw_small_fwd|taps_all": "fma", "dw_small_bwd_input": "fma",
