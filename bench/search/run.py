@@ -336,7 +336,8 @@ def run_task(task, steps: int, search_steps: int, seed: int, out: Path) -> dict:
     if third_result is not None:
         schemes.append(("searched, 1/3-memory budget", third_result.update, third_result.lora,
                         fits(third_result.cost, budget.limits())))
-    schemes += [(f"hand: {b.name}", b.update, b.lora, b.fits) for b in result.baselines]
+    schemes += [(f"hand: {b.name}", b.update, b.lora, b.fits) for b in result.baselines
+                if b.fits or b.lora is not None or not task.get("train_fitting_only")]
     rows = train_rows(task, compiler, schemes, batches, steps)
     f = rows["full update"]
     fitting = [r for k, r in rows.items() if k.startswith("hand: ") and r["fits"]]

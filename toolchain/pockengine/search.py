@@ -554,7 +554,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
            population: int = 12, progress: bool = True, compiler: SchemeCompiler | None = None,
            contributions: Contributions | None = None, refine: bool = True, max_seconds: float | None = None,
            max_evaluations: int = 24, cache: bool = True, verify_steps: int | None = None, lora=False,
-           candidates=None, ratios: tuple = RATIOS, baseline_blocks=None) -> SearchResult:
+           candidates=None, ratios: tuple = RATIOS, baseline_blocks=None, baselines=None) -> SearchResult:
     """search_update's work, returning everything the report shows (see the module docstring).
     refine: measure the hand baselines and the additive pick with real steps and refine by
     measured moves (search_baselines); max_seconds bounds the whole search (the contribution
@@ -567,7 +567,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     result's `lora` is then the adapters to compile with (pe.compile(..., update=result.update or
     "none", lora=result.lora)).  candidates (globs) and ratios: the groups of the contribution
     analysis (a large model's search kept small); baseline_blocks: the k of the last-k-blocks
-    baselines (default every k)."""
+    baselines (default every k); baselines: name prefixes of the hand baselines to measure."""
     t0 = time.monotonic()
     if not isinstance(budget, Budget):
         raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
@@ -611,7 +611,8 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
         measured, baselines, chosen = None, [], None
         if refine:
             chosen, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations, progress,
-                                                verify_steps or 3 * evaluator.steps, lora, baseline_blocks)
+                                                verify_steps or 3 * evaluator.steps, lora, baseline_blocks,
+                                                baselines)
             if chosen.fits:
                 best, measured = chosen.scheme, chosen.delta
             else:

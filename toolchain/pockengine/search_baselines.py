@@ -241,12 +241,13 @@ def explicit_lora(compiler, cost, limits: dict, given) -> list[Measured]:
 
 def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float | None,
            max_evaluations: int = 24, progress: bool = True, verify_steps: int | None = None,
-           lora=False, blocks_k=None) -> tuple[Measured, list[Measured]]:
+           lora=False, blocks_k=None, only=None) -> tuple[Measured, list[Measured]]:
     """(the best scheme as measured, the baselines as measured): the incumbent is the best of the
     additive search's `start` and the hand baselines that fit (lora: also LoRA schemes at the same
     memory: True for lora_baselines, or a list of (label, pe.LoRA, update dict)); then measured
     local moves (from a sparse incumbent); then the finalists (the incumbent and the two best
-    fitting baselines) trained again for `verify_steps` steps, the best of them winning."""
+    fitting baselines) trained again for `verify_steps` steps, the best of them winning.
+    only: name prefixes of the hand baselines to use (default all)."""
     from tqdm import tqdm
 
     from .search import cost_of
@@ -259,6 +260,8 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
 
     baselines = []
     for label, upd in hand_baselines(model, compiler, blocks_k).items():
+        if only is not None and not label.startswith(tuple(only)):
+            continue
         scheme = to_scheme(groups, upd)
         if set(upd) <= in_groups:  # measured as the search's own scheme (whole norm groups)
             upd = scheme_update(groups, scheme)
