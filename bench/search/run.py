@@ -466,28 +466,64 @@ def plot(results: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def sensitivity_plot(results: list[dict], path: Path) -> None:
-    """The paper's "which layers matter" finding from our own measurements: per weight layer, the
-    held-out loss drop of updating it alone against the ratio of its input channels updated."""
+def sensitivity_plot(results: list[dict], path: Path, tasks=("lm", "image")) -> None:
+    """The paper's "which layers matter" finding from our own measurements (the transformer and
+    the CNN): left, the held-out loss drop of updating one weight layer alone against the ratio
+    of its input channels updated, coloured by the layer's role in its block, lighter for
+    earlier blocks; right, the drop at ratio 1 per block and role (numbers in the cells), and of
+    the layers outside the blocks."""
+    import re as _re
+
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shown = [r for r in results if r.get("sensitivity")]
+    shown = [r for r in results if r.get("sensitivity") and r["name"] in tasks]
     if not shown:
         return
-    fig, axes = plt.subplots(1, len(shown), figsize=(5.5 * len(shown), 3.8), squeeze=False)
-    for ax, r in zip(axes[0], shown):
-        curves = r["sensitivity"]
-        cmap = plt.get_cmap("viridis")
-        for i, (name, pts) in enumerate(curves.items()):
-            xs, ys = zip(*([(0.0, 0.0)] + pts))
-            ax.plot(xs, ys, marker="o", markersize=3, linewidth=1.1, color=cmap(i / max(len(curves) - 1, 1)),
-                    label=name)
-        ax.set_title(f"{r['name']}: loss drop vs update ratio per layer", fontsize=9)
+    fig, axes = plt.subplots(len(shown), 2, figsize=(12, 4.2 * len(shown)), squeeze=False,
+                             gridspec_kw=dict(width_ratios=[1.15, 1]))
+    palette = plt.get_cmap("tab10")
+    for row, r in zip(axes, shown):
+        inblock, outside = {}, {}
+        for name, pts in r["sensitivity"].items():
+            m = _re.match(r"(?:.*\.)?blocks\.(\d+)\.(.+)\.weight$", name)
+            if m:
+                inblock[(int(m.group(1)), m.group(2))] = pts
+            else:
+                outside[name.removesuffix(".weight")] = pts
+        roles = list(dict.fromkeys(role for _, role in sorted(inblock, key=lambda k: k[0])))
+        nblocks = 1 + max((b for b, _ in inblock), default=0)
+        ax = row[0]
+        for (b, role), pts in sorted(inblock.items(), key=lambda kv: (kv[0][0], roles.index(kv[0][1]))):
+            xs, ys = zip(*([(0.0, 0.0)] + [tuple(p) for p in pts]))
+            ax.plot(xs, ys, marker="o", markersize=3, color=palette(roles.index(role)),
+                    alpha=0.35 + 0.65 * (b + 1) / nblocks, linewidth=0.8 + 1.6 * (b + 1) / nblocks,
+                    label=role if b == nblocks - 1 else None)
+        ax.set_title(f"{r['name']}: held-out loss drop vs ratio updated, one layer at a time "
+                     "(colour: role in the block; darker/thicker: later block)", fontsize=8)
         ax.set_xlabel("ratio of input channels updated")
         ax.set_ylabel("held-out loss drop")
-        ax.legend(fontsize=5, ncol=2)
+        ax.legend(fontsize=7, title="layer in block", title_fontsize=7)
+        full = {k: pts[-1][1] for k, pts in inblock.items()}
+        grid = np.full((len(roles), nblocks), np.nan)
+        for (b, role), v in full.items():
+            grid[roles.index(role), b] = v
+        ax = row[1]
+        extra = list(outside.items())
+        im = ax.imshow(grid, cmap="Blues", aspect="auto")
+        for (i, j), v in np.ndenumerate(grid):
+            if not np.isnan(v):
+                ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=8,
+                        color="white" if v > np.nanmax(grid) * 0.6 else "black")
+        ax.set_xticks(range(nblocks))
+        ax.set_xticklabels([f"block {b}" for b in range(nblocks)], fontsize=8)
+        ax.set_yticks(range(len(roles)))
+        ax.set_yticklabels(roles, fontsize=8)
+        fig.colorbar(im, ax=ax, fraction=0.04)
+        outs = ", ".join(f"{k} {pts[-1][1]:.3f}" for k, pts in extra)
+        ax.set_title(f"{r['name']}: loss drop at ratio 1, per block and layer\noutside the blocks: {outs}",
+                     fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -502,6 +538,8 @@ def main(argv=None) -> int:
                     help="comma-separated from lm, image, keyboard, smollm2 (smollm2: opt-in, the real SmolLM2-135M)")
     ap.add_argument("--merge", action="store_true",
                     help="keep the other tasks' results of an earlier run (results.json) and replace these")
+    ap.add_argument("--merge-from", default=None,
+                    help="a results.json of another run whose tasks are added (e.g. a separate --tasks smollm2 run)")
     ap.add_argument("--out", default=str(HERE))
     args = ap.parse_args(argv)
     torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -515,7 +553,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = [run_task(makers[t](args.quick), steps, 5 if args.quick else 10, args.seed, out)
-               for t in args.tasks.split(",")]
+               for t in args.tasks.split(",") if t]
+    if args.merge_from:
+        extra = json.loads(Path(args.merge_from).read_text())
+        results = [r for r in results if r["name"] not in {x["name"] for x in extra}] + extra
     wall = time.time() - t0
     if args.merge and (out / "results.json").is_file():
         old = [r for r in json.loads((out / "results.json").read_text())

@@ -470,6 +470,9 @@ class _Searcher:
     def cost(self, scheme) -> dict:
         return cost_of(self.compiler.stats(scheme_update(self.groups, scheme)), self.ms_per_flop)
 
+    def cost_of_stats(self, stats: dict) -> dict:
+        return cost_of(stats, self.ms_per_flop)
+
     def value(self, scheme) -> float:
         return sum(self.contrib.delta[(gi, o)] for gi, o in enumerate(scheme) if o)
 

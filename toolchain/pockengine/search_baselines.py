@@ -250,13 +250,9 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
     only: name prefixes of the hand baselines to use (default all)."""
     from tqdm import tqdm
 
-    from .search import cost_of
-
     groups, limits, compiler = searcher.groups, searcher.limits, searcher.compiler
     in_groups = {p for g in groups for p in g.params}
-
-    def cost(stats):
-        return cost_of(stats, searcher.ms_per_flop)
+    cost = searcher.cost_of_stats
 
     baselines = []
     for label, upd in hand_baselines(model, compiler, blocks_k).items():
