@@ -572,6 +572,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     analysis (a large model's search kept small); baseline_blocks: the k of the last-k-blocks
     baselines (default every k); baselines: name prefixes of the hand baselines to measure."""
     t0 = time.monotonic()
+    only = baselines  # (the name is reused below for the measured baselines)
     if not isinstance(budget, Budget):
         raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -614,8 +615,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
         measured, baselines, chosen = None, [], None
         if refine:
             chosen, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations, progress,
-                                                verify_steps or 3 * evaluator.steps, lora, baseline_blocks,
-                                                baselines)
+                                                verify_steps or 3 * evaluator.steps, lora, baseline_blocks, only)
             if chosen.fits:
                 best, measured = chosen.scheme, chosen.delta
             else:
