@@ -1,7 +1,9 @@
-"""Searched update scheme vs the hand baselines vs full update, on three transfer tasks.
+"""Searched update scheme vs the hand baselines vs full update, on four transfer tasks.
 
-    .venv/bin/python bench/search/run.py            # ~5-10 minutes on 2 cores
-    .venv/bin/python bench/search/run.py --quick    # fewer steps, a smoke test
+    .venv/bin/python bench/search/run.py                      # lm, image, keyboard: ~5-10 minutes on 2 cores
+    .venv/bin/python bench/search/run.py --tasks smollm2 --out /tmp/smol   # the real SmolLM2-135M: ~40 min
+    .venv/bin/python bench/search/run.py --tasks "" --merge-from /tmp/smol/results.json  # one report
+    .venv/bin/python bench/search/run.py --quick              # fewer steps, a smoke test
 
 1. keyboard personalization: a word-level 2-layer LSTM LM (demo.py's tokenizer) is pretrained
    (PyTorch, briefly) on the GPL-3 and Apache-2.0 texts of demo-apps/keyboard/data/corpus.txt,
@@ -10,18 +12,22 @@
 2. image transfer: a small MobileNetV2-style CNN is pretrained (PyTorch) on sklearn's 8x8
    handwritten digits 0-4, then transferred to the new classes 5-9 with a fresh 5-way
    classifier (60% of those images train, 40% held out).
-
 3. transformer LM (issue 18's task): a GPT-style LM (2 blocks, d=48, tied embedding) learns a
    deterministic next-token rule from a random init, SGD(lr=0.5, momentum=0.9); budget: its
    frozen weights + 35% of the full update's training overhead.
+4. SmolLM2 personalization (opt-in, smollm2_task.py): the pretrained SmolLM2-135M adapted to the
+   GFDL-1.3 text; a short search (max_seconds) and 8 training steps per scheme.
 
 For the keyboard and image tasks the budget is the full update's frozen weights and buffers plus
-1/3 of its training memory (arena + optimizer state), and half its FLOPs. pe.search_update picks
-the scheme from 16 sample batches of the task's training data (measuring the hand baselines of
-search_baselines.py with the same compiled trainer); then full, searched and every hand baseline
-are each trained for the same number of steps by PockEngine's compiled C++ step on the same
-batch stream, and evaluated on the held-out data. Writes bench/search/results.md,
-results.png, results.json and one search report per task (<task>_report.md + PNGs).
+1/3 of its training memory (arena + optimizer state), and half its FLOPs; for SmolLM2 the same
+without the FLOPs bound. pe.search's scheme is chosen from the sample batches of the task's
+training data, measuring the hand baselines of search_baselines.py (LoRA at the same memory
+among them) with the same compiled trainer. Where the task's budget is not simply 1/3 of full's
+training memory, a second search at that memory-only budget gives the scheme for the ">= 90% of
+full's loss drop at <= 1/3 of its training memory" criterion. Then full, the searched schemes and
+every hand baseline are each trained for the same number of steps by PockEngine's compiled C++
+step on the same batch stream, and evaluated on the held-out data. Writes bench/search/results.md,
+results.png, results.json, sensitivity.png and one search report per task (<task>_report.md + PNGs).
 """
 from __future__ import annotations
 
