@@ -563,7 +563,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     measured moves (search_baselines); max_seconds bounds the whole search (the contribution
     analysis gets at most 60% of it); cache: reuse contribution results of the same model,
     data, optimizer and steps (pock cache dir, search/); verify_steps (default 3 x steps): the
-    finalists (the refined scheme and the two best baselines that fit) are trained again for
+    finalists (the four best measured schemes: refined, baselines that fit, additive pick) are trained again for
     this many steps and the best held-out loss wins, so a scheme that only looks good over a
     short horizon does not.  lora: also LoRA schemes at the same memory as hand baselines (True:
     search_baselines.lora_baselines; or a list of (label, pe.LoRA, sparse update dict)); the

@@ -241,12 +241,13 @@ def explicit_lora(compiler, cost, limits: dict, given) -> list[Measured]:
 
 def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float | None,
            max_evaluations: int = 24, progress: bool = True, verify_steps: int | None = None,
-           lora=False, blocks_k=None, only=None) -> tuple[Measured, list[Measured]]:
+           lora=False, blocks_k=None, only=None, finalists_n: int = 4) -> tuple[Measured, list[Measured]]:
     """(the best scheme as measured, the baselines as measured): the incumbent is the best of the
     additive search's `start` and the hand baselines that fit (lora: also LoRA schemes at the same
     memory: True for lora_baselines, or a list of (label, pe.LoRA, update dict)); then measured
-    local moves (from a sparse incumbent); then the finalists (the incumbent and the two best
-    fitting baselines) trained again for `verify_steps` steps, the best of them winning.
+    local moves (from a sparse incumbent); then the finalists (the `finalists_n` best measured
+    schemes: the incumbent, baselines that fit, the additive pick, refinement moves) trained again
+    for `verify_steps` steps, the best of them winning.
     only: name prefixes of the hand baselines to use (default all)."""
     from tqdm import tqdm
 
@@ -286,8 +287,10 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
         return Measured(name, scheme, upd, searcher.cost(scheme), True, None)
 
     best = sparse("searched", start) if any(start) else None
+    tried = list(todo)  # everything measured: the finalists are the best few of these
     if best is not None:
         best.delta = measure(best)
+        tried.append(best)
     for b in todo:
         if deadline is not None and time.monotonic() > deadline and best is not None:
             break
@@ -307,6 +310,7 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
             evals += 1
             m = sparse("searched", nxt)
             m.delta = measure(m)
+            tried.append(m)
             if m.delta > best.delta + 1e-9:
                 best, improved = m, True
                 break
@@ -315,8 +319,12 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
     bar.close()
     if verify_steps and verify_steps > evaluator.steps and (deadline is None or time.monotonic() < deadline):
         ident = lambda m: (repr(m.lora), tuple(sorted(m.update.items())))  # noqa: E731
-        ranked = sorted((b for b in todo if b.delta is not None and ident(b) != ident(best)), key=lambda b: -b.delta)
-        finalists = [best] + ranked[:2]
+        ranked, seen = [], {ident(best)}
+        for b in sorted((b for b in tried if b.delta is not None), key=lambda b: -b.delta):
+            if ident(b) not in seen:
+                seen.add(ident(b))
+                ranked.append(b)
+        finalists = [best] + ranked[:finalists_n - 1]
         longer = [measure(f, verify_steps) for f in finalists]
         k = max(range(len(finalists)), key=lambda i: (longer[i], i == 0))
         best = finalists[k]
