@@ -213,7 +213,7 @@ def lora_baselines(model: nn.Module, compiler, cost, limits: dict, ranks=LORA_RA
             lora = LoRA(rank=r, alpha=2.0 * r, targets=tuple(n for n, _ in tgt))
             return lora, cost(compiler.lora_program(lora, upd).stats())
 
-        where = " all block linears" if tgt is targets else ""
+        where = (" all block linears" if inside else " all linears") if tgt is targets else ""
         lora, c = at(rs[0])
         if not fits(c, limits):
             out.append(Measured(f"LoRA r={rs[0]}{where}{suffix}", (), dict(upd), c, False, None, lora))
