@@ -120,7 +120,7 @@ def test_max_seconds_and_the_contribution_cache():
 
 
 def test_lora_baselines_at_the_same_memory():
-    """LoRA is a hand baseline at the largest rank of LORA_RANKS that fits (and the next rank up
+    """LoRA is a hand baseline at the largest rank of `ranks` that fits (and the next rank up
     does not), alone, with the biases and norms, with the tail, and on the last block."""
     from pockengine.search import cost_of
     from pockengine.search_baselines import lora_baselines
@@ -131,7 +131,7 @@ def test_lora_baselines_at_the_same_memory():
     compiler = SchemeCompiler(model, x, y)
     full = cost_of(compiler.stats("full"))
     limits = {"memory_bytes": 0.97 * full["memory_bytes"]}
-    got = lora_baselines(model, compiler, cost_of, limits, ranks=(1, 2, 4, 8, 16))
+    got = lora_baselines(model, compiler, cost_of, limits, ranks=(2, 8))
     names = [b.name for b in got]
     assert any(n.endswith("all block linears") for n in names) and any("+ biases/norms" in n for n in names)
     assert any("last block + tail" in n for n in names)
@@ -141,10 +141,12 @@ def test_lora_baselines_at_the_same_memory():
         assert "head" not in b.lora.targets  # the tied output layer is not in a block
         if b.fits:
             assert b.cost["memory_bytes"] <= limits["memory_bytes"]
-            if b.lora.rank < 16:
-                up = pe.LoRA(rank=2 * b.lora.rank, alpha=4.0 * b.lora.rank, targets=b.lora.targets)
-                assert cost_of(compiler.lora_program(up, b.update).stats())["memory_bytes"] > limits["memory_bytes"]
-    assert any(b.fits for b in got)
+    fitting = [b for b in got if b.fits]
+    assert fitting
+    b = fitting[0]
+    if b.lora.rank == 2:  # the next rank up does not fit
+        up = pe.LoRA(rank=8, alpha=16.0, targets=b.lora.targets)
+        assert cost_of(compiler.lora_program(up, b.update).stats())["memory_bytes"] > limits["memory_bytes"]
 
 
 def test_a_lora_scheme_is_measured_by_its_own_compiled_step(tmp_path):
