@@ -182,8 +182,8 @@ def _biases_norms(model: nn.Module, compiler) -> dict[str, float]:
 def lora_baselines(model: nn.Module, compiler, cost, limits: dict, ranks=LORA_RANKS) -> list[Measured]:
     """LoRA at the same memory: adapters on every nn.Linear of the blocks (else every Linear),
     alone, with the biases and norms, or with what follows the blocks; and on the last block's
-    Linears with what follows the blocks.  Each at the largest rank of `ranks` that fits
-    `limits` (alpha = 2 x rank), or at the smallest rank, marked as not fitting.  cost: the
+    Linears with what follows the blocks.  Each at the largest rank of `ranks` (at most half the
+    smallest layer dimension) that fits `limits` (alpha = 2 x rank), or at the smallest rank, marked as not fitting.  cost: the
     cost dict of a Program's stats()."""
     from .lora import LoRA
 
@@ -206,7 +206,7 @@ def lora_baselines(model: nn.Module, compiler, cost, limits: dict, ranks=LORA_RA
         if key in seen or (suffix and not upd):
             continue
         seen.add(key)
-        cap = min(min(m.in_features, m.out_features) for _, m in tgt)
+        cap = max(1, min(min(m.in_features, m.out_features) for _, m in tgt) // 2)  # low rank, not a full update
         rs = [r for r in ranks if r <= cap] or [1]
 
         def at(r):
