@@ -560,8 +560,8 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
            candidates=None, ratios: tuple = RATIOS, baseline_blocks=None, baselines=None) -> SearchResult:
     """search_update's work, returning everything the report shows (see the module docstring).
     refine: measure the hand baselines and the additive pick with real steps and refine by
-    measured moves (search_baselines); max_seconds bounds the whole search (the contribution
-    analysis gets at most 60% of it); cache: reuse contribution results of the same model,
+    measured moves (search_baselines); max_seconds bounds the search (the contribution
+    analysis gets at most 60% of it) except the hand baselines, which are always measured; cache: reuse contribution results of the same model,
     data, optimizer and steps (pock cache dir, search/); verify_steps (default 3 x steps): the
     finalists (the four best measured schemes: refined, baselines that fit, additive pick) are trained again for
     this many steps and the best held-out loss wins, so a scheme that only looks good over a
