@@ -369,6 +369,7 @@ def run_task(task, steps: int, search_steps: int, seed: int, out: Path) -> dict:
             crit is not None and crit["improvement"] >= 0.9 * f["improvement"],
     }
     return dict(name=task["name"], desc=task["desc"], steps=steps, search_steps=search_steps, seed=seed,
+                sample_batches=len(sample),
                 search_seconds=search_s, third_search_seconds=third_s,
                 budget=dict(memory_mb=budget.memory_mb, flops=budget.flops, describe=budget.describe()),
                 third_budget=third.describe(), rows=rows, checks=checks,
@@ -418,7 +419,7 @@ def markdown(results: list[dict], wall_s: float) -> str:
     out.append("")
     for r in results:
         out += [f"## {r['name']}", "", r["desc"] + ".", "",
-                f"Budget: {r['budget']['describe']}; search on 16 sample batches, {r['search_steps']} steps "
+                f"Budget: {r['budget']['describe']}; search on {r.get('sample_batches', 16)} sample batches, {r['search_steps']} steps "
                 f"per candidate, seed {r['seed']}, {r['search_seconds']:.0f} s (search time). Then {r['steps']} "
                 "training steps each.",
                 "", "| scheme | fits budget | held-out loss | loss drop | vs full | top-1 | top-3 | training MiB | "
