@@ -87,7 +87,7 @@ def smollm2_task(quick: bool, held_windows: int = 6):
                 optimizer=pe.AdamW(lr=OPT_LR, weight_decay=0.0), desc=desc, flops_fraction=None,
                 sample_batches=8, steps=4 if quick else 8, restore_training=True, train_fitting_only=True,
                 search=dict(steps=2, candidates=last1, ratios=(1.0,), lora=lora, generations=2, population=6,
-                            max_seconds=600 if quick else 1080, max_evaluations=2,
+                            max_seconds=240, max_evaluations=2,
                             baseline_blocks=(1, 4), baselines=("last 1 ", "last 4 ", "paper rule", "biases")))
 
 
