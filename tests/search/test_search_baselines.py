@@ -117,3 +117,74 @@ def test_max_seconds_and_the_contribution_cache():
     assert not short.contributions.complete and short.cost["memory_bytes"] <= budget.memory_mb * MIB
     with pytest.raises(pe.PockError, match="max_seconds"):
         search(model, data, optimizer=opt, budget=budget, max_seconds=-1, progress=False)
+
+
+def test_lora_baselines_at_the_same_memory():
+    """LoRA is a hand baseline at the largest rank of `ranks` that fits (and the next rank up
+    does not), alone, with the biases and norms, with the tail, and on the last block."""
+    from pockengine.search import cost_of
+    from pockengine.search_baselines import lora_baselines
+
+    torch.manual_seed(0)
+    model = GPT(layers=2)
+    x, y = batches("gpt")[0]
+    compiler = SchemeCompiler(model, x, y)
+    full = cost_of(compiler.stats("full"))
+    limits = {"memory_bytes": 0.97 * full["memory_bytes"]}
+    got = lora_baselines(model, compiler, cost_of, limits, ranks=(2, 8))
+    names = [b.name for b in got]
+    assert any(n.endswith("all block linears") for n in names) and any("+ biases/norms" in n for n in names)
+    assert any("last block + tail" in n for n in names)
+    for b in got:
+        assert b.lora is not None and set(b.lora.targets) <= {n for n, m in model.named_modules()
+                                                              if isinstance(m, torch.nn.Linear)}
+        assert "head" not in b.lora.targets  # the tied output layer is not in a block
+        if b.fits:
+            assert b.cost["memory_bytes"] <= limits["memory_bytes"]
+    fitting = [b for b in got if b.fits]
+    assert fitting
+    b = fitting[0]
+    if b.lora.rank == 2:  # the next rank up does not fit
+        up = pe.LoRA(rank=8, alpha=16.0, targets=b.lora.targets)
+        assert cost_of(compiler.lora_program(up, b.update).stats())["memory_bytes"] > limits["memory_bytes"]
+
+
+def test_a_lora_scheme_is_measured_by_its_own_compiled_step(tmp_path):
+    """Evaluator.lora_delta is the held-out loss drop of pe.compile(..., lora=...) trained on the
+    evaluator's training batches; a search given LoRA schemes keeps the best measured one."""
+    from pockengine.search import Evaluator, split_batches
+
+    torch.manual_seed(0)
+    model, data = GPT(), batches("gpt", n=4)
+    opt = pe.AdamW(lr=1e-2, weight_decay=0.0)
+    lora = pe.LoRA(rank=4, alpha=8, targets=["blocks.*.fc1", "blocks.*.qkv"])
+    compiler = SchemeCompiler(model, *data[0], optimizer=opt)
+    ev = Evaluator(compiler, data, steps=3)
+    try:
+        got = ev.lora_delta(lora, {"ln_f.*": 1.0})
+    finally:
+        ev.close()
+    train, held = split_batches(data)
+    trainer = pe.compile(model, *data[0], update={"ln_f.*": 1.0}, optimizer=opt, lora=lora).build()
+    trainer.save(tmp_path / "start.ckpt")
+    trainer.learning_rate = 0.0  # (a step at lr 0 still moves AdamW's moments: start again after it)
+    base = float(np.mean([trainer.step(*b) for b in held]))
+    trainer.load(tmp_path / "start.ckpt")
+    trainer.learning_rate = 1e-2
+    for i in range(3):
+        trainer.step(*train[i % len(train)])
+    trainer.learning_rate = 0.0
+    want = base - float(np.mean([trainer.step(*b) for b in held]))
+    assert abs(got - want) <= 1e-5 * max(1.0, abs(want)), (got, want)
+
+    full = compiler.stats("full")
+    budget = Budget(memory_mb=(full["arena_bytes"] + full["state_bytes"]) / MIB)
+    r = search(model, data, optimizer=opt, budget=budget, steps=2, progress=False, cache=False,
+               lora=[("lora fc1,qkv + ln_f", lora, {"ln_f.*": 1.0})], baselines=("last ",), generations=1)
+    names = [b.name for b in r.baselines]
+    assert names[-1] == "lora fc1,qkv + ln_f" and len(names) >= 3 and all(n.startswith("last ") for n in names[:-1])
+    measured = [b.delta for b in r.baselines if b.fits and b.delta is not None]
+    assert measured and r.measured_delta >= min(measured)
+    if r.lora is not None:
+        prog = pe.compile(model, *data[0], update=r.update or "none", optimizer=opt, lora=r.lora)
+        assert prog.stats()["arena_bytes"] + prog.stats()["state_bytes"] <= budget.memory_mb * MIB

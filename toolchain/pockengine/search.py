@@ -107,10 +107,21 @@ class Group:
         return {p: self.ratios[option - 1] for p in self.params}
 
 
-def candidate_groups(model: nn.Module) -> list[Group]:
+def candidate_groups(model: nn.Module, ratios: tuple = RATIOS, candidates=None) -> list[Group]:
     """Weights (ratios 1/8..1 of dim 1, distinct slice counts only), biases and norms, in
-    model.named_parameters() order (tied weights once)."""
+    model.named_parameters() order (tied weights once).  candidates: fnmatch globs; only the
+    parameters they match become groups (a large model's search can be kept to its last layers)."""
+    import fnmatch
+
+    ratios = _check_ratios(ratios)
     shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    if candidates is not None:
+        globs = [candidates] if isinstance(candidates, str) else list(candidates)
+        if not globs or not all(isinstance(g, str) for g in globs):
+            raise PockError(f"candidates must be a list of parameter-name globs, got {candidates!r}")
+        shapes = {n: s for n, s in shapes.items() if any(fnmatch.fnmatchcase(n, g) for g in globs)}
+        if not shapes:
+            raise PockError(f"candidates {globs} match no parameter of the model")
     norm_of = {}
     for mname, mod in model.named_modules():
         if isinstance(mod, NORMS):
@@ -128,16 +139,26 @@ def candidate_groups(model: nn.Module) -> list[Group]:
                 groups.append(Group(mname or name, "norm", params, (1.0,)))
             continue
         if len(shape) >= 2 and shape[1] > 1:
-            ratios, ks = [], set()
-            for r in RATIOS:
+            rs, ks = [], set()
+            for r in ratios:
                 k = min(math.ceil(r * shape[1]), shape[1])
                 if k not in ks:
                     ks.add(k)
-                    ratios.append(1.0 if k == shape[1] else r)
-            groups.append(Group(name, "weight", (name,), tuple(ratios)))
+                    rs.append(1.0 if k == shape[1] else r)
+            groups.append(Group(name, "weight", (name,), tuple(rs)))
         else:
             groups.append(Group(name, "weight" if len(shape) >= 2 else "bias", (name,), (1.0,)))
     return groups
+
+
+def _check_ratios(ratios) -> tuple:
+    try:
+        rs = tuple(float(r) for r in ratios)
+    except TypeError:
+        raise PockError(f"ratios must be increasing numbers in (0, 1] ending in 1.0, got {ratios!r}") from None
+    if not rs or rs[-1] != 1.0 or any(not 0 < r <= 1 for r in rs) or list(rs) != sorted(set(rs)):
+        raise PockError(f"ratios must be increasing numbers in (0, 1] ending in 1.0, got {ratios!r}")
+    return rs
 
 
 # -- cost model: compile each scheme from one export -------------------------------------------
@@ -157,6 +178,8 @@ class SchemeCompiler:
         resolve_loss(loss)
         self.loss = loss
         self.name = name or _c_name(type(model).__name__)
+        self.model = model  # LoRA schemes are compiled from it (pe.compile(..., lora=...))
+        self._lora: dict[tuple, Program] = {}
         self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         # frozen by the user (requires_grad=False) stays frozen, as in pe.compile
         self.frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
@@ -188,6 +211,23 @@ class SchemeCompiler:
         if key not in self._stats:
             self._stats[key] = self.program(update).stats()
         return self._stats[key]
+
+
+    @staticmethod
+    def lora_key(lora, update: dict) -> tuple:
+        return (lora.rank, float(lora.alpha), tuple(lora.targets), lora.seed, tuple(sorted(update.items())))
+
+    def lora_program(self, lora, update: dict) -> Program:
+        """pe.compile(model, ..., update=update or "none", lora=lora): a LoRA scheme (adapters
+        beside a sparse update dict), cached."""
+        from .program import compile as pe_compile
+
+        key = self.lora_key(lora, update)
+        if key not in self._lora:
+            self._lora[key] = pe_compile(self.model, self.inputs, self.targets, self.loss, update=dict(update) or "none",
+                                         optimizer=self.optimizer, name=f"{self.name}_lora", lora=lora)
+            self.compiles += 1
+        return self._lora[key]
 
 
 def cost_of(stats: dict, ms_per_flop: float | None = None) -> dict:
@@ -270,6 +310,7 @@ class Evaluator:
         self.base = _eval_loss(self.trainer, self.evalb)
         self.step_s, self.nsteps, self.evaluations = 0.0, 0, 0
         self._cache: dict[tuple, float] = {}
+        self._lora_trainers: dict[tuple, tuple] = {}
 
     def delta(self, update: dict | None, steps: int | None = None) -> float:
         """Held-out loss drop after fine-tuning `update` (None: the full update) for `steps`
@@ -290,12 +331,36 @@ class Evaluator:
             self.evaluations += 1
         return self._cache[key]
 
+    def lora_delta(self, lora, update: dict, steps: int | None = None) -> float:
+        """Held-out loss drop of a LoRA scheme (adapters `lora` beside the sparse `update`)
+        after `steps` steps of its own compiled program, from the same start, on the same
+        batches.  The adapters start at B = 0, so the start loss is the evaluator's."""
+        steps = self.steps if steps is None else steps
+        key = (steps, "lora", self.compiler.lora_key(lora, update))
+        if key not in self._cache:
+            tkey = self.compiler.lora_key(lora, update)
+            if tkey not in self._lora_trainers:
+                trainer = self.compiler.lora_program(lora, update).build()
+                path = os.path.join(self._tmp.name, f"lora{len(self._lora_trainers)}.pockckpt")
+                trainer.save(path)
+                self._lora_trainers[tkey] = (trainer, path)
+            trainer, path = self._lora_trainers[tkey]
+            trainer.load(path)
+            for i in range(steps):
+                trainer.step(*self.train[i % len(self.train)])
+            self._cache[key] = self.base - _eval_loss(trainer, self.evalb)
+            self.evaluations += 1
+        return self._cache[key]
+
     @property
     def ms_per_flop(self) -> float:
         return self.step_s * 1e3 / max(self.nsteps, 1) / max(self.flops_full, 1)
 
     def close(self) -> None:
         self.trainer.close()
+        for trainer, _ in self._lora_trainers.values():
+            trainer.close()
+        self._lora_trainers.clear()
         self._tmp.cleanup()
 
 
@@ -359,6 +424,7 @@ class SearchResult:
     baselines: list = field(default_factory=list)  # search_baselines.Measured, the hand baselines
     seconds: float = 0.0                 # wall time of the search
     cached: bool = False                 # contributions came from the cache
+    lora: object = None                  # pe.LoRA when a LoRA scheme won (update: its sparse part)
 
     def table(self) -> str:
         """Markdown: chosen vs full vs last layer vs the hand baselines (measured loss drops)."""
@@ -376,6 +442,8 @@ class SearchResult:
 
     def describe(self) -> str:
         chosen = ", ".join(f"{n}: {r:g}" for n, r in self.update.items())
+        if self.lora is not None:
+            chosen = f"{chosen}}} + LoRA(rank={self.lora.rank}, targets={list(self.lora.targets)}"
         return (f"searched scheme for budget {self.budget.describe()} (seed {self.seed}):\n  {{{chosen}}}\n"
                 + (f"  measured loss drop {self.measured_delta:.4f}; " if self.measured_delta is not None else "  ")
                 + f"search {self.seconds:.1f} s\n"
@@ -401,6 +469,9 @@ class _Searcher:
 
     def cost(self, scheme) -> dict:
         return cost_of(self.compiler.stats(scheme_update(self.groups, scheme)), self.ms_per_flop)
+
+    def cost_of_stats(self, stats: dict) -> dict:
+        return cost_of(stats, self.ms_per_flop)
 
     def value(self, scheme) -> float:
         return sum(self.contrib.delta[(gi, o)] for gi, o in enumerate(scheme) if o)
@@ -485,16 +556,23 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
            budget: Budget | None = None, seed: int = 0, steps: int = 10, generations: int = 8,
            population: int = 12, progress: bool = True, compiler: SchemeCompiler | None = None,
            contributions: Contributions | None = None, refine: bool = True, max_seconds: float | None = None,
-           max_evaluations: int = 24, cache: bool = True, verify_steps: int | None = None) -> SearchResult:
+           max_evaluations: int = 24, cache: bool = True, verify_steps: int | None = None, lora=False,
+           candidates=None, ratios: tuple = RATIOS, baseline_blocks=None, baselines=None) -> SearchResult:
     """search_update's work, returning everything the report shows (see the module docstring).
     refine: measure the hand baselines and the additive pick with real steps and refine by
-    measured moves (search_baselines); max_seconds bounds the whole search (the contribution
-    analysis gets at most 60% of it); cache: reuse contribution results of the same model,
+    measured moves (search_baselines); max_seconds bounds the search (the contribution
+    analysis gets at most 60% of it) except the hand baselines, which are always measured; cache: reuse contribution results of the same model,
     data, optimizer and steps (pock cache dir, search/); verify_steps (default 3 x steps): the
-    finalists (the refined scheme and the two best baselines that fit) are trained again for
+    finalists (the four best measured schemes: refined, baselines that fit, additive pick) are trained again for
     this many steps and the best held-out loss wins, so a scheme that only looks good over a
-    short horizon does not."""
+    short horizon does not.  lora: also LoRA schemes at the same memory as hand baselines (True:
+    search_baselines.lora_baselines; or a list of (label, pe.LoRA, sparse update dict)); the
+    result's `lora` is then the adapters to compile with (pe.compile(..., update=result.update or
+    "none", lora=result.lora)).  candidates (globs) and ratios: the groups of the contribution
+    analysis (a large model's search kept small); baseline_blocks: the k of the last-k-blocks
+    baselines (default every k); baselines: name prefixes of the hand baselines to measure."""
     t0 = time.monotonic()
+    only = baselines  # (the name is reused below for the measured baselines)
     if not isinstance(budget, Budget):
         raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -509,7 +587,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
             raise PockError("batches must be a non-empty list of (inputs, targets) tuples")
         compiler = SchemeCompiler(model, batches[0][0], batches[0][1], loss, optimizer)
     batches = _check_batches(batches, compiler)
-    groups = [g for g in candidate_groups(model) if not all(p in compiler.frozen for p in g.params)]
+    groups = [g for g in candidate_groups(model, ratios, candidates) if not all(p in compiler.frozen for p in g.params)]
     if not groups:
         raise PockError("the model has no parameters to update")
     limits = budget.limits()
@@ -534,25 +612,31 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
         history: list = []
         if any(best):
             best = s.evolve(best, np.random.default_rng(seed), generations, population, progress, history)
-        measured, baselines = None, []
+        measured, baselines, chosen = None, [], None
         if refine:
-            best, measured, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations,
-                                                        progress, verify_steps or 3 * evaluator.steps)
+            chosen, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations, progress,
+                                                verify_steps or 3 * evaluator.steps, lora, baseline_blocks, only)
+            if chosen.fits:
+                best, measured = chosen.scheme, chosen.delta
+            else:
+                chosen = None
     finally:
         if evaluator is not None:
             evaluator.close()
-    if not any(best):
+    if chosen is None and not any(best):
         raise PockError(f"no option with a positive contribution fits the budget {budget.describe()} "
                         "(every option tried made the sample loss worse); try more sample batches or steps")
-    update = scheme_update(groups, best)
-    cost = s.cost(best)
+    if chosen is not None:
+        update, cost, chosen_lora = dict(chosen.update), chosen.cost, chosen.lora
+    else:
+        update, cost, chosen_lora = scheme_update(groups, best), s.cost(best), None
     assert fits(cost, limits)
     full = cost_of(compiler.stats("full"), contributions.ms_per_flop)
     last_update = last_layer_update(compiler)
     last = cost_of(compiler.stats(last_update), contributions.ms_per_flop)
     return SearchResult(update, best, groups, contributions, budget, cost, s.value(best), full, last,
                         last_update, seed, compiler.compiles, history, measured, baselines,
-                        time.monotonic() - t0, cached)
+                        time.monotonic() - t0, cached, chosen_lora)
 
 
 # -- contribution cache (per model, data, optimizer and steps) ------------------------------------

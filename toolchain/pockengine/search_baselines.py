@@ -70,6 +70,7 @@ class Measured:
     cost: dict
     fits: bool
     delta: float | None  # held-out loss drop; None when over budget (not trained)
+    lora: object = None  # pe.LoRA of a LoRA scheme (update: the sparse part trained beside it)
 
 
 def _blocks(model: nn.Module) -> list[str]:
@@ -98,14 +99,15 @@ def _tail(names: list[str], blocks: list[str]) -> list[str]:
     return [n for n in names[last + 1:] if not any(_under(n, b) for b in blocks)]
 
 
-def hand_baselines(model: nn.Module, compiler) -> dict[str, dict[str, float]]:
-    """{baseline name: update dict} (see the module docstring); duplicates dropped."""
+def hand_baselines(model: nn.Module, compiler, blocks_k=None) -> dict[str, dict[str, float]]:
+    """{baseline name: update dict} (see the module docstring); duplicates dropped.
+    blocks_k: the k of the "last k blocks" baselines (default every k)."""
     names = list(compiler.shapes)
     modules = dict(model.named_modules())
     blocks = _blocks(model)
     tail = _tail(names, blocks)
     out: dict[str, dict[str, float]] = {"last layer": last_layer_update(compiler)}
-    for k in range(1, len(blocks) + 1):
+    for k in (range(1, len(blocks) + 1) if blocks_k is None else [k for k in blocks_k if 1 <= k <= len(blocks)]):
         chosen = blocks[-k:]
         out[f"last {k} block{'s' if k > 1 else ''}"] = {
             n: 1.0 for n in names if any(_under(n, b) for b in chosen) or n in tail}
@@ -168,61 +170,163 @@ def to_scheme(groups: list, update: dict[str, float]) -> tuple[int, ...]:
     return tuple(scheme)
 
 
+LORA_RANKS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def _biases_norms(model: nn.Module, compiler) -> dict[str, float]:
+    modules = dict(model.named_modules())
+    return {n: 1.0 for n, shape in compiler.shapes.items()
+            if len(shape) == 1 and (n.endswith("bias") or isinstance(modules.get(n.rsplit(".", 1)[0]), NORMS))}
+
+
+def lora_baselines(model: nn.Module, compiler, cost, limits: dict, ranks=LORA_RANKS) -> list[Measured]:
+    """LoRA at the same memory: adapters on every nn.Linear of the blocks (else every Linear),
+    alone, with the biases and norms, or with what follows the blocks; and on the last block's
+    Linears with what follows the blocks.  Each at the largest rank of `ranks` (at most half the
+    smallest layer dimension) that fits `limits` (alpha = 2 x rank), or at the smallest rank, marked as not fitting.  cost: the
+    cost dict of a Program's stats()."""
+    from .lora import LoRA
+
+    names = list(compiler.shapes)
+    blocks = _blocks(model)
+    tail = {n: 1.0 for n in _tail(names, blocks)}
+    linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
+    inside = [(n, m) for n, m in linears if any(n == b or _under(n, b) for b in blocks)]
+    targets = inside or linears
+    if not targets:
+        return []
+    last = [(n, m) for n, m in targets if blocks and (n == blocks[-1] or _under(n, blocks[-1]))]
+    combos = [("", targets, {}), (" + biases/norms", targets, _biases_norms(model, compiler)),
+              (" + tail", targets, tail)]
+    if last and len(last) < len(targets):
+        combos.append((", last block + tail", last, tail))
+    out, seen = [], set()
+    for suffix, tgt, upd in combos:
+        key = (tuple(n for n, _ in tgt), tuple(sorted(upd)))
+        if key in seen or (suffix and not upd):
+            continue
+        seen.add(key)
+        cap = max(1, min(min(m.in_features, m.out_features) for _, m in tgt) // 2)  # low rank, not a full update
+        rs = [r for r in ranks if r <= cap] or [1]
+
+        def at(r):
+            lora = LoRA(rank=r, alpha=2.0 * r, targets=tuple(n for n, _ in tgt))
+            return lora, cost(compiler.lora_program(lora, upd).stats())
+
+        where = (" all block linears" if inside else " all linears") if tgt is targets else ""
+        lora, c = at(rs[0])
+        if not fits(c, limits):
+            out.append(Measured(f"LoRA r={rs[0]}{where}{suffix}", (), dict(upd), c, False, None, lora))
+            continue
+        lo, hi, best = 1, len(rs) - 1, (lora, c)  # the largest fitting rank (cost grows with rank)
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            lm, cm = at(rs[mid])
+            if fits(cm, limits):
+                best, lo = (lm, cm), mid + 1
+            else:
+                hi = mid - 1
+        out.append(Measured(f"LoRA r={best[0].rank}{where}{suffix}", (), dict(upd), best[1], True, None, best[0]))
+    return out
+
+
+def explicit_lora(compiler, cost, limits: dict, given) -> list[Measured]:
+    """[(label, pe.LoRA, sparse update dict)] -> Measured LoRA schemes (fits checked)."""
+    out = []
+    for label, lora, upd in given:
+        c = cost(compiler.lora_program(lora, dict(upd)).stats())
+        out.append(Measured(label, (), dict(upd), c, fits(c, limits), None, lora))
+    return out
+
+
 def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float | None,
-           max_evaluations: int = 24, progress: bool = True,
-           verify_steps: int | None = None) -> tuple[tuple, float, list[Measured]]:
-    """(best scheme, its measured loss drop, the baselines as measured): the incumbent is the best
-    of the additive search's `start` and the hand baselines that fit; then measured local moves;
-    then the finalists (the incumbent and the two best fitting baselines) trained again for
-    `verify_steps` steps, the best of them winning."""
+           max_evaluations: int = 24, progress: bool = True, verify_steps: int | None = None,
+           lora=False, blocks_k=None, only=None, finalists_n: int = 4) -> tuple[Measured, list[Measured]]:
+    """(the best scheme as measured, the baselines as measured): the incumbent is the best of the
+    additive search's `start` and the hand baselines that fit (lora: also LoRA schemes at the same
+    memory: True for lora_baselines, or a list of (label, pe.LoRA, update dict)); then measured
+    local moves (from a sparse incumbent); then the finalists (the `finalists_n` best measured
+    schemes: the incumbent, baselines that fit, the additive pick, refinement moves) trained again
+    for `verify_steps` steps, the best of them winning.
+    only: name prefixes of the hand baselines to use (default all)."""
     from tqdm import tqdm
 
-    groups = searcher.groups
-    limits = searcher.limits
+    groups, limits, compiler = searcher.groups, searcher.limits, searcher.compiler
+    in_groups = {p for g in groups for p in g.params}
+    cost = searcher.cost_of_stats
+
     baselines = []
-    for label, upd in hand_baselines(model, searcher.compiler).items():
+    for label, upd in hand_baselines(model, compiler, blocks_k).items():
+        if only is not None and not label.startswith(tuple(only)):
+            continue
         scheme = to_scheme(groups, upd)
-        cost = searcher.cost(scheme)
-        ok = fits(cost, limits)
-        baselines.append(Measured(label, scheme, scheme_update(groups, scheme), cost, ok, None))
+        if set(upd) <= in_groups:  # measured as the search's own scheme (whole norm groups)
+            upd = scheme_update(groups, scheme)
+        c = cost(compiler.stats(upd))
+        baselines.append(Measured(label, scheme, dict(upd), c, fits(c, limits), None))
+    if lora is True:
+        baselines += lora_baselines(model, compiler, cost, limits)
+    elif lora:
+        baselines += explicit_lora(compiler, cost, limits, lora)
+    for b in baselines:
+        if b.lora is not None:  # the sparse part, for the report's chosen-candidate marks
+            b.scheme = to_scheme(groups, {n: 1.0 for n in compiler.trained(b.update)})
     todo = [b for b in baselines if b.fits]
     bar = tqdm(total=len(todo) + 1 + max_evaluations, desc="measured refinement", unit="eval",
                disable=not progress)
 
-    def measure(scheme):
-        bar.update(1)
-        return evaluator.delta(scheme_update(groups, scheme))
+    def measure(m: Measured, steps=None) -> float:
+        if steps is None:
+            bar.update(1)
+        if m.lora is not None:
+            return evaluator.lora_delta(m.lora, m.update, steps)
+        return evaluator.delta(m.update, steps)
 
-    best, best_delta = start, measure(start) if any(start) else float("-inf")
-    for b in todo:
-        if deadline is not None and time.monotonic() > deadline and best_delta > float("-inf"):
-            break
-        b.delta = measure(b.scheme)
-        if b.delta > best_delta:
-            best, best_delta = b.scheme, b.delta
+    def sparse(name, scheme):
+        upd = scheme_update(groups, scheme)
+        return Measured(name, scheme, upd, searcher.cost(scheme), True, None)
+
+    best = sparse("searched", start) if any(start) else None
+    tried = list(todo)  # everything measured: the finalists are the best few of these
+    if best is not None:
+        best.delta = measure(best)
+        tried.append(best)
+    for b in todo:  # always measured, past the deadline too: they are what the result is never worse than
+        b.delta = measure(b)
+        if best is None or b.delta > best.delta:
+            best = b
+    if best is None:
+        bar.close()
+        return Measured("none", start, {}, searcher.cost(start), False, float("-inf")), baselines
     evals = 0
-    while evals < max_evaluations and (deadline is None or time.monotonic() < deadline):
-        moves = _moves(searcher, best)
+    while best.lora is None and best.update == scheme_update(groups, best.scheme) and evals < max_evaluations \
+            and (deadline is None or time.monotonic() < deadline):
         improved = False
-        for nxt in moves:
+        for nxt in _moves(searcher, best.scheme):
             if evals >= max_evaluations or (deadline is not None and time.monotonic() > deadline):
                 break
             evals += 1
-            d = measure(nxt)
-            if d > best_delta + 1e-9:
-                best, best_delta, improved = nxt, d, True
+            m = sparse("searched", nxt)
+            m.delta = measure(m)
+            tried.append(m)
+            if m.delta > best.delta + 1e-9:
+                best, improved = m, True
                 break
         if not improved:
             break
     bar.close()
     if verify_steps and verify_steps > evaluator.steps and (deadline is None or time.monotonic() < deadline):
-        ranked = sorted((b for b in todo if b.delta is not None), key=lambda b: -b.delta)
-        finalists = [best] + [b.scheme for b in ranked if b.scheme != best][:2]
-        longer = {f: evaluator.delta(scheme_update(groups, f), verify_steps) for f in finalists}
-        winner = max(finalists, key=lambda f: (longer[f], f == best))
-        if winner != best:
-            best, best_delta = winner, evaluator.delta(scheme_update(groups, winner))
-    return best, best_delta, baselines
+        ident = lambda m: (repr(m.lora), tuple(sorted(m.update.items())))  # noqa: E731
+        ranked, seen = [], {ident(best)}
+        for b in sorted((b for b in tried if b.delta is not None), key=lambda b: -b.delta):
+            if ident(b) not in seen:
+                seen.add(ident(b))
+                ranked.append(b)
+        finalists = [best] + ranked[:finalists_n - 1]
+        longer = [measure(f, verify_steps) for f in finalists]
+        k = max(range(len(finalists)), key=lambda i: (longer[i], i == 0))
+        best = finalists[k]
+    return best, baselines
 
 
 def _moves(searcher, cur: tuple, limit: int = 6) -> list[tuple]:
