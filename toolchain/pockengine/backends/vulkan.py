@@ -335,23 +335,23 @@ def _swiglu_bwd(e, n):       # dgate, dup from dy, gate, up
                                                  e.w(dup)])]
 
 
-def _rope_dispatch(e, mode, n, a, out):
-    x, cos, sin = n.inputs[0], n.inputs[1], n.inputs[2]
+def _rope_dispatch(e, mode, n):
+    """mode 0: y from x (rope); 1: dx from dy (rope_bwd). Inputs (x or dy, cos, sin), output 0."""
+    a, cos, sin = n.inputs
     _f32(a, cos, sin)
     at = n.attrs
-    D = x.shape[-1]
-    return [Dispatch("rope", grid(_n(x) // 2), [mode, e.w(a), e.w(cos), e.w(sin), e.w(out), at["outer"], at["rep"],
-                                                at["inner"], D, at["cos_outer"]])]
+    return [Dispatch("rope", grid(_n(a) // 2), [mode, e.w(a), e.w(cos), e.w(sin), e.w(n.outputs[0]), at["outer"],
+                                                at["rep"], at["inner"], a.shape[-1], at["cos_outer"]])]
 
 
 @emitter("rope")
 def _rope(e, n):             # y = x * cos + rotate_half(x) * sin
-    return _rope_dispatch(e, 0, n, n.inputs[0], n.outputs[0])
+    return _rope_dispatch(e, 0, n)
 
 
 @emitter("rope_bwd")
-def _rope_bwd(e, n):         # dx = dy * cos + rotate_half^T(dy * sin); inputs (dy, cos, sin)
-    return _rope_dispatch(e, 1, n, n.inputs[0], n.outputs[0])
+def _rope_bwd(e, n):         # dx = dy * cos + rotate_half^T(dy * sin)
+    return _rope_dispatch(e, 1, n)
 
 
 def ce_dispatch(mode, count, logits, target, out, N, C, a, dloss=NONE, err=NONE):

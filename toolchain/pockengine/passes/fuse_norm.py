@@ -45,53 +45,58 @@ def _match(x_sq: Node, users, g: Graph):
     return chain
 
 
-def fuse_rms_norm(g: Graph) -> Graph:
+def _rewrite(g: Graph, fuse_at) -> Graph:
+    """Each chain of nodes `fuse_at(n, users)` returns, as (chain, fused node), becomes the
+    fused node at the chain's last node (which produced the result); the rest of it is dropped."""
     users = g.users()
     drop, place = set(), {}
     for n in g.nodes:
         if id(n) in drop:
             continue
-        chain = _match(n, users, g)
-        if chain is None:
+        m = fuse_at(n, users)
+        if m is None:
             continue
-        x, eps, last = n.inputs[0], float(chain[2].attrs["c"]), chain[-1]
-        w = _other(last, chain[4].outputs[0])
-        y = last.outputs[0]
-        rstd = g.new_value("rms_rstd", (y.numel // x.shape[-1],), "f32")
-        fused = Node("rms_norm", [x, w], [y, rstd], {"eps": eps}, last.source, "forward")
-        y.producer = rstd.producer = fused
+        chain, fused = m
+        for v in fused.outputs:
+            v.producer = fused
         drop.update(id(c) for c in chain)
-        place[id(last)] = fused
+        place[id(chain[-1])] = fused
     if place:
         g.nodes = [place.get(id(n), n) for n in g.nodes if id(n) not in drop or id(n) in place]
     return g
 
 
+def fuse_rms_norm(g: Graph) -> Graph:
+    def fuse_at(n, users):
+        chain = _match(n, users, g)
+        if chain is None:
+            return None
+        x, eps, last = n.inputs[0], float(chain[2].attrs["c"]), chain[-1]
+        w = _other(last, chain[4].outputs[0])
+        y = last.outputs[0]
+        rstd = g.new_value("rms_rstd", (y.numel // x.shape[-1],), "f32")
+        return chain, Node("rms_norm", [x, w], [y, rstd], {"eps": eps}, last.source, "forward")
+
+    return _rewrite(g, fuse_at)
+
+
 def fuse_swiglu(g: Graph) -> Graph:
-    users = g.users()
-    drop, place = set(), {}
-    for n in g.nodes:
+    def fuse_at(n, users):
         if n.op != "silu" or n.phase != "forward" or n.outputs[0] in g.outputs:
-            continue
+            return None
         us = users.get(id(n.outputs[0]), [])
         if len(us) != 1 or us[0].op != "mul" or us[0].phase != "forward":
-            continue
+            return None
         mul = us[0]
         gate, up = n.inputs[0], _other(mul, n.outputs[0])
         if up is None or up is n.outputs[0] or up.shape != gate.shape or up.dtype != "f32" \
                 or mul.outputs[0].shape != gate.shape:
-            continue
+            return None
         if any(v.producer is None or v.producer.op != "linear" for v in (gate, up)):  # the MLP pattern only
-            continue
-            continue
-        y = mul.outputs[0]
-        fused = Node("swiglu", [gate, up], [y], {}, mul.source, "forward")
-        y.producer = fused
-        drop.add(id(n))
-        place[id(mul)] = fused
-    if place:
-        g.nodes = [place.get(id(n), n) for n in g.nodes if id(n) not in drop]
-    return g
+            return None
+        return [n, mul], Node("swiglu", [gate, up], [mul.outputs[0]], {}, mul.source, "forward")
+
+    return _rewrite(g, fuse_at)
 
 
 def rope_layout(x_shape, c_shape):
@@ -173,25 +178,16 @@ def _match_rope(cat: Node, users, g: Graph):
 def fuse_rope(g: Graph) -> Graph:
     """Rotary position embeddings (`apply_rotary_pos_emb` with `rotate_half`) -> one `rope` node
     (kernels/rope.cpp) whose gradient is one `rope_bwd`: no slices, negation, cat or products saved."""
-    users = g.users()
-    drop, place = set(), {}
-    for n in g.nodes:
-        if id(n) in drop:
-            continue
+    def fuse_at(n, users):
         m = _match_rope(n, users, g)
         if m is None:
-            continue
+            return None
         x, cos, sin, chain, (outer, rep, inner, cos_outer) = m
         add = chain[-1]
-        y = add.outputs[0]
-        fused = Node("rope", [x, cos, sin], [y], {"outer": outer, "rep": rep, "inner": inner,
-                                                  "cos_outer": cos_outer}, add.source, "forward")
-        y.producer = fused
-        drop.update(id(c) for c in chain)
-        place[id(add)] = fused
-    if place:
-        g.nodes = [place.get(id(n), n) for n in g.nodes if id(n) not in drop or id(n) in place]
-    return g
+        return chain, Node("rope", [x, cos, sin], [add.outputs[0]],
+                           {"outer": outer, "rep": rep, "inner": inner, "cos_outer": cos_outer}, add.source, "forward")
+
+    return _rewrite(g, fuse_at)
 
 
 __all__ = ["fuse_rms_norm", "fuse_rope", "fuse_swiglu", "rope_layout"]
