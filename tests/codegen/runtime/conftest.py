@@ -23,10 +23,11 @@ def _sources(shim):
     return sorted((RUNTIME / "kernels").glob("*.cpp")) + [RUNTIME / "threadpool.cpp", SHIMS / shim]
 
 
-def build_shim(shim: str) -> ctypes.CDLL:
+def build_shim(shim: str, extra_flags=()) -> ctypes.CDLL:
     """Compile kernels + shims/<shim> (cached by content hash) and load it."""
     srcs = _sources(shim)
-    h = hashlib.sha256(" ".join(FLAGS + [CXX]).encode())
+    flags = [*FLAGS, *extra_flags]
+    h = hashlib.sha256(" ".join(flags + [CXX]).encode())
     for s in srcs + sorted(RUNTIME.rglob("*.h")):  # kernels/*.h too (conv_common.h, rnn_math.h)
         h.update(s.read_bytes())
     out_dir = Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine")) / "shims"
@@ -34,7 +35,7 @@ def build_shim(shim: str) -> ctypes.CDLL:
     lib = out_dir / f"{Path(shim).stem}-{h.hexdigest()[:16]}.so"
     if not lib.exists():
         tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([CXX, *FLAGS, "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-o", str(tmp)],
+        subprocess.run([CXX, *flags, "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-o", str(tmp)],
                        check=True)
         os.replace(tmp, lib)
     return ctypes.CDLL(str(lib))

@@ -3,37 +3,20 @@ dense kernels (gemm.cpp, linear.cpp): parallel_for covers every index exactly
 once, nested calls run inline, threaded GEMM/linear agree with numpy, and a
 trainer gives the same losses with 1 and 2 threads."""
 import ctypes
-import hashlib
 import os
-import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from conftest import CXX, RUNTIME, SHIMS, ptr
-from pockengine.build.host import march_flags
+from conftest import build_shim, ptr
 
 vp, i64, cint, cf = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
-FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", *march_flags(), "-pthread"]
 
 
 def build_threads_lib() -> ctypes.CDLL:
-    """Every kernel + threadpool.cpp + shims/threads_shim.cpp (cached by content hash)."""
-    srcs = sorted((RUNTIME / "kernels").glob("*.cpp")) + [RUNTIME / "threadpool.cpp", SHIMS / "threads_shim.cpp"]
-    h = hashlib.sha256(" ".join(FLAGS + [CXX]).encode())
-    for s in srcs + sorted(RUNTIME.rglob("*.h")):
-        h.update(s.read_bytes())
-    out_dir = Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine")) / "shims"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / f"threads_shim-{h.hexdigest()[:16]}.so"
-    if not lib.exists():
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([CXX, *FLAGS, "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-o",
-                        str(tmp)], check=True)
-        os.replace(tmp, lib)
-    lib = ctypes.CDLL(str(lib))
+    """Every kernel + threadpool.cpp + shims/threads_shim.cpp (conftest.build_shim, -pthread)."""
+    lib = build_shim("threads_shim.cpp", ("-pthread",))
     sigs = {
         "shim_pool_create": (vp, [cint]),
         "shim_pool_destroy": (None, [vp]),
