@@ -9,7 +9,8 @@ from pathlib import Path
 import jinja2
 
 from .backends import cpu
-from .backends.cpu import CTYPE, MACRO, Emit, cstr
+from .backends.cpu import Emit
+from .ops.cpp import CTYPE, MACRO, cstr
 from .ir.graph import Graph, Node, Value
 from .ir.ops import flops
 from .memory.plan import root_of

@@ -7,11 +7,7 @@ from __future__ import annotations
 from ..ir.graph import Node, Value
 from ..memory.plan import root_of
 from ..ops import REGISTRY
-from ..ops.attention import sdpa_params  # noqa: F401  (re-exported: the kernel-argument helpers lived here)
-from ..ops.conv import conv_params, pool_params  # noqa: F401
-from ..ops.cpp import (ACT, CTYPE, LOWP, MACRO, _act, _fit, _lowp, _n, _odi, _origin, _wshape, arr, b,  # noqa: F401
-                       bcast_strides, cstr, fl, index_check, strided_copy, strides)
-from ..ops.rnn import gru_params, lstm_params  # noqa: F401
+from ..ops.cpp import MACRO, _n, cstr
 
 # op -> the record's C++ call builder (e, node, *input pointers, *output pointers) -> line(s)
 EMITTERS: dict = {name: r.cpu for name, r in REGISTRY.items() if r.cpu is not None}

@@ -25,9 +25,10 @@ from ..errors import PockError
 from ..ir.graph import Node, Value
 from ..ir.ops import flops
 from ..memory.plan import ALIGN, root_of
+from ..ops.cpp import _fit, bcast_strides, strides
 from ..passes.partition import ALWAYS, partition, plan_spaces
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
-from .cpu import Emit, _fit, bcast_strides, strides
+from .cpu import Emit
 from .vulkan_ops import BACKWARD_BASE, BINARY, POINTWISE
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
                               fbits, fill_dispatch, grid, ibits, reduce_dispatch)
@@ -413,7 +414,7 @@ GATHERS = {"embedding": ("embedding", lambda n: n.inputs[0].shape[0]),
 def gather_check(n: Node, err_byte: int, ids_byte: int) -> str:
     """The host's check after the segment that ran gather n: its shader recorded the first
     index out of range (and read nothing with it); the step fails as the CPU's would."""
-    from .cpu import _origin, cstr
+    from ..ops.cpp import _origin, cstr
     what, hi = GATHERS[n.op]
     where = f"{what} in {n.source}" if n.source else what
     return (f"if (const uint32_t bad = *reinterpret_cast<const uint32_t*>(D + {err_byte}); bad != 0xFFFFFFFFu) "
@@ -467,7 +468,7 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
 def render(prog, part):
     """(C++ source, hash) of the step with its Vulkan partition (templates/model_vulkan.cpp.j2)."""
     from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, finish, int_ranges, kernel_name
-    from .cpu import fl
+    from ..ops.cpp import fl
 
     pg = part.graph
     plans = plan_spaces(part, [pg.loss])
@@ -555,7 +556,7 @@ def render(prog, part):
     def nonfinite_guard(updates: list[Node], done: int, with_loss: bool) -> list[str]:
         """The non-finite guard, run by the host after the segment before it: the loss (at the
         first update), then the gradients of `updates`; `done` updates of the step ran before."""
-        from .cpu import cstr
+        from ..ops.cpp import cstr
         out = []
         loss = computed(pg.loss)
         # a skipped step still returns its loss: copy it to the host's loss slot first when it is

@@ -9,7 +9,7 @@ import struct
 from collections import namedtuple
 
 from ..ir.graph import Value
-from .cpu import _fit
+from ..ops.cpp import _fit
 
 Dispatch = namedtuple("Dispatch", "shader groups push")
 NONE = 0xFFFFFFFF
