@@ -32,6 +32,7 @@ import torch.nn.functional as F
 
 from ..codegen import Source
 from ..errors import PockError
+from ..ops.torchref import act
 from ..passes.prefix import TORCH_OPS
 from . import Backend, Device, register
 
@@ -47,11 +48,6 @@ def _cross_entropy(i, a):
 def _nll_loss(i, a):
     logp, y = i[0], i[1]
     return F.nll_loss(logp.reshape(-1, logp.shape[-1]), y.reshape(-1).long(), ignore_index=a.get("ignore_index", -100))
-
-
-def _bn_act(y, a):
-    act = a.get("act")
-    return F.relu(y) if act == "relu" else F.hardtanh(y, 0.0, 6.0) if act == "relu6" else y
 
 
 def _batch_norm_train(i, a):
@@ -71,7 +67,7 @@ def _batch_norm_train(i, a):
         y = y * w.reshape(shape)
     if b is not None:
         y = y + b.reshape(shape)
-    return [_bn_act(y, a), mean, torch.rsqrt(var + a["eps"]), new_rm, new_rv]
+    return [act(y, a), mean, torch.rsqrt(var + a["eps"]), new_rm, new_rv]
 
 
 # op -> fn(inputs, attrs): the forward ops the prefix does not run (losses, train-mode BatchNorm)
