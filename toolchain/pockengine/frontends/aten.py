@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import operator
 
+import numpy as np
 import torch
 
 from ..errors import PockError
@@ -125,6 +126,16 @@ def _reshape(c: Ctx, x: Value, shape) -> Value:
 
 def _full(c: Ctx, shape, value, dtype="f32"):
     return c.add("full", [], {"shape": tuple(shape), "value": float(value), "dtype": dtype})
+
+
+def const_value(c: Ctx, what: str, data) -> Value:
+    """A constant computed at conversion time, as a named state tensor (f32, or i64 for integer
+    data): const:<module>.<what><n>."""
+    name = f"const:{c.source.split(' ')[0] or 'model'}.{what}"
+    name += str(sum(n.startswith(name) for n in c.g.state))
+    data = np.asarray(data)
+    data = np.ascontiguousarray(data.astype(np.float32 if data.dtype.kind == "f" else np.int64))
+    return c.g.add_state(name, data.shape, "f32" if data.dtype.kind == "f" else "i64", "const", data=data)
 
 
 def is_zero_fill(v) -> bool:

@@ -14,8 +14,8 @@ import torch
 
 from ..errors import PockError
 from ..ir.graph import Value
-from .aten import (CONVERTERS, _binary, _cat, _conv2d, _expand, _full, _reshape, conv, slice_value, to_ir_dtype,
-                   _dim)
+from .aten import (CONVERTERS, _binary, _cat, _conv2d, _dim, _expand, _full, _reshape, const_value, conv,
+                   slice_value, to_ir_dtype)
 
 aten = torch.ops.aten
 
@@ -183,9 +183,7 @@ def _const_index(c, x, indices):
             raise PockError(f"index ids out of range [0, {n}) along dim {d} in {c.source}: "
                             f"min {i.min()}, max {i.max()}")
         flat = flat * n + np.where(i < 0, i + n, i)
-    name = f"const:{c.source.split(' ')[0] or 'model'}.index"
-    name += str(sum(n.startswith(name) for n in c.g.state))
-    ids = c.g.add_state(name, flat.shape, "i64", "const", data=flat.copy())
+    ids = const_value(c, "index", flat)
     rest = x.shape[k:]
     table = x if x.dtype == "f32" else cast(c, x, "f32")
     rows = _reshape(c, table, (math.prod(x.shape[:k]), math.prod(rest)))

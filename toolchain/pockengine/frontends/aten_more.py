@@ -14,16 +14,9 @@ import torch
 
 from ..errors import PockError
 from ..ir.graph import Value
-from .aten import CONVERTERS, _cat, _conv2d, _dim, _full, _pair, _reshape, conv, slice_value
+from .aten import CONVERTERS, _cat, _conv2d, _dim, _dims, _full, _pair, _reshape, const_value, conv, slice_value
 
 aten = torch.ops.aten
-
-
-def _const(c, what: str, data: np.ndarray) -> Value:
-    name = f"const:{c.source.split(' ')[0] or 'model'}.{what}"
-    name += str(sum(n.startswith(name) for n in c.g.state))
-    return c.g.add_state(name, data.shape, "f32" if data.dtype.kind == "f" else "i64", "const",
-                         data=np.ascontiguousarray(data.astype(np.float32 if data.dtype.kind == "f" else np.int64)))
 
 
 # ---- normalisation by composition ------------------------------------------------------------------
@@ -97,11 +90,11 @@ def _resample(c, x: Value, op, out_hw, args):
     aw = _interp_matrix(op, w, wo, args, 1)
     y = x
     if wo != w or not np.array_equal(aw, np.eye(w)):
-        y = c.add("matmul", [_reshape(c, y, (n * ch * h, w)), _const(c, "resample_w", aw.T)])
+        y = c.add("matmul", [_reshape(c, y, (n * ch * h, w)), const_value(c, "resample_w", aw.T)])
         y = _reshape(c, y, (n, ch, h, wo))
     if ho != h or not np.array_equal(ah, np.eye(h)):
         t = c.add("permute", [y], {"perm": (0, 1, 3, 2)})
-        t = c.add("matmul", [_reshape(c, t, (n * ch * wo, h)), _const(c, "resample_h", ah.T)])
+        t = c.add("matmul", [_reshape(c, t, (n * ch * wo, h)), const_value(c, "resample_h", ah.T)])
         y = c.add("permute", [_reshape(c, t, (n, ch, wo, ho))], {"perm": (0, 1, 3, 2)})
     return y
 
@@ -207,6 +200,8 @@ def _baddbmm(c, x, b1, b2, beta=1, alpha=1):
 def _pool_rows(c, x, dims, negate=False):
     """x with `dims` moved last and flattened: one max_pool2d window per row of the rest
     (values, and the i32 position of each row's first maximum)."""
+    if x.dtype != "f32":
+        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
     nd = len(x.shape)
     dims = sorted({_dim(d, nd) for d in dims})
     keep = [d for d in range(nd) if d not in dims]
@@ -228,8 +223,6 @@ def _out_shape(x, dims, keep, keepdim):
 def _reduce_max(c, x, dims, keepdim, negate=False):
     """max (or min, as -max(-x)) of a float tensor over `dims` through max_pool2d: the reduced
     dims are moved together and pooled by one window (gradient: to the max element)."""
-    if x.dtype != "f32":
-        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
     y, _, dims, keep = _pool_rows(c, x, dims, negate)
     return _reshape(c, y, _out_shape(x, dims, keep, keepdim))
 
@@ -250,15 +243,12 @@ def _argmax(c, x, dim=None, keepdim=False):
 
 @conv(aten.amax.default, aten.amin.default)
 def _amax(c, x, dims=(), keepdim=False):
-    dims = list(range(len(x.shape))) if not dims else ([dims] if isinstance(dims, int) else list(dims))
-    return _reduce_max(c, x, dims, keepdim, negate=c.target is aten.amin.default)
+    return _reduce_max(c, x, _dims(x, dims), keepdim, negate=c.target is aten.amin.default)
 
 
 @conv(aten.max.dim, aten.min.dim)
 def _max_dim(c, x, dim, keepdim=False):
     """torch.max/min(x, dim): values (with gradient) and the int64 index of the first extreme."""
-    if x.dtype != "f32":
-        raise PockError(f"max/min reductions are supported on float tensors only ({c.source}), got {x.dtype}")
     y, idx, dims, keep = _pool_rows(c, x, [dim], negate=c.target is aten.min.dim)
     shape = _out_shape(x, dims, keep, keepdim)
     return _reshape(c, y, shape), _reshape(c, c.add("cast", [idx], {"dtype": "i64"}), shape)
@@ -266,7 +256,7 @@ def _max_dim(c, x, dim, keepdim=False):
 
 @conv(aten.max.default, aten.min.default)
 def _max_all(c, x):
-    return _reduce_max(c, x, list(range(len(x.shape))), False, negate=c.target is aten.min.default)
+    return _reduce_max(c, x, _dims(x, None), False, negate=c.target is aten.min.default)
 
 
 
@@ -301,7 +291,7 @@ def _conv_transpose2d(c, x, w, b, stride, padding, output_padding, groups, dilat
     wt = _reshape(c, wt, (groups * cout_g, cin // groups, kh, kw))
     for d, k in ((2, kh), (3, kw)):
         if k > 1:
-            rev = _const(c, "flip", np.arange(k - 1, -1, -1, dtype=np.int64))
+            rev = const_value(c, "flip", np.arange(k - 1, -1, -1, dtype=np.int64))
             wt = _index(c, wt, [None] * d + [rev])
     return _conv2d(c, z, wt, b, 1, 0, (dh, dw), groups)
 
