@@ -250,6 +250,24 @@ def test_lstm_matches_torch(lib, case):
     assert np.abs(got["dw_ih"]).max() > 1e-3  # not trivially zero
 
 
+def two_threads_agree(lib, fwd, bwd, keys):
+    """fwd() and bwd(its outputs) on one thread and on a 2-thread pool agree (forward `keys` and every
+    gradient); returns the 2-thread forward outputs and gradients."""
+    one = fwd()
+    g1 = bwd(one)
+    lib.shim_rnn_set_threads(2)
+    try:
+        two = fwd()
+        g2 = bwd(two)
+    finally:
+        lib.shim_rnn_set_threads(0)
+    for k in keys:
+        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
+    for k, v in g1.items():
+        np.testing.assert_allclose(g2[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    return two, g2
+
+
 @pytest.mark.parametrize("case", [LSTM_CASES[i] for i in (0, 2, 5, 8, 12, 13)] + [
     # large enough that each step really splits into several chunks (>= 2^15 weights each)
     (1, 5, 16, 300, 64, True, True, True, True, True, 16, 64, 300),
@@ -262,18 +280,8 @@ def test_lstm_two_threads_split_steps(lib, case):
     arithmetic is the unsplit one's), up to the GEMV kernel's order of summation."""
     B, T, I, H, P, bias, uh, uc, udh, udc, k_ih, k_hh, k_hr = case
     c = lstm_case(B, T, I, H, P, bias, uh, uc, udh, udc, seed=hash(case) % 2**32)
-    one = lstm_run_fwd(lib, c)
-    g1 = lstm_run_bwd(lib, c, one, k_ih, k_hh, k_hr)
-    lib.shim_rnn_set_threads(2)
-    try:
-        two = lstm_run_fwd(lib, c)
-        g2 = lstm_run_bwd(lib, c, two, k_ih, k_hh, k_hr)
-    finally:
-        lib.shim_rnn_set_threads(0)
-    for k in ("y", "hn", "cn", "gates", "cells"):
-        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    for k, v in g1.items():
-        np.testing.assert_allclose(g2[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    two, g2 = two_threads_agree(lib, lambda: lstm_run_fwd(lib, c),
+                                lambda f: lstm_run_bwd(lib, c, f, k_ih, k_hh, k_hr), ("y", "hn", "cn", "gates", "cells"))
     ref = lstm_torch(c)
     close(two["y"], ref["y"], "y")
     close(g2["dx"], ref["dx"], "dx")
@@ -434,18 +442,8 @@ def test_gru_two_threads_split_steps(lib, case):
     kernel's order of summation, and torch's."""
     B, T, I, H, bias, uh, udh, k_ih, k_hh = case
     c = gru_case(B, T, I, H, bias, uh, udh, seed=hash(case) % 2**32)
-    one = gru_run_fwd(lib, c)
-    g1 = gru_run_bwd(lib, c, one, k_ih, k_hh)
-    lib.shim_rnn_set_threads(2)
-    try:
-        two = gru_run_fwd(lib, c)
-        g2 = gru_run_bwd(lib, c, two, k_ih, k_hh)
-    finally:
-        lib.shim_rnn_set_threads(0)
-    for k in ("y", "hn", "saved"):
-        np.testing.assert_allclose(two[k], one[k], rtol=1e-5, atol=1e-6, err_msg=k)
-    for k, v in g1.items():
-        np.testing.assert_allclose(g2[k], v, rtol=1e-5, atol=1e-6, err_msg=k)
+    two, g2 = two_threads_agree(lib, lambda: gru_run_fwd(lib, c), lambda f: gru_run_bwd(lib, c, f, k_ih, k_hh),
+                                ("y", "hn", "saved"))
     ref = gru_torch(c)
     close(two["y"], ref["y"], "y")
     close(g2["dx"], ref["dx"], "dx")
