@@ -53,6 +53,15 @@ def test_every_forward_op_has_a_torch_reference_or_a_reason():
         assert r.torch_outputs >= 1, name
 
 
+def test_training_only_ops_have_a_torch_train_reference():
+    """The reference backend runs every forward op of a step from its record: `torch`, or
+    `torch_train` for the ops a frozen prefix must not take (losses, train-mode BatchNorm)."""
+    for name, r in REGISTRY.items():
+        assert r.torch is None or r.torch_train is None, f"{name}: one torch reference, not two"
+    assert {n for n, r in REGISTRY.items() if r.torch_train} == {"cross_entropy", "nll_loss", "mse_loss",
+                                                               "batch_norm_train"}
+
+
 def test_every_op_but_the_transfers_has_a_cpu_call():
     for name, r in REGISTRY.items():
         assert (r.cpu is None) == r.transfer, name
