@@ -51,10 +51,13 @@ BNS = [("bn 96 @64", 8, 96, 64 * 64), ("bn 144 @32", 8, 144, 32 * 32), ("bn 960 
 
 
 def build(root: Path) -> ctypes.CDLL:
+    """The kernels under `root` with the dense shim: an old tree's own dense_shim.cpp when it has
+    one, else this tree's with the shims generated from the op records (batch norm's)."""
     from pockengine.build.host import build_kernel_library
-    shim = root / "dense_shim.cpp" if (root / "dense_shim.cpp").exists() else SHIM  # an old tree's own shim
-    return ctypes.CDLL(str(build_kernel_library([shim], FLAGS, name="kernels_cnn", runtime=root,
-                                                march="native", opt="-O2")))
+    from pockengine.ops.kernels import write_record_shims
+    shims = [root / "dense_shim.cpp"] if (root / "dense_shim.cpp").exists() else [SHIM, write_record_shims()]
+    return ctypes.CDLL(str(build_kernel_library(shims, FLAGS, name="kernels_cnn", runtime=root, march="native",
+                                                opt="-O2")))
 
 
 def P(a):

@@ -1,5 +1,6 @@
-"""Build helpers for kernel tests: compile every runtime kernel plus one test shim
-(extern "C" wrappers over the pk:: kernels) into a shared library and load it."""
+"""Build helpers for kernel tests: compile every runtime kernel plus the test shims
+(extern "C" wrappers over the pk:: kernels: generated from the op records, and one
+hand-written file) into a shared library and load it."""
 import ctypes
 from pathlib import Path
 
@@ -7,14 +8,23 @@ import numpy as np
 import pytest
 
 from pockengine.build.host import build_kernel_library
+from pockengine.ops.kernels import argtypes, record_shim_kernels, signatures, write_record_shims
 
 SHIMS = Path(__file__).resolve().parent / "shims"
 
 
-def build_shim(shim: str, extra_flags=()) -> ctypes.CDLL:
-    """Every kernel + the thread pool + shims/<shim>, compiled and cached by
-    build.host.build_kernel_library, and loaded."""
-    return ctypes.CDLL(str(build_kernel_library([SHIMS / shim], extra_flags)))
+def build_shim(shim: str | None = None, extra_flags=()) -> ctypes.CDLL:
+    """Every kernel + the thread pool + the shims derived from the op records (a `shim_<kernel>`
+    for each kernel a record calls with plain arguments, its ctypes signature set: see
+    pockengine.ops.kernels) + shims/<shim> (hand-written: parameter structs, composites),
+    compiled and cached by build.host.build_kernel_library, and loaded."""
+    srcs = [write_record_shims()] + ([SHIMS / shim] if shim else [])
+    lib = ctypes.CDLL(str(build_kernel_library(srcs, extra_flags, name=Path(shim or "record_shims").stem)))
+    sigs = signatures()
+    for name in record_shim_kernels():
+        fn = getattr(lib, f"shim_{name}")
+        fn.argtypes, fn.restype = argtypes(sigs[name])
+    return lib
 
 
 def ptr(a: np.ndarray):
