@@ -55,7 +55,7 @@ def build(root: Path) -> ctypes.CDLL:
     one, else this tree's with the shims generated from the op records (batch norm's)."""
     from pockengine.build.host import build_kernel_library
     from pockengine.ops.kernels import write_record_shims
-    shims = [root / "dense_shim.cpp"] if (root / "dense_shim.cpp").exists() else [SHIM, write_record_shims()]
+    shims = [root / "dense_shim.cpp"] if (root / "dense_shim.cpp").exists() else [SHIM, write_record_shims(beside=[SHIM])]
     return ctypes.CDLL(str(build_kernel_library(shims, FLAGS, name="kernels_cnn", runtime=root, march="native",
                                                 opt="-O2")))
 

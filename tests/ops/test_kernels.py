@@ -14,7 +14,8 @@ def test_signatures_are_parsed_from_the_header():
     assert lf.params[0] == ("const float*", "x") and lf.params[-1] == ("i64", "K")
     assert sigs["embedding_fwd"].ret == "i64"
     assert plain(lf) and plain(sigs["linear_fwd_lowp"])  # an enum (LowpDtype, Act) travels as int
-    assert not plain(sigs["conv2d_fwd"])  # a parameter struct: a hand-written shim packs it
+    assert plain(sigs["lstm_fwd"])  # LstmParams (scalar fields) travels as its fields
+    assert not plain(sigs["reduce_sum"])  # Reduce holds arrays: a hand-written shim packs it
     assert argtypes(sigs["linear_fwd_act"]) == ([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int], None)
 
 
@@ -27,6 +28,14 @@ def test_every_plain_kernel_a_record_calls_gets_a_generated_shim():
             "pk::i64 N, pk::i64 K, int act) { pk::linear_fwd_act(x, w, b, y, M, N, K, static_cast<pk::Act>(act)); }"
             in text)
     assert "pk::i64 shim_embedding_fwd(" in text and "return pk::embedding_fwd(" in text
+    assert ("float beta) { pk::gemm(A, B, C, pk::GemmParams{batch, M, N, K, ta != 0, tb != 0, sa, sb, sc, beta}); }"
+            in shim_source(["gemm"]))
+
+
+def test_kernels_with_a_hand_written_shim_are_left_out(tmp_path):
+    hand = tmp_path / "conv_shim.cpp"
+    hand.write_text("void shim_conv2d_fwd(const float* x, const long* v) {}\n")
+    assert "conv2d_fwd" in record_shim_kernels() and "conv2d_fwd" not in record_shim_kernels(beside=[hand])
 
 
 def test_the_generated_shims_compile_and_run():

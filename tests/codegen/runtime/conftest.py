@@ -16,12 +16,14 @@ SHIMS = Path(__file__).resolve().parent / "shims"
 def build_shim(shim: str | None = None, extra_flags=()) -> ctypes.CDLL:
     """Every kernel + the thread pool + the shims derived from the op records (a `shim_<kernel>`
     for each kernel a record calls with plain arguments, its ctypes signature set: see
-    pockengine.ops.kernels) + shims/<shim> (hand-written: parameter structs, composites),
+    pockengine.ops.kernels) + shims/<shim> (hand-written: parameter arrays, composites; the
+    kernels it wraps are left out of the generated file),
     compiled and cached by build.host.build_kernel_library, and loaded."""
-    srcs = [write_record_shims()] + ([SHIMS / shim] if shim else [])
+    hand = [SHIMS / shim] if shim else []
+    srcs = [write_record_shims(beside=hand)] + hand
     lib = ctypes.CDLL(str(build_kernel_library(srcs, extra_flags, name=Path(shim or "record_shims").stem)))
     sigs = signatures()
-    for name in record_shim_kernels():
+    for name in record_shim_kernels(beside=hand):
         fn = getattr(lib, f"shim_{name}")
         fn.argtypes, fn.restype = argtypes(sigs[name])
     return lib

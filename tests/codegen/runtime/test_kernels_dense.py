@@ -22,8 +22,7 @@ i64, cint, vp, cf = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_floa
 @pytest.fixture(scope="module")
 def lib(shim_builder):
     L = shim_builder("dense_shim.cpp")  # + the shims generated from the op records, their argtypes set
-    sigs = {  # the hand-written shims (parameter structs)
-        "shim_gemm": [vp] * 3 + [i64] * 4 + [cint, cint] + [i64] * 3 + [cf],
+    sigs = {  # the hand-written shims (conv2d and pool2d: their parameters as one i64 array)
         "shim_conv2d_fwd": [vp] * 5,
         "shim_conv2d_fwd_act": [vp] * 5 + [cint],
         "shim_conv2d_bwd_input": [vp] * 4,

@@ -10,10 +10,11 @@ those two this module derives:
                         tests/codegen/runtime) calls a kernel with plain pointers and numbers
   argtypes(signature)   the ctypes argument types of its shim
 
-A kernel whose parameters are all plain (pointers, integers, floats, bools, enums) gets a
-generated shim: bools and enums travel as int.  A kernel taking a parameter struct
-(Conv2dParams, LstmParams, ...) keeps a hand-written shim in tests/codegen/runtime/shims,
-which packs the struct from the test's numbers.
+A kernel whose parameters are plain (pointers, integers, floats, bools, enums) gets a
+generated shim: bools and enums travel as int, and a parameter struct of plain fields
+(GemmParams, LstmParams) travels as its fields, in order, in its place.  A kernel whose shim
+is written by hand (tests/codegen/runtime/shims: Conv2dParams packed from an array, a struct
+with array fields, composites) is left out of the generated file beside it (`beside`).
 """
 from __future__ import annotations
 
@@ -68,7 +69,7 @@ def record_kernels() -> dict[str, set[str]]:
 
 
 @dataclass(frozen=True)
-class Signature:
+class Signature:  # noqa: D101  (one kernel declaration of pock_kernels.h)
     name: str
     ret: str  # "void", "i64", ...
     params: tuple[tuple[str, str], ...]  # (C type, name)
@@ -89,21 +90,30 @@ def _runtime_header() -> Path:
 
 
 @functools.lru_cache(maxsize=None)
-def _parse(text: str) -> tuple[dict[str, Signature], frozenset]:
-    """(signatures, enum names) of a header's text; overloaded names are left out (no plain C
-    wrapper can name both)."""
+def _parse(text: str) -> tuple[dict[str, Signature], frozenset, dict]:
+    """(signatures, enum names, {struct: ((C type, field), ...)} of the structs of scalar
+    fields) of a header's text; overloaded names are left out (no plain C wrapper can name
+    both)."""
     enums = frozenset(re.findall(r"\benum class\s+(\w+)", text))
     text = re.sub(r"//[^\n]*", "", text)
+    structs = {}
+    for name, body in re.findall(r"\bstruct\s+(\w+)\s*\{([^}]*)\};", text):
+        fields = []
+        for decl in filter(None, (d.strip() for d in body.split(";"))):
+            ctype, _, names = decl.partition(" ")
+            fields += [(ctype, f.strip()) for f in names.split(",")]
+        if all(t in _PLAIN and re.fullmatch(r"\w+", f) for t, f in fields):
+            structs[name] = tuple(fields)
     out: dict[str, Signature | None] = {}
     for ret, name, params in _DECL.findall(text):
         ps = []
-        for p in filter(None, (p.strip() for p in params.split(","))):
+        for p in filter(None, (p.partition("=")[0].strip() for p in params.split(","))):  # no defaults
             ctype, _, pname = " ".join(p.split()).rpartition(" ")
             if pname.startswith("*"):
                 ctype, pname = ctype + "*", pname[1:]
             ps.append((ctype, pname))
         out[name] = None if name in out else Signature(name, ret, tuple(ps))
-    return {k: v for k, v in out.items() if v is not None}, enums
+    return {k: v for k, v in out.items() if v is not None}, enums, structs
 
 
 def signatures(header: Path | None = None) -> dict[str, Signature]:
@@ -113,6 +123,37 @@ def signatures(header: Path | None = None) -> dict[str, Signature]:
 
 def _enums(header: Path | None = None) -> frozenset:
     return _parse(Path(header or _runtime_header()).read_text())[1]
+
+
+def _structs(header: Path | None = None) -> dict:
+    return _parse(Path(header or _runtime_header()).read_text())[2]
+
+
+def _expand(sig: Signature, header: Path | None = None):
+    """[(shim C type, shim name, ctypes type)] per shim parameter and the call's arguments,
+    or None when a parameter is not plain.  A `const S&` of a struct of scalar fields becomes
+    its fields (named `<param>_<field>` where a field shares another parameter's name)."""
+    enums, structs = _enums(header), _structs(header)
+    taken = {p for _, p in sig.params}
+    params, args = [], []
+    for ctype, pname in sig.params:
+        struct = re.fullmatch(r"const (\w+)&", ctype)
+        if struct and struct.group(1) in structs:
+            parts = []
+            for ftype, field in structs[struct.group(1)]:
+                shim_t, fmt, ct = _PLAIN[ftype]
+                name = f"{pname}_{field}" if field in taken else field
+                params.append((shim_t, name, ct))
+                parts.append(fmt.format(name))
+            args.append(f"pk::{struct.group(1)}{{{', '.join(parts)}}}")
+            continue
+        plain_param = _param(ctype, enums)
+        if plain_param is None:
+            return None
+        shim_t, fmt, ct = plain_param
+        params.append((shim_t, pname, ct))
+        args.append(fmt.format(pname))
+    return params, args
 
 
 _POINTEES = {"float", "double", "void", "i64", "int64_t", "int32_t", "int", "uint8_t", "int8_t", "uint16_t",
@@ -133,22 +174,22 @@ def _param(ctype: str, enums):
 
 
 def plain(sig: Signature, header: Path | None = None) -> bool:
-    """Whether every parameter of sig passes through a C function unchanged (or as int)."""
-    enums = _enums(header)
-    return sig.ret in _RET and all(_param(t, enums) is not None for t, _ in sig.params)
+    """Whether every parameter of sig passes through a C function unchanged (or as int, or a
+    struct of scalars as its fields)."""
+    return sig.ret in _RET and _expand(sig, header) is not None
 
 
 def shim_source(names, header: Path | None = None) -> str:
     """A C++ file of extern "C" `shim_<name>` wrappers over the pk:: kernels `names` (each
     must be plain, see plain())."""
-    sigs, enums = signatures(header), _enums(header)
+    sigs = signatures(header)
     lines = ["// Generated by pockengine.ops.kernels from the op records and pock_kernels.h. Do not edit.",
              '#include "pock_kernels.h"', "", 'extern "C" {']
     for name in sorted(names):
         sig = sigs[name]
-        params = [(_param(t, enums), p) for t, p in sig.params]
-        args = ", ".join(f"{shim_t} {p}" for (shim_t, _, _), p in params)
-        call = ", ".join(fmt.format(p) for (_, fmt, _), p in params)
+        params, call_args = _expand(sig, header)
+        args = ", ".join(f"{shim_t} {p}" for shim_t, p, _ in params)
+        call = ", ".join(call_args)
         ret = "pk::i64" if sig.ret == "i64" else sig.ret
         body = f"pk::{name}({call});" if sig.ret == "void" else f"return pk::{name}({call});"
         lines.append(f"{ret} shim_{name}({args}) {{ {body} }}")
@@ -158,23 +199,29 @@ def shim_source(names, header: Path | None = None) -> str:
 
 def argtypes(sig: Signature, header: Path | None = None) -> tuple[list, object]:
     """(ctypes argtypes, restype) of sig's shim."""
-    enums = _enums(header)
-    return [_param(t, enums)[2] for t, _ in sig.params], _RET[sig.ret]
+    return [ct for _, _, ct in _expand(sig, header)[0]], _RET[sig.ret]
 
 
-def record_shim_kernels(header: Path | None = None) -> list[str]:
-    """The kernels the op records call whose shims are generated (plain signatures), sorted."""
+def hand_written(paths) -> set[str]:
+    """The kernels the hand-written shim files `paths` wrap (their `shim_<kernel>` names)."""
+    return {k for p in paths for k in re.findall(r"\bshim_(\w+)\s*\(", Path(p).read_text())}
+
+
+def record_shim_kernels(header: Path | None = None, beside=()) -> list[str]:
+    """The kernels the op records call whose shims are generated (plain signatures), sorted;
+    those the hand-written shim files `beside` wrap are left out."""
     sigs = signatures(header)
-    named = set().union(*record_kernels().values())
+    named = set().union(*record_kernels().values()) - hand_written(beside)
     return sorted(k for k in named if k in sigs and plain(sigs[k], header))
 
 
-def write_record_shims(out_dir: Path | None = None) -> Path:
-    """shim_source(record_shim_kernels()) written to out_dir (default the cache's shims/), named
-    by its content; the kernel tests compile it beside their hand-written shims."""
+def write_record_shims(out_dir: Path | None = None, beside=()) -> Path:
+    """shim_source(record_shim_kernels(beside=beside)) written to out_dir (default the cache's
+    shims/), named by its content; the kernel tests compile it beside their hand-written
+    shims `beside`."""
     import hashlib
 
     from ..build.host import cache_dir, write_source
-    text = shim_source(record_shim_kernels())
+    text = shim_source(record_shim_kernels(beside=beside))
     out_dir = Path(out_dir) if out_dir is not None else cache_dir() / "shims"
     return write_source(out_dir / f"record_shims-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cpp", text)

@@ -1,7 +1,6 @@
-// dense_shim.cpp — extern "C" wrappers over the dense kernels that take a parameter
-// struct (gemm, conv2d, pool2d), packed from plain pointers and integers for ctypes.
-// Booleans travel as int.  The kernels with plain arguments (linear, embedding,
-// layer_norm, batch_norm, ...) have shims generated from the op records
+// dense_shim.cpp — extern "C" wrappers over conv2d and pool2d, whose parameter structs
+// the tests pass as one i64 array.  The other dense kernels' shims (gemm, linear,
+// embedding, layer_norm, batch_norm, ...) are generated from the op records
 // (pockengine.ops.kernels; conftest.build_shim compiles them beside this file).
 #include "pock_kernels.h"
 
@@ -21,11 +20,6 @@ pk::Pool2dParams pool_params(const i64* v) {
 }  // namespace
 
 extern "C" {
-
-void shim_gemm(const float* A, const float* B, float* C, i64 batch, i64 M, i64 N, i64 K, int ta, int tb, i64 sa,
-               i64 sb, i64 sc, float beta) {
-  pk::gemm(A, B, C, pk::GemmParams{batch, M, N, K, ta != 0, tb != 0, sa, sb, sc, beta});
-}
 
 void shim_conv2d_fwd(const float* x, const float* w, const float* b, float* y, const i64* v) {
   pk::conv2d_fwd(x, w, b, y, conv_params(v));
