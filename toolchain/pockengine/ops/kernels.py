@@ -69,7 +69,8 @@ def record_kernels() -> dict[str, set[str]]:
 
 
 @dataclass(frozen=True)
-class Signature:  # noqa: D101  (one kernel declaration of pock_kernels.h)
+class Signature:
+    """One function pock_kernels.h declares."""
     name: str
     ret: str  # "void", "i64", ...
     params: tuple[tuple[str, str], ...]  # (C type, name)
