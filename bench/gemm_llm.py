@@ -14,18 +14,15 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import hashlib
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-RT = ROOT / "codegen" / "runtime"
 T = 128
 LINEARS = {"q_proj/o_proj": (576, 576), "k_proj/v_proj": (192, 576), "gate/up": (1536, 576),
            "down": (576, 1536), "lm_head": (49152, 576)}
@@ -47,20 +44,8 @@ def load(path) -> ctypes.CDLL:
 
 
 def build(march: str) -> ctypes.CDLL:
-    srcs = sorted((RT / "kernels").glob("*.cpp")) + [RT / "threadpool.cpp", ROOT / "bench" / "gemm_llm_shim.cpp"]
-    flags = ["-O3", "-std=c++17", "-fPIC", "-shared", "-pthread", f"-march={march}"]
-    h = hashlib.sha256(" ".join(flags).encode())
-    for s in srcs + sorted(RT.rglob("*.h")):
-        h.update(s.read_bytes())
-    out = Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine")) / "shims"
-    out.mkdir(parents=True, exist_ok=True)
-    lib = out / f"gemm_llm-{h.hexdigest()[:16]}.so"
-    if not lib.exists():
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run(["g++", *flags, "-I", str(RT / "include"), "-I", str(RT), *map(str, srcs), "-o", str(tmp)],
-                       check=True)
-        os.replace(tmp, lib)
-    return load(lib)
+    from pockengine.build.host import build_kernel_library
+    return load(build_kernel_library([ROOT / "bench" / "gemm_llm_shim.cpp"], ["-pthread"], march=march))
 
 
 def fma_peak(march: str) -> float:

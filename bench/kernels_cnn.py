@@ -11,9 +11,7 @@ flags into a shared library together with tests/codegen/runtime/shims/dense_shim
 """
 import argparse
 import ctypes
-import hashlib
 import os
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,7 +21,8 @@ import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIM = ROOT / "tests" / "codegen" / "runtime" / "shims" / "dense_shim.cpp"
-FLAGS = ["-O2", "-std=c++17", "-fPIC", "-shared", "-march=native", "-pthread", *os.environ.get("PK_BENCH_FLAGS", "").split()]
+# built -O2 -march=native (build.host.build_kernel_library), plus these
+FLAGS = ["-pthread", *os.environ.get("PK_BENCH_FLAGS", "").split()]
 vp, i64, cf, cint = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
 
 # name, N, C, H, W, O, K, stride, groups   (pad = K // 2)
@@ -52,15 +51,13 @@ BNS = [("bn 96 @64", 8, 96, 64 * 64), ("bn 144 @32", 8, 144, 32 * 32), ("bn 960 
 
 
 def build(root: Path) -> ctypes.CDLL:
-    shim = root / "dense_shim.cpp" if (root / "dense_shim.cpp").exists() else SHIM  # an old tree's own shim
-    srcs = sorted((root / "kernels").glob("*.cpp")) + [root / "threadpool.cpp", shim]
-    h = hashlib.sha256(" ".join(FLAGS).encode())
-    for s in srcs + sorted((root / "include").glob("*.h")):
-        h.update(s.read_bytes())
-    out = Path("/tmp") / f"pk_bench_{h.hexdigest()[:16]}.so"
-    if not out.exists():
-        subprocess.run(["g++", *FLAGS, "-I", str(root / "include"), *map(str, srcs), "-o", str(out)], check=True)
-    return ctypes.CDLL(str(out))
+    """The kernels under `root` with the dense shim: an old tree's own dense_shim.cpp when it has
+    one, else this tree's with the shims generated from the op records (batch norm's)."""
+    from pockengine.build.host import build_kernel_library
+    from pockengine.ops.kernels import write_record_shims
+    shims = [root / "dense_shim.cpp"] if (root / "dense_shim.cpp").exists() else [SHIM, write_record_shims(beside=[SHIM])]
+    return ctypes.CDLL(str(build_kernel_library(shims, FLAGS, name="kernels_cnn", runtime=root, march="native",
+                                                opt="-O2")))
 
 
 def P(a):

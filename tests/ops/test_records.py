@@ -1,14 +1,13 @@
 """The op records (pockengine/ops): each is complete, the old tables are views of the one
 registry, and every kernel a record's CPU call names is declared in pock_kernels.h."""
-import inspect
 import re
-import types
 from pathlib import Path
 
 from pockengine.autodiff.rules import PARTIAL, RULES
 from pockengine.backends.cpu import EMITTERS
 from pockengine.ir.ops import INPLACE, OPS, TRANSFER_OPS
 from pockengine.ops import REGISTRY, OpRecord, get
+from pockengine.ops.kernels import kernels_of
 from pockengine.passes.prefix import LAYOUT_OPS, TORCH_OPS
 from pockengine.program import FLOAT_ONLY_OPS
 
@@ -53,6 +52,15 @@ def test_every_forward_op_has_a_torch_reference_or_a_reason():
         assert r.torch_outputs >= 1, name
 
 
+def test_training_only_ops_have_a_torch_train_reference():
+    """The reference backend runs every forward op of a step from its record: `torch`, or
+    `torch_train` for the ops a frozen prefix must not take (losses, train-mode BatchNorm)."""
+    for name, r in REGISTRY.items():
+        assert r.torch is None or r.torch_train is None, f"{name}: one torch reference, not two"
+    assert {n for n, r in REGISTRY.items() if r.torch_train} == {"cross_entropy", "nll_loss", "mse_loss",
+                                                               "batch_norm_train"}
+
+
 def test_every_op_but_the_transfers_has_a_cpu_call():
     for name, r in REGISTRY.items():
         assert (r.cpu is None) == r.transfer, name
@@ -72,38 +80,10 @@ def test_the_old_tables_are_views_of_the_registry():
         assert not (r.view and r.inplace), name
 
 
-def _sources(fn, seen) -> list[str]:
-    """The source of fn and of the ops-package functions it calls or builds on (closures)."""
-    if id(fn) in seen or not isinstance(fn, types.FunctionType) or not fn.__module__.startswith("pockengine.ops"):
-        return []
-    seen.add(id(fn))
-    text = inspect.getsource(fn)
-    for var, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):  # pk::{op}_fwd made by a factory
-        if isinstance(cell.cell_contents, str):
-            text = text.replace("{" + var + "}", cell.cell_contents)
-    out = [text]
-    codes = [fn.__code__]
-    while codes:
-        code = codes.pop()
-        codes += [c for c in code.co_consts if isinstance(c, types.CodeType)]
-        out += [c for c in code.co_consts if isinstance(c, str)]  # f-string pieces (a lambda's source may be cut)
-        for name in code.co_names:
-            out += _sources(fn.__globals__.get(name), seen)
-    return out
-
-
 def test_every_kernel_a_cpu_call_names_is_declared_in_pock_kernels_h():
     declared = set(re.findall(r"\b([A-Za-z_]\w*)\s*[({<]", HEADER.read_text())) | set(
         re.findall(r"\b(?:enum class|struct|using)\s+(\w+)", HEADER.read_text()))
-    named = {}
-    for name, r in REGISTRY.items():
-        if r.cpu is None:
-            continue
-        text = "\n".join(_sources(r.cpu, set())).replace("{n.op}", name)
-        kernels = set()
-        for k in re.findall(r"pk::(\w+(?:\{suffix\})?)", text):
-            kernels |= {k.replace("{suffix}", ""), k.replace("{suffix}", "_act")} if "{suffix}" in k else {k}
-        named[name] = kernels
+    named = {name: kernels_of(r) for name, r in REGISTRY.items() if r.cpu is not None}
     missing = {op: sorted(k - declared) for op, k in named.items() if k - declared}
     assert missing == {}
     assert sorted(op for op, k in named.items() if not k) == ["assign", "reshape"]  # memcpy; a view

@@ -109,6 +109,8 @@ class BufferNames:
         if id(v) in self.grad_of:
             return "d_" + self.grad_of[id(v)]
         n = v.producer
+        if n.op == "transfer":  # a copy between backends (a partitioned step): its source, on the destination
+            return f"{self.base(n.inputs[0])}_{n.attrs['dst']}"
         module = n.source.partition(" (")[0]
         own = [o for o in n.outputs if o is not None]
         k = own.index(v) if v in own else 0
@@ -229,33 +231,56 @@ def _io(values, plan, ranges) -> list[dict]:
     return out
 
 
-def render(prog) -> tuple[str, str]:
-    """(C++ source, model hash) of a Program."""
+@dataclass
+class Step:
+    """The training step as a step backend hands it to `render`: the graph its blocks run
+    (a partitioned step has transfer nodes), the host arena's plan (offset(v), arena_bytes),
+    one block per node (see _blocks), the buffer declarations at the top of train_step, the
+    chunks (see chunks(); [] for one function) and `blocks`, the context of the backend's own
+    blocks in model.cpp.j2 keyed by its name ({} for the all-CPU step)."""
+    graph: Graph
+    plan: object
+    nodes: list[dict]
+    buffers: list[str]
+    chunks: list[dict] = field(default_factory=list)
+    blocks: dict = field(default_factory=dict)
+
+
+def cpu_step(prog) -> Step:
+    """The all-CPU training step of a Program."""
+    names = BufferNames(prog.graph, prog.plan.offset, prog.state_offsets)
+    emit = Emit(prog.plan.offset, prog.state_offsets, names)
+    emit.exact_skip = getattr(prog, "exact_skip", True)
+    nodes = _blocks(prog.order, emit)
+    return Step(prog.graph, prog.plan, nodes, names.decls, chunks(nodes, names))
+
+
+def render(prog, step: Step | None = None) -> tuple[str, str]:
+    """(C++ source, model hash) of a Program with `step` (default: the all-CPU step), from the
+    one template, model.cpp.j2; inference always runs on the CPU."""
+    step = step if step is not None else cpu_step(prog)
     state_offsets = prog.state_offsets
-    train_names = BufferNames(prog.graph, prog.plan.offset, state_offsets)
     fwd_names = BufferNames(prog.forward_graph, prog.forward_plan.offset, state_offsets)
-    train_emit = Emit(prog.plan.offset, state_offsets, train_names)
-    fwd_emit = Emit(prog.forward_plan.offset, state_offsets, fwd_names)
-    train_emit.exact_skip = getattr(prog, "exact_skip", True)
+    forward_nodes = _blocks(prog.forward_order, Emit(prog.forward_plan.offset, state_offsets, fwd_names))
     state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
               "offset": state_offsets[v.name], "nbytes": v.nbytes}
              for v in sorted(prog.state.values(), key=lambda v: state_offsets[v.name])]
-    g, fg = prog.graph, prog.forward_graph
-    ranges = int_ranges(g)
+    g, fg = step.graph, prog.forward_graph
+    ranges = int_ranges(g)  # a partitioned step's inputs are clones: their ranges from its own graph
     fwd_ranges = int_ranges(fg)
-    step_nodes, forward_nodes = _blocks(prog.order, train_emit), _blocks(prog.forward_order, fwd_emit)
     ctx = {
         "version": VERSION, "name": prog.name,
-        "step_nodes": step_nodes, "forward_nodes": forward_nodes,
-        "step_chunks": chunks(step_nodes, train_names), "forward_chunks": chunks(forward_nodes, fwd_names),
-        "arena_bytes": prog.plan.arena_bytes,
-        "arena_bytes_total": max(prog.plan.arena_bytes, prog.forward_plan.arena_bytes, 64),
+        "step_nodes": step.nodes, "forward_nodes": forward_nodes,
+        "step_chunks": step.chunks, "forward_chunks": chunks(forward_nodes, fwd_names),
+        "arena_bytes": step.plan.arena_bytes,
+        "arena_bytes_total": max(step.plan.arena_bytes, prog.forward_plan.arena_bytes, 64),
         "state_bytes": max(prog.state_bytes, 64), "state": state,
-        "inputs": _io(g.inputs, prog.plan, ranges), "targets": _io(g.targets, prog.plan, ranges),
+        "inputs": _io(g.inputs, step.plan, ranges), "targets": _io(g.targets, step.plan, ranges),
         "forward_inputs": _io(fg.inputs, prog.forward_plan, fwd_ranges),
         "outputs": _io(fg.outputs, prog.forward_plan, {}),
-        "loss_offset": prog.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
-        "step_buffers": train_names.decls, "forward_buffers": fwd_names.decls,
+        "loss_offset": step.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
+        "step_buffers": step.buffers, "forward_buffers": fwd_names.decls,
+        **step.blocks,
     }
     return finish(_env().get_template("model.cpp.j2"), ctx)
 

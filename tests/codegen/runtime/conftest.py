@@ -1,44 +1,32 @@
-"""Build helpers for kernel tests: compile every runtime kernel plus one test shim
-(extern "C" wrappers over the pk:: kernels) into a shared library and load it."""
+"""Build helpers for kernel tests: compile every runtime kernel plus the test shims
+(extern "C" wrappers over the pk:: kernels: generated from the op records, and one
+hand-written file) into a shared library and load it."""
 import ctypes
-import hashlib
-import os
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pockengine.build.host import march_flags
+from pockengine.build.host import build_kernel_library
+from pockengine.ops.kernels import argtypes, record_shim_kernels, signatures, write_record_shims
 
-ROOT = Path(__file__).resolve().parents[3]
-RUNTIME = ROOT / "codegen" / "runtime"
 SHIMS = Path(__file__).resolve().parent / "shims"
-CXX = os.environ.get("CXX", "g++")
-FLAGS = ["-O3", "-std=c++17", "-fPIC", "-shared", *march_flags()]
 
 
-def _sources(shim):
-    """Every kernel, the thread pool they run on, and the shim."""
-    return sorted((RUNTIME / "kernels").glob("*.cpp")) + [RUNTIME / "threadpool.cpp", SHIMS / shim]
-
-
-def build_shim(shim: str, extra_flags=()) -> ctypes.CDLL:
-    """Compile kernels + shims/<shim> (cached by content hash) and load it."""
-    srcs = _sources(shim)
-    flags = [*FLAGS, *extra_flags]
-    h = hashlib.sha256(" ".join(flags + [CXX]).encode())
-    for s in srcs + sorted(RUNTIME.rglob("*.h")):  # kernels/*.h too (conv_common.h, rnn_math.h)
-        h.update(s.read_bytes())
-    out_dir = Path(os.environ.get("POCK_CACHE_DIR", Path.home() / ".cache" / "pockengine")) / "shims"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    lib = out_dir / f"{Path(shim).stem}-{h.hexdigest()[:16]}.so"
-    if not lib.exists():
-        tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-        subprocess.run([CXX, *flags, "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-o", str(tmp)],
-                       check=True)
-        os.replace(tmp, lib)
-    return ctypes.CDLL(str(lib))
+def build_shim(shim: str | None = None, extra_flags=()) -> ctypes.CDLL:
+    """Every kernel + the thread pool + the shims derived from the op records (a `shim_<kernel>`
+    for each kernel a record calls with plain arguments, its ctypes signature set: see
+    pockengine.ops.kernels) + shims/<shim> (hand-written: parameter arrays, composites; the
+    kernels it wraps are left out of the generated file),
+    compiled and cached by build.host.build_kernel_library, and loaded."""
+    hand = [SHIMS / shim] if shim else []
+    srcs = [write_record_shims(beside=hand)] + hand
+    lib = ctypes.CDLL(str(build_kernel_library(srcs, extra_flags, name=Path(shim or "record_shims").stem)))
+    sigs = signatures()
+    for name in record_shim_kernels(beside=hand):
+        fn = getattr(lib, f"shim_{name}")
+        fn.argtypes, fn.restype = argtypes(sigs[name])
+    return lib
 
 
 def ptr(a: np.ndarray):

@@ -27,21 +27,13 @@ def _p(a):
 
 @pytest.fixture(scope="module")
 def lib(shim_builder):
-    L = shim_builder("rnn_shim.cpp")
+    L = shim_builder("rnn_shim.cpp")  # + shim_lstm_fwd/bwd, shim_gru_fwd/bwd generated from the op records
     L.shim_rnn_set_threads.restype = None
     L.shim_rnn_set_threads.argtypes = [cint]
     L.shim_lstm_bwd_scratch_floats.restype = i64
     L.shim_lstm_bwd_scratch_floats.argtypes = [i64] * 5 + [cint, cint]
-    L.shim_lstm_fwd.restype = None
-    L.shim_lstm_fwd.argtypes = [vp] * 14 + [i64] * 5 + [cint, cint]
-    L.shim_lstm_bwd.restype = None
-    L.shim_lstm_bwd.argtypes = [vp] * 22 + [i64] * 5 + [cint, cint] + [i64] * 3
     L.shim_gru_bwd_scratch_floats.restype = i64
     L.shim_gru_bwd_scratch_floats.argtypes = [i64] * 4 + [cint]
-    L.shim_gru_fwd.restype = None
-    L.shim_gru_fwd.argtypes = [vp] * 9 + [i64] * 4 + [cint]
-    L.shim_gru_bwd.restype = None
-    L.shim_gru_bwd.argtypes = [vp] * 15 + [i64] * 4 + [cint] + [i64] * 2
     return L
 
 

@@ -10,7 +10,7 @@ gradients. Partial updates (need = k) get gradients of shape
 from __future__ import annotations
 
 from ..errors import PockError
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, Value, dependents
 from .rules import FULL, PARTIAL, RULES
 
 
@@ -58,14 +58,10 @@ class GradBuilder:
 
 
 def requires_grad(g: Graph, trained: set[int]) -> set[int]:
-    """ids of the values that depend on a trained parameter."""
-    req = set(trained)
-    for n in g.nodes:
-        if n.phase == "forward" and any(v is not None and id(v) in req for v in n.inputs):
-            if n.op == "reshape" and n.attrs.get("stop_gradient"):
-                continue
-            req.update(id(o) for o in n.outputs if o is not None and o.dtype == "f32")
-    return req
+    """ids of the values that depend on a trained parameter (float ones, not past a
+    stop_gradient): ir.graph.dependents."""
+    return dependents(g.nodes, trained,
+                      lambda n, o: o.dtype == "f32" and not (n.op == "reshape" and n.attrs.get("stop_gradient")))
 
 
 def build_backward(g: Graph, trained: dict[str, object]) -> dict[str, Value]:

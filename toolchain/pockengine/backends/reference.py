@@ -8,9 +8,9 @@ wherever PyTorch does, and tests/backends/test_reference.py checks every other r
 backend against it on the same program.
 
 How a step runs (ReferenceTrainer.step):
-  - the step graph's forward nodes, in order, each by its torch function (the prefix pass's
-    TORCH_OPS plus the losses, train-mode BatchNorm and `assign` below), with the trained
-    parameters as autograd leaves;
+  - the step graph's forward nodes, in order, each by its op record's torch function
+    (`torch`, or `torch_train` for the losses and train-mode BatchNorm; `assign` below),
+    with the trained parameters as autograd leaves;
   - the gradients by torch.autograd from the graph's loss (the graph's own backward nodes
     are not run: this is the independent reference for them);
   - each update node (sgd_update / adamw_update) on its region of the parameter with
@@ -28,69 +28,33 @@ from contextlib import contextmanager
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from ..codegen import Source
 from ..errors import PockError
-from ..ops.torchref import act
-from ..passes.prefix import TORCH_OPS
+from ..ops import REGISTRY
 from . import Backend, Device, register
 
 _DTYPES = {"f32": torch.float32, "i64": torch.int64, "i32": torch.int32, "u8": torch.uint8}
 
 
-def _cross_entropy(i, a):
-    logits, y = i[0], i[1]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1).long(),
-                           ignore_index=a.get("ignore_index", -100), label_smoothing=a.get("label_smoothing", 0.0))
+def torch_fn(op: str):
+    """The torch function the interpreter runs for `op`: its record's torch reference, or the
+    training-only one (losses, train-mode BatchNorm: torch_train); None when it has neither."""
+    r = REGISTRY.get(op)
+    return None if r is None else (r.torch or r.torch_train)
 
 
-def _nll_loss(i, a):
-    logp, y = i[0], i[1]
-    return F.nll_loss(logp.reshape(-1, logp.shape[-1]), y.reshape(-1).long(), ignore_index=a.get("ignore_index", -100))
-
-
-def _batch_norm_train(i, a):
-    """(y, batch mean, batch invstd, new running mean, new running var), as the IR op."""
-    x, w, b, rm, rv = i[:5]
-    dims = [d for d in range(x.dim()) if d != 1]
-    n = x.numel() // x.shape[1]
-    mean = x.mean(dims)
-    var = x.var(dims, unbiased=False)
-    m = a["momentum"]
-    with torch.no_grad():
-        new_rm = None if rm is None else (1 - m) * rm + m * mean.detach()
-        new_rv = None if rv is None else (1 - m) * rv + m * var.detach() * (n / max(n - 1, 1))
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    y = (x - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + a["eps"])
-    if w is not None:
-        y = y * w.reshape(shape)
-    if b is not None:
-        y = y + b.reshape(shape)
-    return [act(y, a), mean, torch.rsqrt(var + a["eps"]), new_rm, new_rv]
-
-
-# op -> fn(inputs, attrs): the forward ops the prefix does not run (losses, train-mode BatchNorm)
-EXTRA_OPS = {
-    "cross_entropy": _cross_entropy,
-    "nll_loss": _nll_loss,
-    "mse_loss": lambda i, a: F.mse_loss(i[0], i[1]),
-    "batch_norm_train": _batch_norm_train,
-}
 DEFERRED = {"assign"}  # state writes, applied after the updates (as the step's last nodes)
 UPDATES = {"sgd_update", "adamw_update"}
 
 
 def supports(node) -> bool:
-    return node.op in TORCH_OPS or node.op in EXTRA_OPS or node.op in DEFERRED or node.op in UPDATES
+    return torch_fn(node.op) is not None or node.op in DEFERRED or node.op in UPDATES
 
 
 def _run_node(n, env):
     ins = [None if v is None else env[id(v)] for v in n.inputs]
-    if n.op in EXTRA_OPS:
-        ys = EXTRA_OPS[n.op](ins, n.attrs)
-    else:
-        ys = TORCH_OPS[n.op][0](ins, n.attrs)
+    ys = torch_fn(n.op)(ins, n.attrs)
     ys = list(ys) if isinstance(ys, (tuple, list)) else [ys]
     for o, y in zip(n.outputs, ys):
         if o is not None and y is not None:

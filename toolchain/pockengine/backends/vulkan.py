@@ -466,8 +466,10 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
 
 
 def render(prog, part):
-    """(C++ source, hash) of the step with its Vulkan partition (templates/model_vulkan.cpp.j2)."""
-    from ..codegen import DTYPE_CODE, KIND_CODE, VERSION, _blocks, _env, _io, finish, int_ranges, kernel_name
+    """(C++ source, hash) of the step with its Vulkan partition: codegen.render with this
+    step (templates/model.cpp.j2, its blocks under `vulkan`)."""
+    from ..codegen import BufferNames, Step, kernel_name
+    from ..codegen import render as render_step
     from ..ops.cpp import fl
 
     pg = part.graph
@@ -523,7 +525,8 @@ def render(prog, part):
         def index_slot(self, n):
             return index_slot0 + gathers.index(n)
 
-    vk, cpu = Emitter(shader_word), Emit(host.offset, so)
+    buffers = BufferNames(pg, host.offset, so)  # the CPU nodes' buffers, named after the module path
+    vk, cpu = Emitter(shader_word), Emit(host.offset, so, buffers)
     # The non-finite guard (nonfinite_guard), by the host, reading the device buffer where the
     # values are there.  exact_skip (every update after the whole backward): once, before the
     # first update, for the loss and every gradient, so a skipped step changes nothing.
@@ -637,7 +640,8 @@ def render(prog, part):
             lines.append(f"// vulkan: {len(ds)} dispatch(es) #{len(dispatches) - len(ds)}.. ({names})")
             kernel = "vk:" + "+".join(dict.fromkeys(d.shader for d in ds)) if ds else "view"
         blocks.append({"index": i, "phase": n.phase, "ir": f"[{b}] " + repr(n).split("  # ")[0], "source": n.source,
-                       "lines": lines, "op": n.op, "kernel": kernel or kernel_name(lines), "flops": flops(n)})
+                       "lines": lines, "op": n.op, "kernel": kernel or kernel_name(lines), "flops": flops(n),
+                       "guard_loss": False})  # the guards are in the lines (nonfinite_guard)
     if pending:
         tail: list[str] = []
         flush(tail)
@@ -646,33 +650,20 @@ def render(prog, part):
     # a flush before them happened above (they are host-side nodes).
 
     shader_rows = [{"name": s, "words": compile_shader(s, len(windows))} for s in shaders]
-    state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
-              "offset": so[v.name], "nbytes": v.nbytes}
-             for v in sorted(prog.state.values(), key=lambda v: so[v.name])]
-    fg = prog.forward_graph
     adamw = []
     for n in adamw_nodes:
         a = n.attrs
         adamw.append({"offset": 4 * (ADAMW_SLOT0 + 8 * adamw_nodes.index(n)),
                       "args": f"{fl(a['beta1'])}, {fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}"})
-    ctx = {
-        "version": VERSION, "name": prog.name, "step_nodes": blocks,
-        "forward_nodes": _blocks(prog.forward_order, Emit(prog.forward_plan.offset, so)),
-        "arena_bytes": host.arena_bytes,
-        "arena_bytes_total": max(host.arena_bytes, prog.forward_plan.arena_bytes, 64),
-        "state_bytes": max(prog.state_bytes, 64), "state": state,
-        # the entry check's ranges from the partitioned graph itself (its inputs are clones)
-        "inputs": _io(pg.inputs, host, int_ranges(pg)), "targets": _io(pg.targets, host, int_ranges(pg)),
-        "forward_inputs": _io(fg.inputs, prog.forward_plan, int_ranges(fg)),
-        "outputs": _io(fg.outputs, prog.forward_plan, {}),
-        "loss_offset": host.offset(pg.loss), "default_lr": repr(float(prog.optimizer.lr)),
+    # model.cpp.j2's Vulkan blocks: the tables, the head of train_step, the device hooks
+    blocks_ctx = {
         "partition_summary": ", ".join(f"{b} {len(part.nodes_on(b))} nodes" for b in part.backends),
         "device_arena_base": arena_base, "device_state_base": state_base, "device_bytes": device_bytes,
-        "windows": windows,
-        "shaders": shader_rows, "dispatches": dispatches, "segments": segments, "adamw": adamw,
-        "index_words": [4 * (index_slot0 + i) for i in range(len(gathers))],
+        "windows": windows, "shaders": shader_rows, "dispatches": dispatches, "segments": segments,
+        "adamw": adamw, "index_words": [4 * (index_slot0 + i) for i in range(len(gathers))],
     }
-    return finish(_env().get_template("model_vulkan.cpp.j2"), ctx)
+    # one function: the chunked form would need the device state in every chunk
+    return render_step(prog, Step(pg, host, blocks, buffers.decls, [], {"vulkan": blocks_ctx}))
 
 
 def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None):

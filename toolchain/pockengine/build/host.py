@@ -221,3 +221,25 @@ def build_shared_library(
         shutil.copyfile(lib, tmp)
         os.replace(tmp, dest)
     return dest
+
+
+def build_kernel_library(extra_sources: Sequence[Path], extra_flags: Sequence[str] = (), *,
+                         name: str | None = None, runtime: Path | None = None, march: str | None = None,
+                         opt: str = "-O3") -> Path:
+    """Every kernel (runtime/kernels/*.cpp) and the thread pool they run on, plus `extra_sources`
+    (extern "C" shims over the pk:: kernels), as one shared library with the shims' symbols
+    visible: how the kernel tests (tests/codegen/runtime) and benches (bench/gemm_llm.py,
+    bench/kernels_cnn.py) call kernels from ctypes.  Cached by content (compiler, flags, sources,
+    the runtime's headers) under cache_dir()/shims.  `runtime`: another tree's codegen/runtime (a
+    bench timing the kernels before a change); `march`: g++'s -march (default march_flags())."""
+    rt = Path(runtime) if runtime is not None else runtime_dir()
+    srcs = [*sorted((rt / "kernels").glob("*.cpp")), rt / "threadpool.cpp", *map(Path, extra_sources)]
+    cxx = compiler()
+    flags = [opt, "-std=c++17", "-fPIC", "-shared", *((f"-march={march}",) if march else march_flags()),
+             *extra_flags]
+    h = hashlib.sha256(" ".join([*cxx, *flags]).encode())
+    for src in srcs + sorted(rt.rglob("*.h")):  # kernels/*.h too (conv_common.h, rnn_math.h)
+        h.update(src.read_bytes())
+    lib = cache_dir() / "shims" / f"{name or srcs[-1].stem}-{h.hexdigest()[:16]}.so"
+    return _produce(lib, lambda tmp: [*cxx, *flags, "-I", str(rt / "include"), "-I", str(rt), *map(str, srcs),
+                                      "-o", str(tmp)], f"building the kernel library {lib.name}")

@@ -181,3 +181,16 @@ class Graph:
             lines.append(f"  loss {self.loss!r}")
         lines += [f"  out {v!r}" for v in self.outputs]
         return "\n".join(lines)
+
+
+def dependents(nodes, roots: set[int], follow=None) -> set[int]:
+    """The one dependence walk: id(value) of `roots` and of every output of a forward node
+    (in `nodes`' order) that reads one of them.  `follow(node, output)` False stops the walk
+    at that output (autodiff: integers and stop_gradient carry no gradient).  Used for "needs
+    a gradient" (autodiff/backward.requires_grad) and "depends on a trained parameter"
+    (passes/partition.trained_dependents: what an inference-only backend may not take)."""
+    dep = set(roots)
+    for n in nodes:
+        if n.phase == "forward" and any(v is not None and id(v) in dep for v in n.inputs):
+            dep.update(id(o) for o in n.outputs if o is not None and (follow is None or follow(n, o)))
+    return dep

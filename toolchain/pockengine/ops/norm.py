@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import torch
 import torch.nn.functional as F
 
 from ..ir.graph import Value
@@ -119,9 +120,29 @@ def _bn_eval_bwd_cpu(e, n, dy, x, rm, rv, w, dx, dw, db):
             f"{fl(n.attrs['eps'])});")
 
 
+def _bn_train_torch(i, a):
+    """(y, batch mean, batch invstd, new running mean, new running var), as the IR op."""
+    x, w, b, rm, rv = i[:5]
+    dims = [d for d in range(x.dim()) if d != 1]
+    n = x.numel() // x.shape[1]
+    mean = x.mean(dims)
+    var = x.var(dims, unbiased=False)
+    m = a["momentum"]
+    with torch.no_grad():
+        new_rm = None if rm is None else (1 - m) * rm + m * mean.detach()
+        new_rv = None if rv is None else (1 - m) * rv + m * var.detach() * (n / max(n - 1, 1))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    y = (x - mean.reshape(shape)) * torch.rsqrt(var.reshape(shape) + a["eps"])
+    if w is not None:
+        y = y * w.reshape(shape)
+    if b is not None:
+        y = y + b.reshape(shape)
+    return [_torch_act(y, a), mean, torch.rsqrt(var + a["eps"]), new_rm, new_rv]
+
+
 register(
     OpRecord("batch_norm_train", _bn_train, lambda i, o, a: 8 * numel(i[0]), float_only=True, grad=_bn_train_grad,
-             act_epilogue=True,
+             act_epilogue=True, torch_train=_bn_train_torch,
              cpu=_bn_train_cpu),
     OpRecord("batch_norm_eval", _same, lambda i, o, a: 2 * numel(i[0]), float_only=True, grad=_bn_eval_grad,
              act_epilogue=True,

@@ -16,6 +16,7 @@ Signatures:
   flops(inputs, outputs, attrs) -> int
   grad(b, node, gouts, need) -> one gradient (or None) per input   (autodiff/backward.py)
   torch(inputs, attrs) -> tensor or list; torch_outputs = how many leading outputs it computes
+  torch_train(inputs, attrs) -> tensor or list (every output)
   cpu(e, node, *input pointers, *output pointers) -> C++ line(s)   (backends/cpu.py Emit)
 """
 from __future__ import annotations
@@ -44,6 +45,8 @@ class OpRecord:
     partial: frozenset = frozenset()  # inputs whose sparse slice count k the rule handles itself
     torch: Callable | None = None  # the torch reference, eval semantics (passes/prefix.py)
     torch_outputs: int = 1  # the number of leading outputs `torch` computes
+    torch_train: Callable | None = None  # the torch reference of an op only a training step runs (losses,
+    #                         train-mode batch norm): the reference backend's; the frozen prefix takes `torch` only
     cpu: Callable | None = None  # the C++ kernel call (backends/cpu.py)
     transfer: bool = False  # data movement between backends: inserted by the partitioner, emitted by
     #                         the accelerator backend on either end, never by the CPU backend alone

@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..backends import ALWAYS, Device, registered
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, Value, dependents
 from ..ir.ops import OPS, TRANSFER_OPS, flops
 from ..ir.verify import verify
 from ..memory.plan import MemoryPlan, plan_memory
@@ -79,12 +79,7 @@ class Partition:
 
 def trained_dependents(order: list[Node]) -> set[int]:
     """id(value) of every value that depends on a parameter some node updates."""
-    trained = {id(n.inputs[0]) for n in order if OPS[n.op].mutates and n.phase == "update"}
-    dep = set(trained)
-    for n in order:
-        if n.phase == "forward" and any(v is not None and id(v) in dep for v in n.inputs):
-            dep.update(id(o) for o in n.outputs if o is not None)
-    return dep
+    return dependents(order, {id(n.inputs[0]) for n in order if OPS[n.op].mutates and n.phase == "update"})
 
 
 def _inference_only(b: str) -> bool:

@@ -93,9 +93,10 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
         if prefix is None:
             raise PockError(f"--backends {prefix_backend.name}: model '{name}' has no frozen prefix (every forward op "
                             f"leads to a trained parameter); freeze its first layers or drop {prefix_backend.name}")
+    source = prog.emit(["cpu"])  # the one emitted step: the library, summary, checkpoint and manifest take it
     model_cpp = out / f"{name}.cpp"
-    model_cpp.write_text(prog.source())
-    (out / "summary.md").write_text(prog.summary())
+    model_cpp.write_text(source.text)
+    (out / "summary.md").write_text(prog.summary(source))
 
     libs = {}
     for abi, (tool, flags) in toolchains.items():
@@ -105,7 +106,8 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
         shutil.copyfile(lib, dest)
         libs[abi] = dest
 
-    bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info, prefix_backend=prefix_backend)
+    bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info, prefix_backend=prefix_backend,
+                                      source=source)
     classes_jar = kotlin_core_jar()
     aar = out / f"pockengine-{name}.aar"
     write_aar(aar, name, classes_jar, libs, bundle_dir)
@@ -220,17 +222,18 @@ def build_host_jni_library(model_cpp: Path, out_dir: Path) -> Path:
     return build_shared_library([Path(model_cpp), stage / "pock_jni.cpp"], out_dir)
 
 
-def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None, prefix_backend=None) -> Path:
+def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None, prefix_backend=None,
+                         source=None) -> Path:
     """out/bundle: model.json + the initial weights (written without building for this
-    host); with a frozen prefix, also its QNN context binary for `soc` and ONNX fallback
-    under prefix/, recorded in manifest["prefix"]."""
+    host) of `source` (default: the all-CPU step); with a frozen prefix, also its QNN context
+    binary for `soc` and ONNX fallback under prefix/, recorded in manifest["prefix"]."""
     from ..bundle import write_bundle
     from ..checkpoint import write_initial_checkpoint
-    weights = write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt")
+    weights = write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt", source)
     entry = None
     if prefix is not None:
         entry = (prefix_backend or next(b for b in registered() if b.role == "prefix")).export(prefix, out / "bundle", soc.name)
-    return write_bundle(prog, weights, out / "bundle", prefix=entry)
+    return write_bundle(prog, weights, out / "bundle", prefix=entry, source=source)
 
 
 # ----------------------------------------------------------------------------- Kotlin

@@ -71,16 +71,17 @@ def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, f
             raise PockError("--coreml needs the frozen-prefix split (passes/prefix.py)") from None
         prefix, prog = split_prefix(prog)  # (None, prog) when nothing is frozen at the front
     model = swift_name(prog.name)
+    source = prog.emit(["cpu"])  # the one emitted step: the library, summary, checkpoint and manifest take it
     cpp = out / f"{prog.name}.cpp"
-    cpp.write_text(prog.source())
-    (out / "summary.md").write_text(prog.summary())
+    cpp.write_text(source.text)
+    (out / "summary.md").write_text(prog.summary(source))
 
     bundle = out / "bundle"
     shutil.rmtree(bundle, ignore_errors=True)
     entry = export_prefix(prefix, bundle / "prefix", prog.name, fp16) if prefix is not None else None
-    write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt")
+    write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt", source)
     from ..bundle import write_bundle
-    write_bundle(prog, out / f"{prog.name}.pockckpt", bundle, prefix=entry)
+    write_bundle(prog, out / f"{prog.name}.pockckpt", bundle, prefix=entry, source=source)
 
     xcf = build_xcframework(cpp, out / f"{model}.xcframework", f"libpock_{prog.name}.a")
     package = write_swift_package(out, prog.name, xcf, bundle)

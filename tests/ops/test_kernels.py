@@ -1,0 +1,53 @@
+"""pockengine.ops.kernels: the kernels the op records call, their signatures parsed from
+pock_kernels.h, and the extern "C" test shims generated from the two."""
+import ctypes
+
+from pockengine.ops import REGISTRY
+from pockengine.ops.kernels import (argtypes, kernels_of, plain, record_shim_kernels, shim_source, signatures,
+                                    write_record_shims)
+
+
+def test_signatures_are_parsed_from_the_header():
+    sigs = signatures()
+    lf = sigs["linear_fwd"]
+    assert lf.ret == "void" and [p for _, p in lf.params] == ["x", "w", "b", "y", "M", "N", "K"]
+    assert lf.params[0] == ("const float*", "x") and lf.params[-1] == ("i64", "K")
+    assert sigs["embedding_fwd"].ret == "i64"
+    assert plain(lf) and plain(sigs["linear_fwd_lowp"])  # an enum (LowpDtype, Act) travels as int
+    assert plain(sigs["lstm_fwd"])  # LstmParams (scalar fields) travels as its fields
+    assert not plain(sigs["reduce_sum"])  # Reduce holds arrays: a hand-written shim packs it
+    assert argtypes(sigs["linear_fwd_act"]) == ([ctypes.c_void_p] * 4 + [ctypes.c_int64] * 3 + [ctypes.c_int], None)
+
+
+def test_every_plain_kernel_a_record_calls_gets_a_generated_shim():
+    kernels = record_shim_kernels()
+    assert {"linear_fwd", "layer_norm_fwd", "batch_norm_train_fwd_act", "embedding_fwd_lowp"} <= set(kernels)
+    assert set(kernels) <= set().union(*(kernels_of(r) for r in REGISTRY.values()))
+    text = shim_source(["linear_fwd_act", "embedding_fwd"])
+    assert ("void shim_linear_fwd_act(const float* x, const float* w, const float* b, float* y, pk::i64 M, "
+            "pk::i64 N, pk::i64 K, int act) { pk::linear_fwd_act(x, w, b, y, M, N, K, static_cast<pk::Act>(act)); }"
+            in text)
+    assert "pk::i64 shim_embedding_fwd(" in text and "return pk::embedding_fwd(" in text
+    assert ("float beta) { pk::gemm(A, B, C, pk::GemmParams{batch, M, N, K, ta != 0, tb != 0, sa, sb, sc, beta}); }"
+            in shim_source(["gemm"]))
+
+
+def test_kernels_with_a_hand_written_shim_are_left_out(tmp_path):
+    hand = tmp_path / "conv_shim.cpp"
+    hand.write_text("void shim_conv2d_fwd(const float* x, const long* v) {}\n")
+    assert "conv2d_fwd" in record_shim_kernels() and "conv2d_fwd" not in record_shim_kernels(beside=[hand])
+
+
+def test_the_generated_shims_compile_and_run():
+    import numpy as np
+
+    from pockengine.build.host import build_kernel_library
+    lib = ctypes.CDLL(str(build_kernel_library([write_record_shims()], name="record_shims")))
+    lib.shim_linear_fwd.argtypes, lib.shim_linear_fwd.restype = argtypes(signatures()["linear_fwd"])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = np.ones((4, 3), np.float32)
+    y = np.zeros((2, 4), np.float32)
+    P = lambda a: a.ctypes.data_as(ctypes.c_void_p)  # noqa: E731
+    lib.shim_linear_fwd(P(x), P(w), None, P(y), 2, 4, 3)
+    np.testing.assert_array_equal(y, x @ w.T)
+    assert write_record_shims().read_text() == shim_source(record_shim_kernels())
