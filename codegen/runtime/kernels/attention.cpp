@@ -42,7 +42,7 @@ void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, 
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr i64 kRows = 16;  // query rows per block (forward and backward phase 1)
+constexpr i64 kRows = 32;  // query rows per block (forward and backward phase 1)
 constexpr i64 kKeys = 32;  // keys per block (backward phase 2)
 
 using namespace simd;
