@@ -118,10 +118,12 @@ void swiglu_bwd(const float* dy, const float* gate, const float* up, float* dgat
 // ---------------------------------------------------------------- rope.cpp
 // y = x * cos + rotate_half(x) * sin over rows of D (x, y [outer, rep, inner]; cos, sin
 // [outer if cos_outer else 1, inner], broadcast over rep); backward: dx from dy (the transpose).
+// tmajor: x, y are [outer, inner / D, rep, D] instead (heads inside positions: a projection
+// split into heads, [B, T, H, D], read in place).
 void rope_fwd(const float* x, const float* cos, const float* sin, float* y, i64 outer, i64 rep, i64 inner, i64 D,
-              i64 cos_outer);
+              i64 cos_outer, i64 tmajor = 0);
 void rope_bwd(const float* dy, const float* cos, const float* sin, float* dx, i64 outer, i64 rep, i64 inner, i64 D,
-              i64 cos_outer);
+              i64 cos_outer, i64 tmajor = 0);
 
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
