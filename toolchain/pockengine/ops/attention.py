@@ -26,9 +26,18 @@ def _layout(a) -> tuple:
     return tuple(a.get("layout", (0, 0, 0, 0)))
 
 
+# Packed (attrs["packed"] = ((offset, heads, D) for q, k, v), set by passes/attention.py): q, k and v
+# are one tensor X [..., T, C] (GPT-2's fused c_attn) and operand i is X[..., off:off + heads * D]
+# viewed [..., T, heads, D] (layout 1); the backward writes dX (the three column ranges cover C).
+def _stored(x, a, i) -> tuple:
+    """The shape operand i is stored as."""
+    p = a.get("packed")
+    return tuple(x.shape[:-1]) + tuple(p[i][1:]) if p else tuple(x.shape)
+
+
 def _shapes(q, k, v, a):
     lay = _layout(a)
-    return logical(q.shape, lay[0]), logical(k.shape, lay[1]), logical(v.shape, lay[2])
+    return tuple(logical(_stored(x, a, i), lay[i]) for i, x in enumerate((q, k, v)))
 
 
 def _sdpa(i, a):
@@ -53,6 +62,9 @@ def _sdpa_grad(b, n, g, need):
         dp = b.add("matmul", [g[0], v], {"ta": False, "tb": True})
         ds = b.add("softmax_bwd", [dp, probs], {"dim": len(probs.shape) - 1})
         dmask = b.sum_to(ds, mask.shape)
+    if n.attrs.get("packed"):  # one gradient, dX, for q, k and v (the same X)
+        dx = b.add("sdpa_bwd", [g[0], q, k, v, n.outputs[1], mask], n.attrs, wanted=[True, False, False, True])[0]
+        return [dx, None, None, dmask]
     dq, dk, dv, _ = b.add("sdpa_bwd", [g[0], q, k, v, n.outputs[1], mask], n.attrs,
                           wanted=[bool(need[0]), bool(need[1]), bool(need[2]), True])
     return [dq, dk, dv, dmask]
@@ -61,7 +73,9 @@ def _sdpa_grad(b, n, g, need):
 def _sdpa_torch(q, k, v, mask, a):
     if mask is not None and mask.dtype == torch.uint8:
         mask = mask.bool()
-    lay = _layout(a)
+    lay, packed = _layout(a), a.get("packed")
+    if packed:
+        q, k, v = (x[..., o:o + h * d].reshape(x.shape[:-1] + (h, d)) for x, (o, h, d) in zip((q, k, v), packed))
     q, k, v = (x.transpose(-3, -2) if t else x for x, t in zip((q, k, v), lay))
     gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
     y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=a["causal"], scale=a["scale"],
@@ -69,10 +83,14 @@ def _sdpa_torch(q, k, v, mask, a):
     return y.transpose(-3, -2) if lay[3] else y
 
 
-def _strides(shape, tmajor) -> str:
-    """{sb, sh, sr} of an operand (pock_kernels.h SdpaLayout) of logical shape [..., H, T, D]."""
+def _strides(shape, tmajor, row=None) -> str:
+    """{sb, sh, sr} of an operand (pock_kernels.h SdpaLayout) of logical shape [..., H, T, D]
+    (row: its row stride when it is a column range of a wider [..., T, row] tensor)."""
     H, T, D = ((1,) * 3 + tuple(shape))[-3:]
-    return f"{{{T * H * D}, {D}, {H * D}}}" if tmajor else f"{{{H * T * D}, {T * D}, {D}}}"
+    if tmajor:
+        row = row or H * D
+        return f"{{{T * row}, {D}, {row}}}"
+    return f"{{{H * T * D}, {T * D}, {D}}}"
 
 
 def sdpa_params(q: Value, k: Value, v: Value, mask: Value | None, a) -> str:
@@ -93,17 +111,29 @@ def sdpa_params(q: Value, k: Value, v: Value, mask: Value | None, a) -> str:
         # the frontend made the mask's batch dims all 1 or all equal to q's: one stride walks them
         sb = 0 if math.prod(padded[:-2]) == 1 else padded[-2] * padded[-1]
     os_ = qs[:-1] + (Ev,)
+    row = q.shape[-1] if a.get("packed") else None
     return (f"{{{B}, {L}, {S}, {E}, {Ev}, {fl(a['scale'])}, {b(a['causal'])}, {kind}, {sb}, {sl}, {ss}, {H}, "
-            f"{group}, {_strides(qs, lay[0])}, {_strides(ks, lay[1])}, {_strides(vs, lay[2])}, "
+            f"{group}, {_strides(qs, lay[0], row)}, {_strides(ks, lay[1], row)}, {_strides(vs, lay[2], row)}, "
             f"{_strides(os_, lay[3])}, {B * L}}}")
 
 
+def _operands(a, q, k, v):
+    """The C++ pointers of q, k, v (packed: column offsets into the one tensor)."""
+    p = a.get("packed")
+    if not p or q == "nullptr":
+        return q, k, v
+    return tuple(f"{q} + {o}" if o else q for o, _, _ in p)
+
+
 def _sdpa_cpu(e, n, q, k, v, mask, out, probs):
+    q, k, v = _operands(n.attrs, q, k, v)
     return f"pk::sdpa_fwd({q}, {k}, {v}, {mask}, {out}, {probs}, {sdpa_params(*n.inputs, n.attrs)});"
 
 
 def _sdpa_bwd_cpu(e, n, dout, q, k, v, probs, mask, dq, dk, dv, scratch):
     p = sdpa_params(*n.inputs[1:4], n.inputs[5], n.attrs)
+    q, k, v = _operands(n.attrs, q, k, v)
+    dq, dk, dv = _operands(n.attrs, dq, dk, dv)
     return f"pk::sdpa_bwd({dout}, {q}, {k}, {v}, {probs}, {dq}, {dk}, {dv}, {scratch}, {p});"
 
 

@@ -13,7 +13,9 @@ forward and again (permute, sum_to) in the backward.  Here:
     [..., H, T, D]) whose every reader is an sdpa operand or a rope whose readers are sdpa
     operands disappears: those ops read the [..., T, H, D] tensor in place (sdpa's attrs["layout"],
     rope's attrs["tmajor"], ops/attention.py); an sdpa output read only by the inverse permute is
-    written as [..., L, H, Ev] directly.
+    written as [..., L, H, Ev] directly;
+  - `absorb_qkv_split`: q, k and v split from one fused projection (GPT-2's c_attn) are read from
+    it in place, and the backward writes its gradient whole.
 
 An sdpa whose mask may need a gradient (a learned bias) is left as it is (its mask gradient is
 computed in the [..., H, L, S] layout with the full k/v heads)."""
@@ -183,9 +185,58 @@ def absorb_head_permutes(g: Graph) -> Graph:
     return g
 
 
+def _column_range(r: Value, users):
+    """(X, start, heads, D) when r = reshape(X[..., start:end]) to [..., T, heads, D] (a head split
+    of a column range of X), read by nothing else, else None."""
+    p = r.producer
+    if p is None or p.op != "reshape" or len(r.shape) < 3:
+        return None
+    s = p.inputs[0]
+    sl = s.producer
+    if sl is None or sl.op != "slice" or sl.attrs.get("step", 1) != 1 or len(users.get(id(s), [])) != 1:
+        return None
+    x = sl.inputs[0]
+    if sl.attrs["dim"] not in (-1, len(x.shape) - 1) or x.shape[:-1] != r.shape[:-2] or x.dtype != "f32":
+        return None
+    start, end = sl.attrs["start"], sl.attrs["end"]
+    if end - start != r.shape[-2] * r.shape[-1]:
+        return None
+    return x, start, r.shape[-2], r.shape[-1]
+
+
+def absorb_qkv_split(g: Graph) -> Graph:
+    """An sdpa whose q, k and v ([..., T, H, D], layout 1) are head splits of three column ranges
+    covering one tensor X [..., T, C] (GPT-2's fused c_attn split, our tiny GPT's qkv.split) reads
+    X in place (attrs["packed"]), and its backward writes dX whole: no slices, no slice_bwd/adds."""
+    users = g.users()
+    outputs = {id(v) for v in g.outputs}
+    for n in _sdpas(g):
+        lay = n.attrs.get("layout", (0, 0, 0, 0))
+        if tuple(lay[:3]) != (1, 1, 1) or n.attrs.get("packed"):
+            continue
+        ranges = []
+        for i in range(3):
+            r = n.inputs[i]
+            m = _column_range(r, users) if r is not None and id(r) not in outputs else None
+            if m is None or [u for u in users.get(id(r), []) if u is not n]:
+                break
+            ranges.append(m)
+        if len(ranges) != 3 or any(m[0] is not ranges[0][0] for m in ranges):
+            continue
+        x = ranges[0][0]
+        spans = sorted((s, s + h * d) for _, s, h, d in ranges)
+        if spans[0][0] != 0 or spans[-1][1] != x.shape[-1] or any(a[1] != b[0] for a, b in zip(spans, spans[1:])):
+            continue
+        n.inputs[0] = n.inputs[1] = n.inputs[2] = x
+        n.attrs = {**n.attrs, "packed": tuple((s, h, d) for _, s, h, d in ranges)}
+    return g
+
+
 def attention_layouts(g: Graph) -> Graph:
-    """absorb_gqa, then (its repeats dropped, so they read nothing) absorb_head_permutes."""
-    return absorb_head_permutes(eliminate_dead_code(absorb_gqa(g)))
+    """absorb_gqa, then (its repeats dropped, so they read nothing) absorb_head_permutes, then
+    absorb_qkv_split."""
+    g = absorb_head_permutes(eliminate_dead_code(absorb_gqa(g)))
+    return eliminate_dead_code(absorb_qkv_split(g))
 
 
-__all__ = ["absorb_gqa", "absorb_head_permutes", "attention_layouts", "logical"]
+__all__ = ["absorb_gqa", "absorb_head_permutes", "absorb_qkv_split", "attention_layouts", "logical"]
