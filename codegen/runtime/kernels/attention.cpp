@@ -5,7 +5,9 @@
 //                                 or, when causal, s > l)    one small GEMM
 //   probs  = softmax(scores)     (saved in probs[B,L,S]; required, non-null)
 //   out    = probs V                                          one small GEMM
-// The GEMMs are pk::gemm's (gemm.cpp, detail::gemm_strided) on strided views, so q, k, v
+// The GEMMs are pk::gemm's (gemm.cpp, detail::gemm_strided) on strided views; the softmax
+// denominators and the backward's rowsums are summed in order in double, as the row-at-a-time
+// kernel did (a gradient that cancels to below AdamW's eps is sensitive to them).  q, k, v
 // and out may be [N, L, H, E] as well as [N, H, L, E] (SdpaParams' layouts: the head
 // split of a projection needs no permute copy) and k/v may have fewer heads
 // (grouped-query attention: query head h reads kv head h / group).  A causal block only
@@ -70,19 +72,6 @@ struct Geo {
   }
 };
 
-inline float vdot(const float* a, const float* b, i64 n) {
-  V s0 = vzero(), s1 = vzero();
-  i64 i = 0;
-  for (; i + 2 * kW <= n; i += 2 * kW) {
-    s0 = vfma(vload(a + i), vload(b + i), s0);
-    s1 = vfma(vload(a + i + kW), vload(b + i + kW), s1);
-  }
-  for (; i + kW <= n; i += kW) s0 = vfma(vload(a + i), vload(b + i), s0);
-  float s = vsum(vadd(s0, s1));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 inline void zero_rows(float* x, i64 rows, i64 ld, i64 n) {
   for (i64 r = 0; r < rows; ++r) std::memset(x + r * ld, 0, sizeof(float) * n);
 }
@@ -102,7 +91,10 @@ inline void softmax_row(float* row, i64 send, i64 lim, float scale, const uint8_
     std::memset(row, 0, sizeof(float) * lim);
     return;
   }
-  const float inv = static_cast<float>(1.0 / vmath::vexp_store_sum(row, row, lim, m));
+  vmath::map_v(row, row, lim, [m](V x) { return vmath::vexp(vsub(x, vbcast(m))); });
+  double sum = 0;  // in order, in double
+  for (i64 s = 0; s < lim; ++s) sum += row[s];
+  const float inv = static_cast<float>(1.0 / sum);
   vmath::map_v(row, row, lim, [inv](V x) { return vmul(x, vbcast(inv)); });
 }
 
@@ -175,7 +167,9 @@ void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v,
           for (i64 r = 0; r < rows; ++r) {
             const float* pr = P + r * S;
             float* d = dS + r * S;
-            const float rs = vdot(pr, d, send);
+            double acc = 0;  // in order, in double
+            for (i64 j = 0; j < send; ++j) acc += static_cast<double>(pr[j]) * d[j];
+            const float rs = static_cast<float>(acc);
             const V vr = vbcast(rs), vs = vbcast(p.scale);
             vmath::map2_v(pr, d, d, send, [vr, vs](V a, V b) { return vmul(vs, vmul(a, vsub(b, vr))); });
             if (send < S) std::memset(d + send, 0, sizeof(float) * (S - send));
