@@ -77,9 +77,10 @@ def _sdpa_torch(q, k, v, mask, a):
     if packed:
         q, k, v = (x[..., o:o + h * d].reshape(x.shape[:-1] + (h, d)) for x, (o, h, d) in zip((q, k, v), packed))
     q, k, v = (x.transpose(-3, -2) if t else x for x, t in zip((q, k, v), lay))
-    gqa = q.dim() >= 3 and k.shape[-3] != q.shape[-3]
-    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=a["causal"], scale=a["scale"],
-                                       enable_gqa=gqa)
+    if q.dim() >= 3 and k.shape[-3] != q.shape[-3]:  # grouped-query heads (repeated: exporters know this form)
+        g = q.shape[-3] // k.shape[-3]
+        k, v = k.repeat_interleave(g, dim=-3), v.repeat_interleave(g, dim=-3)
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=a["causal"], scale=a["scale"])
     return y.transpose(-3, -2) if lay[3] else y
 
 
