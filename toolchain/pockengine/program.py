@@ -101,6 +101,7 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
 def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
     """Stage `lower` (in place, each step verified): the backward pass for the trained
     parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
+    from .passes.attention import attention_layouts
     from .passes.causal import causal_from_constant_mask
     from .passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
     verify(causal_from_constant_mask(graph), "causal mask")
@@ -111,6 +112,8 @@ def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimize
     verify(fuse_swiglu(forward_graph), "SwiGLU fusion (inference)")
     verify(fuse_rope(graph), "RoPE fusion")
     verify(fuse_rope(forward_graph), "RoPE fusion (inference)")
+    verify(attention_layouts(graph), "attention layouts")
+    verify(attention_layouts(forward_graph), "attention layouts (inference)")
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]

@@ -118,10 +118,12 @@ void swiglu_bwd(const float* dy, const float* gate, const float* up, float* dgat
 // ---------------------------------------------------------------- rope.cpp
 // y = x * cos + rotate_half(x) * sin over rows of D (x, y [outer, rep, inner]; cos, sin
 // [outer if cos_outer else 1, inner], broadcast over rep); backward: dx from dy (the transpose).
+// tmajor: x, y are [outer, inner / D, rep, D] instead (heads inside positions: a projection
+// split into heads, [B, T, H, D], read in place).
 void rope_fwd(const float* x, const float* cos, const float* sin, float* y, i64 outer, i64 rep, i64 inner, i64 D,
-              i64 cos_outer);
+              i64 cos_outer, i64 tmajor = 0);
 void rope_bwd(const float* dy, const float* cos, const float* sin, float* dx, i64 outer, i64 rep, i64 inner, i64 D,
-              i64 cos_outer);
+              i64 cos_outer, i64 tmajor = 0);
 
 // ---------------------------------------------------------------- layer_norm.cpp
 // rows x cols, normalised over cols; w, b nullable; mean/rstd [rows] are saved.
@@ -271,16 +273,30 @@ void mse_loss_bwd(const float* dloss, const float* a, const float* b, float* da,
 // scores); element (b,l,s) is at mask[b*mask_sb + l*mask_sl + s*mask_ss].
 // causal: s > l is masked (PyTorch is_causal, top-left aligned).
 // Rows with every position masked give zeros (PyTorch gives NaN; documented).
+// Heads and layouts (the defaults give the dense layout above): B = N * H
+// (batch, query head); k and v have H / group heads and query head h reads kv
+// head h / group (grouped-query attention).  Operand x of q, k, v, out holds
+// element (n, h, row, e) at x[n*sb + h*sh + row*sr + e] (sr == 0: dense, e.g.
+// [N, H, L, E]; a [N, L, H, E] tensor has sb = L*H*E, sh = E, sr = H*E); dq, dk,
+// dv and dout share the layouts of q, k, v and out.
+struct SdpaLayout {
+  i64 sb = 0, sh = 0, sr = 0;
+};
 struct SdpaParams {
   i64 B, L, S, E, Ev;
   float scale;
   bool causal;
   int mask_kind;
   i64 mask_sb, mask_sl, mask_ss;
+  i64 H = 1, group = 1;
+  SdpaLayout q{}, k{}, v{}, o{};
+  i64 scratch_rows = 0;  // rows of S floats the backward's scratch holds (0: L)
 };
 void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* probs,
               const SdpaParams& p);
-// dq, dk, dv nullable; scratch holds at least L*S floats (for one row block).
+// dq, dk, dv nullable; scratch holds scratch_rows * S floats, at least L*S
+// (group * L * S under grouped-query attention); B*L*S lets every head's
+// backward run in parallel.
 void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* probs,
               float* dq, float* dk, float* dv, float* scratch, const SdpaParams& p);
 

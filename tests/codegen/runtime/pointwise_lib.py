@@ -29,6 +29,8 @@ SIGS = {
     "pw_mse_bwd": [vp, vp, vp, vp, vp, i64],
     "pw_sdpa_fwd": [vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
     "pw_sdpa_bwd": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
+    "pw_sdpa_fwd_ex": [vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
+    "pw_sdpa_bwd_ex": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
     "pw_dropout_fwd": [vp, vp, vp, i64, f32, u64],
     "pw_dropout_bwd": [vp, vp, vp, i64, f32],
     "pw_sgd": [vp, vp, vp, i64, i64, i64, f32, f32, f32, f32, cint, cint],

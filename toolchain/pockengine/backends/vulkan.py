@@ -342,7 +342,8 @@ def _rope_dispatch(e, mode, n):
     _f32(a, cos, sin)
     at = n.attrs
     return [Dispatch("rope", grid(_n(a) // 2), [mode, e.w(a), e.w(cos), e.w(sin), e.w(n.outputs[0]), at["outer"],
-                                                at["rep"], at["inner"], a.shape[-1], at["cos_outer"]])]
+                                                at["rep"], at["inner"], a.shape[-1], at["cos_outer"],
+                                                at.get("tmajor", 0)])]
 
 
 @emitter("rope")

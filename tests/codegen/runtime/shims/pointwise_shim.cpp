@@ -199,6 +199,27 @@ void pw_sdpa_bwd(const float* dout, const float* q, const float* k, const float*
   pk::sdpa_bwd(dout, q, k, v, probs, dq, dk, dv, scratch, sdpa_params(dims, scale, causal, mask_kind));
 }
 
+// dims: B, L, S, E, Ev, mask_sb, mask_sl, mask_ss, H, group, then {sb, sh, sr} of q, k, v, out, then
+// scratch_rows (23 values): the full SdpaParams (heads, grouped-query attention, strided layouts).
+static pk::SdpaParams sdpa_params_ex(const i64* d, float scale, int causal, int mask_kind) {
+  pk::SdpaParams p = sdpa_params(d, scale, causal, mask_kind);
+  p.H = d[8];
+  p.group = d[9];
+  pk::SdpaLayout* l[4] = {&p.q, &p.k, &p.v, &p.o};
+  for (int i = 0; i < 4; ++i) *l[i] = pk::SdpaLayout{d[10 + 3 * i], d[11 + 3 * i], d[12 + 3 * i]};
+  p.scratch_rows = d[22];
+  return p;
+}
+void pw_sdpa_fwd_ex(const float* q, const float* k, const float* v, const void* mask, float* out, float* probs,
+                    const i64* dims, float scale, int causal, int mask_kind) {
+  pk::sdpa_fwd(q, k, v, mask, out, probs, sdpa_params_ex(dims, scale, causal, mask_kind));
+}
+void pw_sdpa_bwd_ex(const float* dout, const float* q, const float* k, const float* v, const float* probs,
+                    float* dq, float* dk, float* dv, float* scratch, const i64* dims, float scale, int causal,
+                    int mask_kind) {
+  pk::sdpa_bwd(dout, q, k, v, probs, dq, dk, dv, scratch, sdpa_params_ex(dims, scale, causal, mask_kind));
+}
+
 void pw_dropout_fwd(const float* x, float* y, uint8_t* mask, i64 n, float p, uint64_t seed) {
   pk::dropout_fwd(x, y, mask, n, p, seed);
 }
