@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import PockError
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, Value, index_ranges
 from ..ir.verify import verify
 from ..ops import REGISTRY
 from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
@@ -295,17 +295,10 @@ class PrefixModule(nn.Module):
 
 
 def _embedding_ranges(g: Graph, nodes: list[Node], input_index: list[int]) -> dict[int, int]:
-    """prefix input position -> number of rows of the embedding its values (through views) index."""
-    pos = {id(g.inputs[i]): k for k, i in enumerate(input_index)}
-    origin = dict((key, key) for key in pos)
-    ranges: dict[int, int] = {}
-    for n in nodes:
-        if n.op in ("reshape", "permute", "expand", "slice") and id(n.inputs[0]) in origin:
-            origin[id(n.out)] = origin[id(n.inputs[0])]
-        elif n.op == "embedding" and id(n.inputs[1]) in origin:
-            k = pos[origin[id(n.inputs[1])]]
-            ranges[k] = min(ranges.get(k, n.inputs[0].shape[0]), n.inputs[0].shape[0])
-    return ranges
+    """prefix input position -> number of rows of the embedding its values (through views) index
+    (ir.graph.index_ranges over the prefix nodes)."""
+    ranges = index_ranges(nodes, [g.inputs[i] for i in input_index])
+    return {k: ranges[id(g.inputs[i])][1] for k, i in enumerate(input_index) if id(g.inputs[i]) in ranges}
 
 
 def split_prefix(prog):
