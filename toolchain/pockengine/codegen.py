@@ -11,7 +11,7 @@ import jinja2
 from .backends import cpu
 from .backends.cpu import Emit
 from .ops.cpp import CTYPE, MACRO, cstr
-from .ir.graph import Graph, Node, Value
+from .ir.graph import Graph, Node, Value, index_ranges
 from .ir.ops import flops
 from .memory.plan import root_of
 
@@ -191,34 +191,11 @@ def chunks(blocks: list[dict], names: BufferNames) -> list[dict]:
 
 
 def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:
-    """id(input) -> (lo, hi, ignore) for integer inputs that index something through
-    value-preserving ops: pock_step checks them at entry and names the input.  Indices
-    computed any other way (x + 1, ...) are checked by the gather itself inside the step
-    (backends/cpu.py: index_check)."""
-    users = g.users()
-    ranges: dict[int, tuple[int, int, int | None]] = {}
-
-    def visit(root: Value, v: Value):
-        for n in users.get(id(v), []):
-            # value-preserving ops: every index of the output is one of the input's (cat: of each input's)
-            if n.op in ("reshape", "cat", "transfer") or (n.op in ("slice", "permute", "expand") and n.inputs[0] is v):
-                visit(root, n.outputs[0])
-            elif n.op == "embedding" and n.inputs[1] is v:
-                merge(root, 0, n.inputs[0].shape[0], None)
-            elif n.op in ("cross_entropy", "nll_loss") and n.inputs[1] is v:
-                merge(root, 0, n.inputs[0].shape[1], n.attrs["ignore_index"])
-
-    def merge(root, lo, hi, ignore):
-        old = ranges.get(id(root))
-        if old is not None:
-            lo, hi = max(lo, old[0]), min(hi, old[1])
-            ignore = ignore if ignore == old[2] else None
-        ranges[id(root)] = (lo, hi, ignore)
-
-    for v in g.inputs + g.targets:
-        if v.dtype in ("i64", "i32"):
-            visit(v, v)
-    return ranges
+    """id(input) -> (lo, hi, ignore) for integer inputs and targets that index something through
+    value-preserving ops (ir.graph.index_ranges): pock_step checks them at entry and names the
+    input.  Indices computed any other way (x + 1, ...) are checked by the gather itself inside
+    the step (backends/cpu.py: index_check)."""
+    return index_ranges(g.nodes, [v for v in g.inputs + g.targets if v.dtype in ("i64", "i32")])
 
 
 def _io(values, plan, ranges) -> list[dict]:

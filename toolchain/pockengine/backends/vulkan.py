@@ -717,6 +717,12 @@ def VulkanTrainer(lib_path, checkpoint=None, *, aliases=None):  # noqa: N802  (t
 # ---- registration (backends/__init__.py) -------------------------------------------------------------------
 from . import Backend, Device, register  # noqa: E402
 
+
+def _check_soc(soc) -> None:
+    if not soc.vulkan:
+        raise PockError(f"--backends vulkan needs a SoC with a Vulkan GPU; {soc.name} has none")
+
+
 register(Backend(
     "vulkan",
     # ten times the CPU's arithmetic; a dispatch inside a recorded command buffer costs little,
@@ -725,6 +731,6 @@ register(Backend(
     supports=supports,
     emit=lambda prog, cost=None: emit_vulkan(prog, cost=cost),  # partitioned over ("vulkan", "cpu")
     build=lambda prog, source, out_dir=None: build_vulkan(prog, out_dir, source=source),
-    open=open_backend,
+    open=open_backend, check_target=_check_soc,
     platforms=("host",),
     doc="the trainable part of the step as SPIR-V compute shaders (codegen/runtime/vulkan)"))

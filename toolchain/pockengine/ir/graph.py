@@ -194,3 +194,40 @@ def dependents(nodes, roots: set[int], follow=None) -> set[int]:
         if n.phase == "forward" and any(v is not None and id(v) in dep for v in n.inputs):
             dep.update(id(o) for o in n.outputs if o is not None and (follow is None or follow(n, o)))
     return dep
+
+
+# ops whose output indices are all indices of their input (cat: of each input; slice, permute,
+# expand: of input 0, the others are not data)
+_INDEX_VIEWS = {"reshape": None, "cat": None, "transfer": None, "slice": 1, "permute": 1, "expand": 1}
+
+
+def index_ranges(nodes, roots) -> dict[int, tuple[int, int, int | None]]:
+    """The one integer-range analysis: id(root) -> (lo, hi, ignore) for each of `roots` (integer
+    values) whose values index something through value-preserving ops (_INDEX_VIEWS) in `nodes`
+    (program order): [0, rows) of an embedding table, [0, classes) of cross_entropy / nll_loss
+    targets (ignore: their ignore_index, None unless every such use agrees).  Several uses
+    intersect.  Used by pock_step's entry checks (codegen.int_ranges) and the frozen prefix's
+    input checks (passes/prefix.py); indices computed any other way (x + 1, ...) are not followed."""
+    origin: dict[int, list[int]] = {id(r): [id(r)] for r in roots}
+    ranges: dict[int, tuple[int, int, int | None]] = {}
+
+    def merge(rs, lo, hi, ignore):
+        for r in rs:
+            old = ranges.get(r)
+            a, b, ign = lo, hi, ignore
+            if old is not None:
+                a, b = max(a, old[0]), min(b, old[1])
+                ign = ign if ign == old[2] else None
+            ranges[r] = (a, b, ign)
+
+    for n in nodes:
+        if n.op in _INDEX_VIEWS:
+            srcs = n.inputs[:_INDEX_VIEWS[n.op]]
+            rs = [r for v in srcs if v is not None for r in origin.get(id(v), ())]
+            if rs and n.outputs[0] is not None:
+                origin[id(n.outputs[0])] = list(dict.fromkeys(rs))
+        elif n.op == "embedding" and n.inputs[1] is not None and id(n.inputs[1]) in origin:
+            merge(origin[id(n.inputs[1])], 0, n.inputs[0].shape[0], None)
+        elif n.op in ("cross_entropy", "nll_loss") and id(n.inputs[1]) in origin:
+            merge(origin[id(n.inputs[1])], 0, n.inputs[0].shape[1], n.attrs["ignore_index"])
+    return ranges

@@ -31,7 +31,7 @@ import torch
 import torch.nn as nn
 
 from ..errors import PockError
-from ..ir.graph import Graph, Node, Value
+from ..ir.graph import Graph, Node, Value, dependents, index_ranges
 from ..ir.verify import verify
 from ..ops import REGISTRY
 from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
@@ -54,8 +54,7 @@ def frozen_state(g: Graph) -> set[str]:
 def _prefix_nodes(g: Graph, frozen: set[str]) -> list[Node]:
     users = g.users()
     ok: set[int] = {id(v) for v in g.inputs} | {id(g.state[n]) for n in frozen if n in g.state}
-    from_input: set[int] = {id(v) for v in g.inputs}
-    candidates, tainted = [], {}
+    candidates = []
     for n in g.nodes:
         if n.phase != "forward" or n.mutates or n.op not in TORCH_OPS:
             continue
@@ -69,13 +68,11 @@ def _prefix_nodes(g: Graph, frozen: set[str]) -> list[Node]:
             continue
         outs = [o for o in n.outputs[:computed] if o is not None]
         ok.update(id(o) for o in outs)
-        reads_input = any(v is not None and id(v) in from_input for v in n.inputs)
-        if reads_input:
-            from_input.update(id(o) for o in outs)
         candidates.append(n)
-        tainted[id(n)] = reads_input
-    # state-only nodes join only when an input-dependent prefix node (transitively) reads them
-    keep: set[int] = {id(n) for n in candidates if tainted[id(n)]}
+    # the candidates that read a model input (transitively: ir.graph.dependents) form the prefix;
+    # state-only nodes join only when one of those (transitively) reads them
+    from_input = dependents(candidates, {id(v) for v in g.inputs})
+    keep: set[int] = {id(n) for n in candidates if any(v is not None and id(v) in from_input for v in n.inputs)}
     needed: set[int] = {id(v) for n in candidates if id(n) in keep for v in n.inputs if v is not None}
     for n in reversed(candidates):
         if id(n) not in keep and any(o is not None and id(o) in needed for o in n.outputs):
@@ -295,17 +292,10 @@ class PrefixModule(nn.Module):
 
 
 def _embedding_ranges(g: Graph, nodes: list[Node], input_index: list[int]) -> dict[int, int]:
-    """prefix input position -> number of rows of the embedding its values (through views) index."""
-    pos = {id(g.inputs[i]): k for k, i in enumerate(input_index)}
-    origin = dict((key, key) for key in pos)
-    ranges: dict[int, int] = {}
-    for n in nodes:
-        if n.op in ("reshape", "permute", "expand", "slice") and id(n.inputs[0]) in origin:
-            origin[id(n.out)] = origin[id(n.inputs[0])]
-        elif n.op == "embedding" and id(n.inputs[1]) in origin:
-            k = pos[origin[id(n.inputs[1])]]
-            ranges[k] = min(ranges.get(k, n.inputs[0].shape[0]), n.inputs[0].shape[0])
-    return ranges
+    """prefix input position -> number of rows of the embedding its values (through views) index
+    (ir.graph.index_ranges over the prefix nodes)."""
+    ranges = index_ranges(nodes, [g.inputs[i] for i in input_index])
+    return {k: ranges[id(g.inputs[i])][1] for k, i in enumerate(input_index) if id(g.inputs[i]) in ranges}
 
 
 def split_prefix(prog):

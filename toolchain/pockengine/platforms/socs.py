@@ -34,13 +34,18 @@ class Soc:
 
     @property
     def backends(self) -> list[str]:
-        """The backends a step built for this SoC may use, CPU last."""
-        out = []
-        if self.vulkan:
-            out.append("vulkan")
-        if self.htp_arch:
-            out.append("htp")
-        return out + ["cpu"]
+        """The backends a step built for this SoC may use, CPU last: from the registry
+        (backends/), each one with a check_target that accepts this SoC, in registration order."""
+        from ..backends import ALWAYS, registered
+
+        def fits(b) -> bool:
+            try:
+                b.check_target(self)
+            except PockError:
+                return False
+            return True
+
+        return [b.name for b in registered() if b.name != ALWAYS and b.check_target is not None and fits(b)] + [ALWAYS]
 
 
 _SOCS = [
