@@ -115,14 +115,15 @@ def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
 # $POCK_BENCH_REF_RUNTIME (e.g. a checkout of an older commit's codegen/runtime: a before/after
 # comparison interleaved in one run, immune to the machine's load changing between runs).
 PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t",
-               "pockengine-ref-v3", "pockengine-ref-v3-1t"]
+               "pockengine-ref-v3", "pockengine-ref-v3-1t", "pockengine-fused-v3-1t"]
 
 
 def pe_variant(framework: str) -> dict:
-    """"pockengine-v3-1t" -> {"march": "x86-64-v3", "threads": 1, "ref": False}."""
+    """"pockengine-v3-1t" -> {"march": "x86-64-v3", "threads": 1, "ref": False, "exact_skip": True};
+    "fused": exact_skip=False (updates as gradients complete, linear updates fused into their GEMM)."""
     parts = framework.split("-")[1:]
     return {"march": "x86-64-v3" if "v3" in parts else None, "threads": 1 if "1t" in parts else None,
-            "ref": "ref" in parts}
+            "ref": "ref" in parts, "exact_skip": "fused" not in parts}
 
 
 def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
@@ -133,7 +134,8 @@ def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
     model, update, _, _, batches = ctx.load()
     (x, y) = batches[0]
     prog = pe.compile(model, x, y, loss="cross_entropy", update=update,
-                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}")
+                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}",
+                      exact_skip=var["exact_skip"])
     src = ctx.art_dir / f"{prog.name}.cpp"
     src.write_text(prog.source())
     old = os.environ.get("POCK_RUNTIME_DIR")

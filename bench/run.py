@@ -42,14 +42,16 @@ sys.path.insert(0, str(HERE))
 
 # pockengine-1t / -v3 / -v3-1t: the same step on one thread and built for -march=x86-64-v3
 # (bench/frameworks.py); eager-1t: PyTorch eager on one thread; pockengine-ref[-1t] (not run by default) builds against the runtime in
-# $POCK_BENCH_REF_RUNTIME for a before/after comparison in one run.
+# $POCK_BENCH_REF_RUNTIME for a before/after comparison in one run; pockengine-fused-v3-1t (not run by
+# default) compiles with exact_skip=False, so each update runs as its gradient completes and a
+# linear weight's update is fused into its weight-gradient GEMM.
 ALL_FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager",
                   "eager-1t", "torch.compile", "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t",
-                  "pockengine-ref-v3", "pockengine-ref-v3-1t"]
-DEFAULT_FRAMEWORKS = [f for f in ALL_FRAMEWORKS if not f.startswith("pockengine-ref")]
+                  "pockengine-ref-v3", "pockengine-ref-v3-1t", "pockengine-fused-v3-1t"]
+DEFAULT_FRAMEWORKS = [f for f in ALL_FRAMEWORKS if not f.startswith(("pockengine-ref", "pockengine-fused"))]
 PREPARED = {"pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "torch.compile",
             "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t", "pockengine-ref-v3",
-            "pockengine-ref-v3-1t"}  # frameworks with a prepare step
+            "pockengine-ref-v3-1t", "pockengine-fused-v3-1t"}  # frameworks with a prepare step
 CACHED = {"executorch", "onnxruntime"}  # their artifacts depend only on bench/ and the package versions
 
 T0 = time.perf_counter()

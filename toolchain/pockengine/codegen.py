@@ -14,6 +14,7 @@ from .ops.cpp import CTYPE, MACRO, cstr
 from .ir.graph import Graph, Node, Value, index_ranges
 from .ir.ops import flops
 from .memory.plan import root_of
+from .ops.state import fused_weight_update
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout, when running from one
 # codegen/ (runtime sources, shaders, templates) ships inside the package: pockengine/_codegen is
@@ -140,6 +141,44 @@ class BufferNames:
         return name
 
 
+UPDATES = ("sgd_update", "adamw_update")
+
+
+def fusable_updates(order: list[Node]) -> dict[int, Node]:
+    """{id(linear_bwd_weight node): the update node fused into it}: the update of an fp32
+    weight whose gradient that node computes whole (one kernel, read by nothing but the
+    update), over the whole [N, k] gradient, with no node between the two reading or
+    writing the weight or its optimizer state (the update moves up to the gradient).
+    Only for steps without the exact non-finite guard (that one needs every gradient
+    checked before any update runs)."""
+    users: dict[int, int] = {}
+    for n in order:
+        for v in n.inputs:
+            if v is not None:
+                users[id(v)] = users.get(id(v), 0) + 1
+    pos = {id(n): i for i, n in enumerate(order)}
+    out = {}
+    for u in order:
+        if u.op not in UPDATES:
+            continue
+        grad, param = u.inputs[1], u.inputs[0]
+        n = grad.producer
+        if n is None or n.op != "linear_bwd_weight" or id(n) not in pos or users.get(id(grad)) != 1:
+            continue
+        if any(v.dtype != "f32" for v in (*n.inputs, param)) or len(param.shape) != 2:
+            continue
+        N, K = param.shape
+        k = n.attrs["k"]
+        if tuple(u.attrs["region"]) not in ((1, N * K, N * K) if k == K else (N, k, K),):
+            continue
+        touched = {id(root_of(v)) for v in u.inputs if v is not None and v is not grad}
+        between = order[pos[id(n)] + 1:pos[id(u)]]
+        if any(id(root_of(v)) in touched for m in between for v in (*m.inputs, *m.outputs) if v is not None):
+            continue
+        out[id(n)] = u
+    return out
+
+
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     blocks = []
     guarded = False
@@ -153,8 +192,16 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
             if n.op in ("sgd_update", "adamw_update"):
                 p = n.inputs[1].producer
                 checks.setdefault(id(p) if p is not None and id(p) in placed else 0, []).append(n)
+    # the optimizer update fused into the weight gradient's GEMM (no exact guard, see fusable_updates)
+    fused = fusable_updates(order) if not exact and getattr(emit, "fuse_updates", True) else {}
+    fused_into = {id(u): n for n in order if id(n) in fused for u in (fused[id(n)],)}
     for i, n in enumerate(order):
-        lines = emit.node(n)
+        if id(n) in fused:
+            lines = list(fused_weight_update(emit, n, fused[id(n)]))
+        elif id(n) in fused_into:
+            lines = [f"// fused into node {order.index(fused_into[id(n)])} (the weight gradient's kernel)"]
+        else:
+            lines = emit.node(n)
         kernel = kernel_name(lines)
         if exact and n.phase == "update" and 0 in checks:  # gradients computed by no node of the step
             lines = [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks.pop(0)] + lines

@@ -372,6 +372,20 @@ bool sgd_update(float* p, const float* g, float* buf, const UpdateRegion& r, flo
 // check_finite: as for sgd_update (p, m and v untouched and false on a NaN/inf in g).
 bool adamw_update(float* p, const float* g, float* m, float* v, const UpdateRegion& r, float lr, float beta1,
                   float beta2, float eps, float weight_decay, i64 step, bool check_finite = false);
+// The optimizer update fused into the weight gradient (linear.cpp): dw = dy^T x[:, 0:k]
+// exactly as linear_bwd_weight computes it, each finished tile updating p (region r, as
+// sgd_update/adamw_update take it for this gradient) and the state in place; dw is
+// scratch (it ends up holding partial sums, not the gradient).  p and the state end
+// bit-identical to linear_bwd_weight followed by sgd_update/adamw_update.
+// check_finite: a tile with a NaN/inf gradient is not applied and false is returned;
+// unlike the unfused kernels the other tiles may already be updated (the partial-step
+// semantics of exact_skip=False, where alone this fusion is used).
+bool linear_bwd_weight_sgd(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx, float* p,
+                           float* buf, const UpdateRegion& r, float lr, float momentum, float dampening,
+                           float weight_decay, bool nesterov, bool first_step, bool check_finite = false);
+bool linear_bwd_weight_adamw(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx, float* p,
+                             float* m, float* v, const UpdateRegion& r, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, i64 step, bool check_finite = false);
 
 }  // namespace pk
 

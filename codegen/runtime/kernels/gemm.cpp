@@ -32,6 +32,7 @@
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 #include "simd.h"
+#include "update_math.h"
 
 namespace pk {
 
@@ -72,7 +73,25 @@ struct Epi {
   float beta;
   const float* bias;  // nullable, indexed by the global column
   Act act;
+  // nullable: the last block hands each finished row of a tile to upd->apply (an optimizer
+  // update of the weight this gradient belongs to) instead of storing it; beta 0, no bias/act
+  const UpdateEpilogue* upd = nullptr;
+  const float* c0 = nullptr;  // C's base (with upd: the tile's offset in C)
 };
+
+// The last block of a fused update: the finished row (acc, plus C's partial sums from
+// the earlier depth blocks) goes to the update, never to C.
+inline void store_row_update(float* c, const V* acc, int nr, bool first, const Epi& e) {
+  alignas(64) float t[kNR];
+  if (nr == kNR) {
+    for (int v = 0; v < kNV; ++v) vstore(t + v * kW, first ? acc[v] : vadd(acc[v], vload(c + v * kW)));
+  } else {
+    for (int v = 0; v < kNV; ++v) vstore(t + v * kW, acc[v]);
+    if (!first)
+      for (int j = 0; j < nr; ++j) t[j] += c[j];
+  }
+  e.upd->apply(c - e.c0, t, nr);
+}
 
 inline float act_scalar(float x, Act act) {
   if (act == Act::Relu) return x < 0.0f ? 0.0f : x;  // NaN propagates
@@ -83,6 +102,7 @@ inline float act_scalar(float x, Act act) {
 // Stores one row of acc (nr valid columns, nr == kNR on the vector path).
 // col: global column of c[0] (for the bias).
 inline void store_row(float* c, const V* acc, int nr, i64 col, bool first, bool last, const Epi& e) {
+  if (last && e.upd) return store_row_update(c, acc, nr, first, e);
   if (nr == kNR) {
     for (int v = 0; v < kNV; ++v) {
       V x = acc[v];
@@ -193,6 +213,24 @@ void pack_a_panel(const MatView& a, i64 i0, i64 rows, i64 k0, i64 kc, float* __r
       out[k * kMR + r] = r < rows ? a.base[(i0 + r) * a.rs + (k0 + k) * a.cs] : 0.0f;
 }
 
+// A column-major op(A) (element (r, k) at a[k*cs + r]) is read in place up to this
+// stride; beyond it a strip's kKC rows of kMR floats each sit in a new cache line at a
+// large power-of-two-ish stride (dy^T in dw = dy^T x: the stride is the layer width),
+// so they collide in a few L1 sets and every micro-kernel pass refetches them from L2.
+constexpr i64 kColMajorInPlace = 64;
+
+// Pack a column-major strip (rows <= kMR, element (r, k) at a[k*cs + r]) into a
+// zero-padded kMR-row panel: out[k*kMR + r].
+void pack_a_cols(const float* __restrict a, i64 cs, i64 rows, i64 kc, float* __restrict out) {
+  if (rows == kMR) {
+    for (i64 k = 0; k < kc; ++k)
+      for (int r = 0; r < kMR; ++r) out[k * kMR + r] = a[k * cs + r];
+    return;
+  }
+  for (i64 k = 0; k < kc; ++k)
+    for (int r = 0; r < kMR; ++r) out[k * kMR + r] = r < rows ? a[k * cs + r] : 0.0f;
+}
+
 // Operands given as strided views.
 struct ViewOps {
   MatView a, b;
@@ -203,9 +241,14 @@ struct ViewOps {
       row_mode = true, ars = a.rs, acs = 1;
       return a.base + i0 * a.rs + k0;
     }
-    if (a.rs == 1) {
+    if (a.rs == 1 && a.cs <= kColMajorInPlace) {
       row_mode = false, ars = 1, acs = a.cs;
       return a.base + i0 + k0 * a.cs;
+    }
+    if (a.rs == 1) {  // column-major with a long stride (dy^T of a weight gradient): copy kMR floats per k
+      pack_a_cols(a.base + i0 + k0 * a.cs, a.cs, rows, kc, buf);
+      row_mode = false, ars = 1, acs = kMR;
+      return buf;
     }
     pack_a_panel(a, i0, rows, k0, kc, buf);
     row_mode = false, ars = 1, acs = kMR;
@@ -463,8 +506,16 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
     run(0, ncb * nrb);
 }
 
+// Whether gemm_views takes the dot-product or GEMV path (else gemm_core).
+bool views_use_dot(const MatView& a, const MatView& b, i64 M, i64 N, i64 K) {
+  return M <= kDotMaxRows && a.cs == 1 && b.rs == 1 && K >= kW && M > 0 && N > 0;
+}
+bool views_use_gemv(const MatView& a, const MatView& b, i64 M, i64 N, i64 K) {
+  return M <= kGemvMaxRows && b.cs == 1 && M > 0 && N > 0 && K > 0;
+}
+
 void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi& e) {
-  if (M <= kDotMaxRows && a.cs == 1 && b.rs == 1 && K >= kW && M > 0 && N > 0) {
+  if (views_use_dot(a, b, M, N, K)) {
     auto run = [&](i64 j0, i64 j1) { gemm_dot(a.base, a.rs, b.base, b.cs, c, ldc, M, j0, j1, K, e); };
     if (M * N * K >= kParallelMinFlops && num_threads() > 1)
       parallel_for(N, 64, run);
@@ -472,7 +523,7 @@ void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i6
       run(0, N);
     return;
   }
-  if (M <= kGemvMaxRows && b.cs == 1 && M > 0 && N > 0 && K > 0) {
+  if (views_use_gemv(a, b, M, N, K)) {
     auto run = [&](i64 j0, i64 j1) { gemv(a, b, c, ldc, M, j0, j1, K, e); };
     if (M * N * K >= kParallelMinFlops && num_threads() > 1)
       parallel_for_aligned(N, kGemvNV * kW, kGemvNV * kW, run);
@@ -494,6 +545,23 @@ void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, 
                   i64 M, i64 N, i64 K, bool accumulate) {
   gemm_views(MatView{A, a_rs, a_cs}, MatView{B, b_rs, b_cs}, C, ldc, M, N, K,
              Epi{accumulate ? 1.0f : 0.0f, nullptr, Act::None});
+}
+
+// As gemm_strided with beta 0, but the last depth block hands each finished row of a
+// tile to upd.apply instead of storing it (C holds only the earlier blocks' partial
+// sums): the optimizer update fused into a weight gradient.  The gradient values are
+// those gemm_strided would store, bit for bit.  false (nothing done) where gemm_strided
+// would not take the blocked path (dot-product/GEMV shapes, K == 0): the caller then
+// runs gemm_strided and the update kernel.
+bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
+                         i64 M, i64 N, i64 K, const UpdateEpilogue& upd) {
+  const MatView a{A, a_rs, a_cs}, b{B, b_rs, b_cs};
+  if (M <= 0 || N <= 0 || K <= 0 || views_use_dot(a, b, M, N, K) || views_use_gemv(a, b, M, N, K)) return false;
+  Epi e{0.0f, nullptr, Act::None};
+  e.upd = &upd;
+  e.c0 = C;
+  gemm_core(ViewOps{a, b}, C, ldc, M, N, K, e, M <= kDirectBMaxRows);
+  return true;
 }
 
 // As gemm_strided with beta 0, then C[i][j] = act(C[i][j] + bias[j]) (bias

@@ -6,6 +6,7 @@
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 #include "simd.h"
+#include "update_math.h"
 
 namespace pk {
 namespace detail {
@@ -16,6 +17,8 @@ void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, 
 // As gemm_strided (overwriting C), then C[i][j] = act(C[i][j] + bias[j]) as each tile is stored.
 void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
                            i64 ldc, i64 M, i64 N, i64 K, const float* bias, Act act);
+bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
+                         i64 M, i64 N, i64 K, const UpdateEpilogue& upd);
 }  // namespace detail
 
 // y[M,N] = act(x[M,K] @ w[N,K]^T + b[N]); op(B) = w^T: (k, j) at w[j*K + k].
@@ -38,6 +41,57 @@ void linear_bwd_input(const float* dy, const float* w, float* dx, i64 M, i64 N, 
 void linear_bwd_weight(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx) {
   // op(A) = dy^T: element (n, m) at dy[m*N + n]; op(B) = x[:, 0:k]: (m, j) at x[m*ldx + j].
   detail::gemm_strided(dy, /*a_rs=*/1, /*a_cs=*/N, x, /*b_rs=*/ldx, /*b_cs=*/1, dw, /*ldc=*/k, N, k, M, false);
+}
+
+// The fused weight gradient + update: dw = dy^T x[:, 0:k] as linear_bwd_weight computes it,
+// each finished tile updating p (the weight, region r: the whole [N, k] or its first k
+// input columns, rows r.stride long) and the state (laid out like dw) while it is in
+// registers; dw only holds partial sums across depth blocks.  Shapes the blocked GEMM
+// does not take, or a region that is not [N, k], run unfused (the same bits either way).
+namespace {
+template <class Update>
+bool bwd_weight_update(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx,
+                       const UpdateRegion& r, UpdateEpilogue upd, bool check_finite, Update&& unfused) {
+  const bool whole = r.outer == 1 && r.inner == N * k, rows = r.outer == N && r.inner == k;
+  if (whole || rows) {
+    std::atomic<bool> bad{false};
+    upd.ldp = whole ? k : r.stride;
+    upd.ldc = k;
+    upd.check_finite = check_finite;
+    upd.bad = &bad;
+    if (detail::gemm_strided_update(dy, 1, N, x, ldx, 1, dw, k, N, k, M, upd))
+      return !bad.load(std::memory_order_relaxed);
+  }
+  linear_bwd_weight(dy, x, dw, M, N, k, ldx);
+  return unfused();
+}
+}  // namespace
+
+bool linear_bwd_weight_sgd(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx, float* p,
+                           float* buf, const UpdateRegion& r, float lr, float momentum, float dampening,
+                           float weight_decay, bool nesterov, bool first_step, bool check_finite) {
+  UpdateEpilogue upd{};
+  upd.adamw = false;
+  upd.sgd = sgd_consts(lr, momentum, dampening, weight_decay, nesterov, first_step);
+  upd.p = p;
+  upd.buf = momentum != 0.f ? buf : nullptr;
+  return bwd_weight_update(dy, x, dw, M, N, k, ldx, r, upd, check_finite, [&] {
+    return sgd_update(p, dw, buf, r, lr, momentum, dampening, weight_decay, nesterov, first_step, check_finite);
+  });
+}
+
+bool linear_bwd_weight_adamw(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx, float* p,
+                             float* m, float* v, const UpdateRegion& r, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, i64 step, bool check_finite) {
+  UpdateEpilogue upd{};
+  upd.adamw = true;
+  upd.adam = adamw_consts(lr, beta1, beta2, eps, weight_decay, step);
+  upd.p = p;
+  upd.m = m;
+  upd.v = v;
+  return bwd_weight_update(dy, x, dw, M, N, k, ldx, r, upd, check_finite, [&] {
+    return adamw_update(p, dw, m, v, r, lr, beta1, beta2, eps, weight_decay, step, check_finite);
+  });
 }
 
 // db[N] = column sums of dy[M,N]: simd.h vectors of float lanes over blocks of

@@ -47,6 +47,7 @@ inline float vsum(V a) { return _mm512_reduce_add_ps(a.v); }
 typedef __mmask16 M;
 inline V vsub(V a, V b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline V vdiv(V a, V b) { return {_mm512_div_ps(a.v, b.v)}; }
+inline V vsqrt(V a) { return {_mm512_sqrt_ps(a.v)}; }
 inline V vabs(V a) { return {_mm512_castsi512_ps(_mm512_and_si512(_mm512_castps_si512(a.v), _mm512_set1_epi32(0x7fffffff)))}; }
 inline V vxorsign(V a, V b) {
   const __m512i sign = _mm512_and_si512(_mm512_castps_si512(b.v), _mm512_set1_epi32(int(0x80000000u)));
@@ -86,6 +87,7 @@ inline float vsum(V a) {
 typedef __m256 M;
 inline V vsub(V a, V b) { return {_mm256_sub_ps(a.v, b.v)}; }
 inline V vdiv(V a, V b) { return {_mm256_div_ps(a.v, b.v)}; }
+inline V vsqrt(V a) { return {_mm256_sqrt_ps(a.v)}; }
 inline V vabs(V a) { return {_mm256_and_ps(a.v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)))}; }
 inline V vxorsign(V a, V b) {
   return {_mm256_xor_ps(a.v, _mm256_and_ps(b.v, _mm256_castsi256_ps(_mm256_set1_epi32(int(0x80000000u)))))};
@@ -119,6 +121,7 @@ inline float vsum(V a) { return vaddvq_f32(a.v); }
 typedef uint32x4_t M;
 inline V vsub(V a, V b) { return {vsubq_f32(a.v, b.v)}; }
 inline V vdiv(V a, V b) { return {vdivq_f32(a.v, b.v)}; }
+inline V vsqrt(V a) { return {vsqrtq_f32(a.v)}; }
 inline V vabs(V a) { return {vabsq_f32(a.v)}; }
 inline V vxorsign(V a, V b) {
   const uint32x4_t sign = vandq_u32(vreinterpretq_u32_f32(b.v), vdupq_n_u32(0x80000000u));
@@ -165,6 +168,10 @@ typedef int32_t v4i __attribute__((vector_size(16)));
 typedef v4i M;
 inline V vsub(V a, V b) { return {a.v - b.v}; }
 inline V vdiv(V a, V b) { return {a.v / b.v}; }
+inline V vsqrt(V a) {  // correctly rounded per lane, as the vector instructions
+  for (int l = 0; l < 4; ++l) a.v[l] = __builtin_sqrtf(a.v[l]);
+  return a;
+}
 inline V vabs(V a) { return {(v4f)((v4i)a.v & 0x7fffffff)}; }
 inline V vxorsign(V a, V b) { return {(v4f)((v4i)a.v ^ ((v4i)b.v & int32_t(0x80000000u)))}; }
 inline M vlt(V a, V b) { return a.v < b.v; }

@@ -2,7 +2,7 @@
 transfers between backends. None of them is differentiated."""
 from __future__ import annotations
 
-from .cpp import arr, b, fl
+from .cpp import _n, arr, b, fl
 from .record import OpRecord, register
 from .shape import numel
 
@@ -22,6 +22,25 @@ def _adamw_cpu(e, n, p, g, m, v):
     a = n.attrs
     return e.update(n, f"pk::adamw_update({p}, {g}, {m}, {v}, {arr(a['region'])}, ctx->lr, {fl(a['beta1'])}, "
                     f"{fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}, ctx->step + 1")
+
+
+
+def fused_weight_update(e, n, u) -> tuple[str, ...]:
+    """The lines of linear_bwd_weight node n with update node u (sgd_update or adamw_update
+    of its gradient) fused into it: pk::linear_bwd_weight_sgd / _adamw, the update applied
+    to each gradient tile as the GEMM finishes it (codegen.fusable_updates says when)."""
+    dy, xs, dw = e.p(n.inputs[0]), e.p(n.inputs[1]), e.p(n.outputs[0])
+    N = n.inputs[0].shape[-1]
+    gemm = f"{dy}, {xs}, {dw}, {_n(n.inputs[0]) // N}, {N}, {n.attrs['k']}, {n.inputs[1].shape[-1]}"
+    a = u.attrs
+    p = e.p(u.inputs[0])
+    if u.op == "sgd_update":
+        return e.update(u, f"pk::linear_bwd_weight_sgd({gemm}, {p}, {e.p(u.inputs[2])}, {arr(a['region'])}, ctx->lr, "
+                        f"{fl(a['momentum'])}, {fl(a['dampening'])}, {fl(a['weight_decay'])}, {b(a['nesterov'])}, "
+                        f"ctx->step == 0")
+    return e.update(u, f"pk::linear_bwd_weight_adamw({gemm}, {p}, {e.p(u.inputs[2])}, {e.p(u.inputs[3])}, "
+                    f"{arr(a['region'])}, ctx->lr, {fl(a['beta1'])}, {fl(a['beta2'])}, {fl(a['eps'])}, "
+                    f"{fl(a['weight_decay'])}, ctx->step + 1")
 
 
 register(
