@@ -369,6 +369,7 @@ def run_task(task, steps: int, search_steps: int, seed: int, out: Path) -> dict:
             crit is not None and crit["improvement"] >= 0.9 * f["improvement"],
     }
     return dict(name=task["name"], desc=task["desc"], steps=steps, search_steps=search_steps, seed=seed,
+                decided_at_training_length=True,
                 sample_batches=len(sample),
                 search_seconds=search_s, third_search_seconds=third_s,
                 budget=dict(memory_mb=budget.memory_mb, flops=budget.flops, describe=budget.describe()),
@@ -426,7 +427,11 @@ def markdown(results: list[dict], wall_s: float) -> str:
                    f"{'met' if ok else 'not met'} | {'yes' if never else 'NO'} | {anyb} |")
     out.append("")
     for r in results:
-        out += [f"## {r['name']}", "", r["desc"] + ".", "",
+        out += [f"## {r['name']}", "", r["desc"] + ".", ""]
+        if not r.get("decided_at_training_length"):
+            out += ["**From an earlier run**, before the search took its decision at the training length with "
+                    "every fitting baseline re-trained that long; not re-run since (its search is the slowest).", ""]
+        out += [
                 f"Budget: {r['budget']['describe']}; search on {r.get('sample_batches', 16)} sample batches, {r['search_steps']} steps "
                 f"per candidate, seed {r['seed']}, {r['search_seconds']:.0f} s (search time). Then {r['steps']} "
                 "training steps each.",
