@@ -188,3 +188,47 @@ def test_a_lora_scheme_is_measured_by_its_own_compiled_step(tmp_path):
     if r.lora is not None:
         prog = pe.compile(model, *data[0], update=r.update or "none", optimizer=opt, lora=r.lora)
         assert prog.stats()["arena_bytes"] + prog.stats()["state_bytes"] <= budget.memory_mb * MIB
+
+
+def test_the_searched_scheme_is_never_worse_than_a_fitting_baseline_at_the_users_length():
+    """By construction: with verify_steps (the user's training length) longer than the search's
+    steps, every hand baseline that fits is trained that long, and the returned scheme's
+    held-out loss drop after verify_steps steps is >= each of theirs.  Re-measured here by a
+    fresh Evaluator (same trainer, batches and steps).
+    finalists_n=1: the old verification re-trained only the short-horizon winner, so a baseline
+    that only wins over the longer horizon was never compared there."""
+    from pockengine.search import Evaluator, _Searcher, measure_contributions
+    from pockengine.search_baselines import refine
+
+    torch.manual_seed(0)
+    model = GPT(vocab=64, d=32, layers=2, heads=2, seq=16)
+    data = _rule_task(n=8)
+    opt = pe.SGD(lr=0.5, momentum=0.9)
+    compiler = SchemeCompiler(model, *data[0], optimizer=opt)
+    full = compiler.stats("full")
+    weights = full["param_bytes"] + full["buffer_bytes"]
+    overhead = full["arena_bytes"] + full["state_bytes"] - weights
+    budget = Budget(memory_mb=(weights + 0.35 * overhead) / MIB)
+    groups = candidate_groups(model)
+    ev = Evaluator(compiler, data, steps=2)
+    try:
+        contrib = measure_contributions(compiler, groups, data, 2, False, ev)
+        s = _Searcher(compiler, groups, contrib, budget)
+        chosen, baselines = refine(s, ev, model, s.greedy(), None, max_evaluations=3, progress=False,
+                                   verify_steps=20, finalists_n=1)
+    finally:
+        ev.close()
+    fitting = [b for b in baselines if b.fits]
+    assert len(fitting) >= 2 and chosen.fits and chosen.steps == 20
+    assert all(b.steps == 20 for b in fitting)
+    assert chosen.cost["memory_bytes"] <= budget.memory_mb * MIB
+    fresh = Evaluator(compiler, data, steps=2)
+    try:
+        again = lambda m: (fresh.delta(m.update, 20) if m.lora is None  # noqa: E731
+                           else fresh.lora_delta(m.lora, m.update, 20))
+        got = again(chosen)
+        assert got == pytest.approx(chosen.delta, rel=1e-5, abs=1e-6)
+        for b in fitting:
+            assert got >= again(b) - 1e-6, (b.name, again(b), got)
+    finally:
+        fresh.close()

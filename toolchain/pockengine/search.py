@@ -420,24 +420,27 @@ class SearchResult:
     seed: int
     compiles: int
     history: list = field(default_factory=list)  # best predicted contribution per refinement generation
-    measured_delta: float | None = None  # held-out loss drop of the chosen scheme, measured
+    measured_delta: float | None = None  # held-out loss drop of the chosen scheme, measured (after measured_steps)
     baselines: list = field(default_factory=list)  # search_baselines.Measured, the hand baselines
     seconds: float = 0.0                 # wall time of the search
     cached: bool = False                 # contributions came from the cache
     lora: object = None                  # pe.LoRA when a LoRA scheme won (update: its sparse part)
+    measured_steps: int | None = None    # the fine-tuning steps of measured_delta (the verification's)
 
     def table(self) -> str:
-        """Markdown: chosen vs full vs last layer vs the hand baselines (measured loss drops)."""
-        rows = [("searched", self.cost, self.measured_delta, True),
-                ("full update", self.full, self.contributions.full_delta, False),
-                ("last layer", self.last, None, fits(self.last, self.budget.limits()))]
-        rows += [(f"baseline: {b.name}", b.cost, b.delta, b.fits) for b in self.baselines]
+        """Markdown: chosen vs full vs last layer vs the hand baselines (measured loss drops, after
+        the verification's steps where one ran)."""
+        short = self.contributions.steps
+        rows = [("searched", self.cost, self.measured_delta, True, self.measured_steps or short),
+                ("full update", self.full, self.contributions.full_delta, False, short),
+                ("last layer", self.last, None, fits(self.last, self.budget.limits()), None)]
+        rows += [(f"baseline: {b.name}", b.cost, b.delta, b.fits, b.steps or short) for b in self.baselines]
         lines = ["| scheme | arena + state MiB | arena + optimizer state MiB | MFLOP/step | trainable "
-                 "| fits budget | measured loss drop |", "|---|---|---|---|---|---|---|"]
-        for label, c, d, ok in rows:
+                 "| fits budget | measured loss drop (after steps) |", "|---|---|---|---|---|---|---|"]
+        for label, c, d, ok, steps in rows:
             lines.append(f"| {label} | {c['memory_bytes'] / MIB:.3f} | {c['training_bytes'] / MIB:.3f} | "
                          f"{c['flops_per_step'] / 1e6:.2f} | {c['trainable_elements']} | "
-                         f"{'yes' if ok else 'no'} | {'' if d is None else f'{d:.4f}'} |")
+                         f"{'yes' if ok else 'no'} | {'' if d is None else f'{d:.4f} ({steps})'} |")
         return "\n".join(lines)
 
     def describe(self) -> str:
@@ -445,7 +448,8 @@ class SearchResult:
         if self.lora is not None:
             chosen = f"{chosen}}} + LoRA(rank={self.lora.rank}, targets={list(self.lora.targets)}"
         return (f"searched scheme for budget {self.budget.describe()} (seed {self.seed}):\n  {{{chosen}}}\n"
-                + (f"  measured loss drop {self.measured_delta:.4f}; " if self.measured_delta is not None else "  ")
+                + (f"  measured loss drop {self.measured_delta:.4f} after {self.measured_steps} steps; "
+                   if self.measured_delta is not None else "  ")
                 + f"search {self.seconds:.1f} s\n"
                 f"  predicted loss drop {self.predicted_delta:.4f} (full update: "
                 f"{self.contributions.full_delta:.4f}, {self.contributions.steps} steps on the sample batches)\n"
@@ -562,10 +566,13 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     refine: measure the hand baselines and the additive pick with real steps and refine by
     measured moves (search_baselines); max_seconds bounds the search (the contribution
     analysis gets at most 60% of it) except the hand baselines, which are always measured; cache: reuse contribution results of the same model,
-    data, optimizer and steps (pock cache dir, search/); verify_steps (default 3 x steps): the
-    finalists (the four best measured schemes: refined, baselines that fit, additive pick) are trained again for
-    this many steps and the best held-out loss wins, so a scheme that only looks good over a
-    short horizon does not.  lora: also LoRA schemes at the same memory as hand baselines (True:
+    data, optimizer and steps (pock cache dir, search/); verify_steps (default 3 x steps; pass the
+    user's training length): every hand baseline that fits, the short-horizon winner and the best
+    few other measured schemes are trained again for this many steps (always, past max_seconds
+    too), then measured local moves refine the winner at that horizon (until max_seconds); the
+    returned scheme's held-out loss drop after verify_steps steps is >= every fitting baseline's,
+    measured by the same trainer on the same batches (its `measured_delta`; each baseline's
+    `delta`).  lora: also LoRA schemes at the same memory as hand baselines (True:
     search_baselines.lora_baselines; or a list of (label, pe.LoRA, sparse update dict)); the
     result's `lora` is then the adapters to compile with (pe.compile(..., update=result.update or
     "none", lora=result.lora)).  candidates (globs) and ratios: the groups of the contribution
@@ -612,12 +619,13 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
         history: list = []
         if any(best):
             best = s.evolve(best, np.random.default_rng(seed), generations, population, progress, history)
-        measured, baselines, chosen = None, [], None
+        measured, measured_steps, baselines, chosen = None, None, [], None
         if refine:
             chosen, baselines = refine_measured(s, evaluator, model, best, deadline, max_evaluations, progress,
                                                 verify_steps or 3 * evaluator.steps, lora, baseline_blocks, only)
             if chosen.fits:
                 best, measured = chosen.scheme, chosen.delta
+                measured_steps = chosen.steps or evaluator.steps
             else:
                 chosen = None
     finally:
@@ -636,7 +644,7 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     last = cost_of(compiler.stats(last_update), contributions.ms_per_flop)
     return SearchResult(update, best, groups, contributions, budget, cost, s.value(best), full, last,
                         last_update, seed, compiler.compiles, history, measured, baselines,
-                        time.monotonic() - t0, cached, chosen_lora)
+                        time.monotonic() - t0, cached, chosen_lora, measured_steps)
 
 
 # -- contribution cache (per model, data, optimizer and steps) ------------------------------------

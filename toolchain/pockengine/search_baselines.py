@@ -16,8 +16,10 @@ would pick by hand at the same budget.  `hand_baselines` names those schemes for
 `refine` measures them (and the additive search's pick) with the same compiled trainer
 (search.Evaluator: real steps at the user's optimizer, held-out loss), keeps the best that fits
 the budget as the incumbent and improves it by measured joint evaluations of local moves
-(add, widen, swap), accepting a move only when its measured loss drop is larger.  The result
-is therefore never worse, on the measurement, than the best baseline that fits.
+(add, widen, swap), accepting a move only when its measured loss drop is larger.  The decision
+is then taken at the user's training length (`verify_steps`): every baseline that fits and the
+best measured schemes are trained that long, and measured moves refine the winner there.  The
+result is therefore never worse, on the measurement, than the best baseline that fits.
 """
 from __future__ import annotations
 
@@ -69,8 +71,10 @@ class Measured:
     update: dict
     cost: dict
     fits: bool
-    delta: float | None  # held-out loss drop; None when over budget (not trained)
+    delta: float | None  # held-out loss drop after `steps` steps; None when over budget (not trained)
     lora: object = None  # pe.LoRA of a LoRA scheme (update: the sparse part trained beside it)
+    steps: int | None = None  # the steps `delta` was measured after (None: the evaluator's)
+    short_delta: float | None = None  # the drop after the evaluator's steps, once `delta` is a verification
 
 
 def _blocks(model: nn.Module) -> list[str]:
@@ -245,9 +249,11 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
     """(the best scheme as measured, the baselines as measured): the incumbent is the best of the
     additive search's `start` and the hand baselines that fit (lora: also LoRA schemes at the same
     memory: True for lora_baselines, or a list of (label, pe.LoRA, update dict)); then measured
-    local moves (from a sparse incumbent); then the finalists (the `finalists_n` best measured
-    schemes: the incumbent, baselines that fit, the additive pick, refinement moves) trained again
-    for `verify_steps` steps, the best of them winning.
+    local moves (from a sparse incumbent); then, when verify_steps > the evaluator's steps, the
+    decision at that horizon (_verify): every baseline that fits, the incumbent and the
+    `finalists_n - 1` best other measured schemes trained again for `verify_steps` steps, the best
+    of them refined by measured moves at that horizon.  The returned scheme's delta is >= every
+    fitting baseline's delta, both at the same steps (by construction).
     only: name prefixes of the hand baselines to use (default all)."""
     from tqdm import tqdm
 
@@ -315,18 +321,58 @@ def refine(searcher, evaluator, model: nn.Module, start: tuple, deadline: float 
         if not improved:
             break
     bar.close()
-    if verify_steps and verify_steps > evaluator.steps and (deadline is None or time.monotonic() < deadline):
-        ident = lambda m: (repr(m.lora), tuple(sorted(m.update.items())))  # noqa: E731
-        ranked, seen = [], {ident(best)}
-        for b in sorted((b for b in tried if b.delta is not None), key=lambda b: -b.delta):
-            if ident(b) not in seen:
-                seen.add(ident(b))
-                ranked.append(b)
-        finalists = [best] + ranked[:finalists_n - 1]
-        longer = [measure(f, verify_steps) for f in finalists]
-        k = max(range(len(finalists)), key=lambda i: (longer[i], i == 0))
-        best = finalists[k]
+    if verify_steps and verify_steps > evaluator.steps:
+        best = _verify(searcher, evaluator, best, todo, tried, verify_steps, deadline, max_evaluations,
+                       finalists_n, measure, sparse, progress)
     return best, baselines
+
+
+def _verify(searcher, evaluator, best: Measured, fitting: list[Measured], tried: list[Measured],
+            verify_steps: int, deadline, max_evaluations: int, finalists_n: int, measure, sparse,
+            progress: bool) -> Measured:
+    """The decision at the user's horizon: every hand baseline that fits, the short-horizon winner
+    and the best few other measured schemes are trained again for `verify_steps` steps (always,
+    past the deadline too: they are what the result is never worse than), each one's `delta`
+    becoming that longer measurement; then measured local moves from the winner at that horizon
+    (until the deadline or `max_evaluations`).  The winner's delta is therefore >= every fitting
+    baseline's, both measured by the same trainer, steps and held-out batches."""
+    from tqdm import tqdm
+
+    groups = searcher.groups
+    ident = lambda m: (repr(m.lora), tuple(sorted(m.update.items())))  # noqa: E731
+    finalists, seen = [], set()
+    ranked = sorted((b for b in tried if b.delta is not None), key=lambda b: -b.delta)
+    for b in [best, *fitting, *ranked[:finalists_n - 1]]:
+        if ident(b) not in seen:
+            seen.add(ident(b))
+            finalists.append(b)
+    bar = tqdm(total=len(finalists) + max_evaluations, desc=f"verification at {verify_steps} steps", unit="eval",
+               disable=not progress)
+    for f in finalists:
+        f.short_delta, f.delta, f.steps = f.delta, measure(f, verify_steps), verify_steps
+        bar.update(1)
+    k = max(range(len(finalists)), key=lambda i: (finalists[i].delta, finalists[i] is best))
+    best = finalists[k]
+    evals, seen_schemes = 0, {f.scheme for f in finalists if f.lora is None}
+    improved = True
+    while improved and best.lora is None and best.update == scheme_update(groups, best.scheme) \
+            and evals < max_evaluations and (deadline is None or time.monotonic() < deadline):
+        improved = False
+        for nxt in _moves(searcher, best.scheme, limit=8):
+            if evals >= max_evaluations or (deadline is not None and time.monotonic() > deadline):
+                break
+            if nxt in seen_schemes:
+                continue
+            seen_schemes.add(nxt)
+            evals += 1
+            m = sparse("searched", nxt)
+            m.delta, m.steps = measure(m, verify_steps), verify_steps
+            bar.update(1)
+            if m.delta > best.delta + 1e-9:
+                best, improved = m, True
+                break
+    bar.close()
+    return best
 
 
 def _moves(searcher, cur: tuple, limit: int = 6) -> list[tuple]:

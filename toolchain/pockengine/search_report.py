@@ -132,7 +132,8 @@ def markdown(result, contrib_png: str, cost_png: str, sens_png: str | None = Non
         f"{result.compiles} schemes compiled for their costs.", "",
         f"Sample loss before fine-tuning {c.base_loss:.4f}; drop with the full update {c.full_delta:.4f}; "
         f"predicted drop of the searched scheme (sum of its candidates) {result.predicted_delta:.4f}.", "",
-        f"Measured held-out loss drop of the searched scheme {result.measured_delta:.4f}; search "
+        f"Measured held-out loss drop of the searched scheme {result.measured_delta:.4f} after "
+        f"{result.measured_steps or c.steps} steps (never below a fitting hand baseline's, same steps); search "
         f"{result.seconds:.1f} s{' (contributions from the cache)' if result.cached else ''}." if result.measured_delta
         is not None else f"Search {result.seconds:.1f} s.", "",
         "## Chosen scheme", "", "```python", "update = " + repr(result.update), "```", "",
