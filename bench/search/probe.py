@@ -30,6 +30,7 @@ PROBES = {
         "last block proj + fc2 + tail": {"blocks.1.proj.*": 1, "blocks.1.fc2.*": 1, **TAIL},
         "ln_f + head bias": dict(TAIL),
         "last block fc1 + fc2 + tail": {"blocks.1.fc1.*": 1, "blocks.1.fc2.*": 1, **TAIL},
+        "tied embedding, head use only (head.weight) + tail": {"head.weight": 1, **TAIL},
         "tied embedding x1/8": {"tok.weight": 0.125},
         "tied embedding": {"tok.weight": 1},
     },

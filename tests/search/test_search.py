@@ -51,7 +51,8 @@ def test_candidates_and_last_layer():
     assert groups["fc.bias"].kind == "bias"
     gpt = _model("gpt")
     names = [g.name for g in candidate_groups(gpt)]
-    assert "head.weight" not in names and names.count("tok.weight") == 1  # tied: once
+    assert names.count("tok.weight") == 1  # tied: once as itself (the summed gradient) ...
+    assert names.count("head.weight") == 1 and names[-1] == "head.weight"  # ... and as the head's use alone
     x, y = batches("gpt")[0]
     assert last_layer_update(SchemeCompiler(gpt, x, y)) == {"tok.weight": 1.0}
 

@@ -343,6 +343,8 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     lowp = check_frozen_dtype(frozen_dtype)
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
+    from .passes.tied import restrict_tied_uses, split_tied_uses
+    update, tied_uses = split_tied_uses(update, tied_aliases(model))  # `head.weight`: that use only
     trained = resolve_update(named, update)
     # frozen by the user means frozen, as in PyTorch: no gradient, no update, whatever `update` says
     trained = {n: k for n, k in trained.items() if dict(model.named_parameters())[n].requires_grad}
@@ -354,6 +356,7 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
             trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     graph, forward_graph = export(model, inputs, targets, loss, name, output, names)
     check_float_ops(graph)
+    restrict_tied_uses(graph, {p: m for p, m in tied_uses.items() if p in trained})
     lower(graph, forward_graph, trained, optimizer)
     if lowp != "f32":
         from .passes.lowp import store_frozen_lowp

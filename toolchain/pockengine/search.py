@@ -43,6 +43,7 @@ from .autodiff.rules import FULL
 from .errors import PockError
 from .frontends.torch_export import check_example, resolve_loss, tied_aliases
 from .optim.optimizers import SGD, Optimizer
+from .passes.tied import restrict_tied_uses, split_tied_uses
 from .program import Program, _c_name, export, lower, resolve_update
 from .search_baselines import NORMS, fits, last_layer_update, refine as refine_measured, scheme_update
 
@@ -148,6 +149,14 @@ def candidate_groups(model: nn.Module, ratios: tuple = RATIOS, candidates=None) 
             groups.append(Group(name, "weight", (name,), tuple(rs)))
         else:
             groups.append(Group(name, "weight" if len(shape) >= 2 else "bias", (name,), (1.0,)))
+    # a tied weight through one of its other modules' use only (passes/tied.py): e.g. a language
+    # model's output head, which needs no backward pass through the blocks
+    from .frontends.torch_export import tied_aliases
+    for alias, canonical in tied_aliases(model).items():
+        if canonical in shapes and alias.endswith(".weight") and len(shapes[canonical]) >= 2 \
+                and (candidates is None or any(fnmatch.fnmatchcase(alias, g) for g in globs)):
+            base = next(g for g in groups if g.params == (canonical,))
+            groups.append(Group(alias, "weight", (alias,), base.ratios))
     return groups
 
 
@@ -190,24 +199,38 @@ class SchemeCompiler:
         self.compiles = 0
 
     @staticmethod
-    def key(trained: dict) -> tuple:
-        return tuple(sorted((n, -1 if k is FULL else int(k)) for n, k in trained.items()))
+    def key(trained: dict, tied_uses: dict | None = None) -> tuple:
+        key = tuple(sorted((n, -1 if k is FULL else int(k)) for n, k in trained.items()))
+        return key + (("tied uses", tuple(sorted(tied_uses.items()))),) if tied_uses else key
+
+    def scheme_key(self, update) -> tuple:
+        """What identifies a scheme's step: what it trains, and a tied weight trained through
+        one use only (passes/tied.py)."""
+        return self.key(self.trained(update), self.tied_uses(update))
 
     def program(self, update) -> Program:
         """The scheme's Program, by pe.compile's own stages (lower, schedule, plan)."""
         trained = self.trained(update)
         graph, _ = self.train_graph.clone()
         forward_graph, _ = self.forward_graph.clone()
+        restrict_tied_uses(graph, self.tied_uses(update))
         lower(graph, forward_graph, trained, self.optimizer)
         self.compiles += 1
         return Program(self.name, graph, forward_graph, self.optimizer, trained, self.aliases)
 
     def trained(self, update) -> dict:
+        update, _ = split_tied_uses(update, self.aliases)
         return {n: k for n, k in resolve_update(self.shapes, update).items() if n not in self.frozen}
+
+    def tied_uses(self, update) -> dict:
+        """{tied parameter: the module whose use alone trains it} (an alias key in `update`)."""
+        _, uses = split_tied_uses(update, self.aliases)
+        trained = self.trained(update)
+        return {p: m for p, m in uses.items() if p in trained}
 
     def stats(self, update) -> dict:
         """prog.stats() of the scheme's compiled program (cached by what it trains)."""
-        key = self.key(self.trained(update))
+        key = self.scheme_key(update)
         if key not in self._stats:
             self._stats[key] = self.program(update).stats()
         return self._stats[key]
@@ -317,7 +340,9 @@ class Evaluator:
         steps (default: the evaluator's)."""
         steps = self.steps if steps is None else steps
         trained = None if update is None else self.compiler.trained(update)
-        key = (steps, None if trained is None else self.compiler.key(trained))
+        key = (steps, None if trained is None else self.compiler.scheme_key(update))
+        if key not in self._cache and update is not None and self.compiler.tied_uses(update):
+            return self._own_delta(update, key, steps)
         if key not in self._cache:
             self.trainer.load(self.ckpt)
             for i in range(steps):
@@ -329,6 +354,22 @@ class Evaluator:
                     _restore_outside(self.trainer, self.original, trained)
             self._cache[key] = self.base - _eval_loss(self.trainer, self.evalb)
             self.evaluations += 1
+        return self._cache[key]
+
+    def _own_delta(self, update: dict, key: tuple, steps: int) -> float:
+        """A scheme whose gradient the full step does not compute (a tied weight trained through
+        one use): its own compiled program, from the same start, on the same batches."""
+        if key[1] not in self._lora_trainers:
+            trainer = self.compiler.program(update).build()
+            path = os.path.join(self._tmp.name, f"own{len(self._lora_trainers)}.pockckpt")
+            trainer.save(path)
+            self._lora_trainers[key[1]] = (trainer, path)
+        trainer, path = self._lora_trainers[key[1]]
+        trainer.load(path)
+        for i in range(steps):
+            trainer.step(*self.train[i % len(self.train)])
+        self._cache[key] = self.base - _eval_loss(trainer, self.evalb)
+        self.evaluations += 1
         return self._cache[key]
 
     def lora_delta(self, lora, update: dict, steps: int | None = None) -> float:
