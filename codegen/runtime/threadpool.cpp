@@ -25,15 +25,16 @@
 // more than such a region's work (the worker then arrives after the caller has
 // done every chunk).  run() makes that call only when a worker sleeps, and once.
 //
-// A busy machine.  When other processes want the cores, a spinning worker
-// gains nothing (it is descheduled, and the caller does every chunk) but costs
-// the caller: the scheduler shares CPU time between processes (autogroups,
-// cgroups), so a runnable worker takes its share from the caller.  A worker
-// that finds it was descheduled while spinning (a gap of kPreemptedNs between
-// two looks at the clock) therefore goes to sleep at once and puts the pool in
-// back-off for kBackoffNs: run() does the chunks of regions below kBigRegion
-// chunks itself, in order, without waking anyone (the same chunks, so the same
-// results); bigger regions still go to the pool.  Then the pool tries again.
+// A busy machine.  When other processes want the cores, a second thread gains
+// nothing and costs the caller: the worker is descheduled (the caller does
+// every chunk, or waits for one the worker claimed), and the scheduler shares
+// CPU time between processes (autogroups, cgroups), so a runnable worker takes
+// its share from the caller.  A worker that finds it was descheduled while
+// spinning (a gap of kPreemptedNs between two looks at the clock) puts the
+// pool in back-off for kBackoffNs: the worker sleeps, and run() does every
+// chunk itself, in order, without waking anyone (the same chunks, so the same
+// results).  Then the pool tries again.
+//
 // Nothing is allocated per call.
 #include <algorithm>
 #include <atomic>
@@ -67,10 +68,8 @@ constexpr int kPauseSpins = 1 << 10;  // ~30-60 us of pauses before the spin yie
 // A gap this long between two looks at the clock while spinning: the worker was
 // descheduled, so other threads want the cores.
 constexpr int64_t kPreemptedNs = 200'000;
-// Back-off after that: regions below kBigRegion chunks (parallel_for's n/grain,
-// i.e. about kBigRegion x the minimum chunk's ~10 us of work) run on the caller.
-constexpr int64_t kBackoffNs = 50'000'000;
-constexpr pk::i64 kBigRegion = 64;
+// Back-off after that: regions run on the caller alone.
+constexpr int64_t kBackoffNs = 100'000'000;
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -96,15 +95,14 @@ class ThreadPool {
   int64_t regions() const { return regions_.load(std::memory_order_relaxed); }
   int64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
 
-  // Runs chunks [0, nchunks) of [0, n) (chunk c is [c*n/nchunks, (c+1)*n/nchunks));
-  // `work` (n/grain) sizes the region for the back-off.  Returns false (having
-  // run nothing) when the pool is already busy, e.g. two threads stepping one
-  // trainer at once; the caller then runs inline.
-  bool run(pk::i64 n, int nchunks, pk::i64 work, pk::RangeFn fn) {
+  // Runs chunks [0, nchunks) of [0, n) (chunk c is [c*n/nchunks, (c+1)*n/nchunks)).
+  // Returns false (having run nothing) when the pool is already busy, e.g.
+  // two threads stepping one trainer at once; the caller then runs inline.
+  bool run(pk::i64 n, int nchunks, pk::RangeFn fn) {
     bool expected = false;
     if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
     regions_.fetch_add(1, std::memory_order_relaxed);
-    if (work < kBigRegion && backoff_.load(std::memory_order_relaxed)) {
+    if (backoff_.load(std::memory_order_relaxed)) {
       if (now_ns() < backoff_until_.load(std::memory_order_relaxed)) {
         struct Release {  // busy_ is released even if fn throws
           std::atomic<bool>& b;
@@ -147,13 +145,23 @@ class ThreadPool {
       next_.store(nchunks_, std::memory_order_relaxed);
     }
     open_.store(false);  // no worker joins from now on
-    for (int i = 0; active_.load() != 0; ++i) {
-      if (i < 1 << 14) PK_CPU_RELAX();
-      else std::this_thread::yield();  // a worker descheduled inside its chunk
-    }
+    if (active_.load() != 0) wait_workers();
     fn_ = nullptr;
     busy_.store(false, std::memory_order_release);
     if (err) std::rethrow_exception(err);
+  }
+
+  // Spins until the workers inside the closed job have left (yielding after a
+  // while: a worker descheduled inside its chunk needs a core to finish it).
+  void wait_workers() {
+    for (int i = 1; active_.load() != 0; ++i) {
+      if (i < kPauseSpins) PK_CPU_RELAX();
+      else std::this_thread::yield();
+    }
+  }
+  void back_off(int64_t now) {
+    backoff_until_.store(now + kBackoffNs, std::memory_order_relaxed);
+    backoff_.store(true, std::memory_order_relaxed);
   }
 
   // Claim and run chunks of the current job until none is left.
@@ -188,7 +196,7 @@ class ThreadPool {
   std::condition_variable wake_;
   std::atomic<bool> busy_{false};
   std::atomic<bool> stop_{false};
-  std::atomic<bool> backoff_{false};           // regions below kBigRegion run on the caller ...
+  std::atomic<bool> backoff_{false};           // regions run on the caller alone ...
   std::atomic<int64_t> backoff_until_{0};      // ... until then (now_ns)
   std::atomic<int64_t> regions_{0};            // parallel regions that reached the pool
   std::atomic<int64_t> dispatches_{0};         // of those, handed to the workers
@@ -222,8 +230,7 @@ bool ThreadPool::spin(uint64_t seen, uint64_t& g) {
       const int64_t t1 = now_ns(), dt = t1 - t;
       t = t1;
       if (dt > kPreemptedNs) {  // descheduled: the machine is busy
-        backoff_until_.store(t1 + kBackoffNs, std::memory_order_relaxed);
-        backoff_.store(true, std::memory_order_relaxed);
+        back_off(t1);
         return false;
       }
       if ((spun += dt) > kSpinNs) return false;
@@ -285,7 +292,7 @@ void parallel_for_impl(i64 n, i64 grain, RangeFn fn) {
     InParallel() { pock_rt::tl_in_parallel = true; }
     ~InParallel() { pock_rt::tl_in_parallel = false; }
   } guard;
-  if (!pool->run(n, nchunks, max_chunks, fn)) fn(0, n);
+  if (!pool->run(n, nchunks, fn)) fn(0, n);
 }
 
 int num_threads() {
