@@ -30,16 +30,22 @@
 // every chunk, or waits for one the worker claimed), and the scheduler shares
 // CPU time between processes (autogroups, cgroups), so a runnable worker takes
 // its share from the caller.  A worker that finds it was descheduled while
-// spinning (a gap of kPreemptedNs between two looks at the clock) puts the
-// pool in back-off for kBackoffNs: the worker sleeps, and run() does every
-// chunk itself, in order, without waking anyone (the same chunks, so the same
-// results).  Then the pool tries again.
+// spinning (a gap of kPreemptedNs between two looks at the clock), or that was
+// on a core less than kMinShare of the time over its last kShareWindowNs (its
+// thread CPU time against the clock, checked after a job), puts the pool in
+// back-off: the worker sleeps, and run() does every chunk itself, in
+// order, without waking anyone (the same chunks, so the same results).  Then
+// the pool tries again; a try is not free (a worker woken into a busy machine
+// may be descheduled inside a chunk the caller then waits for), so while the
+// machine stays busy each back-off is twice as long as the last, kBackoffNs up
+// to 16x that; kCalmNs of spinning undisturbed starts over from kBackoffNs.
 //
 // Nothing is allocated per call.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -68,8 +74,20 @@ constexpr int kPauseSpins = 1 << 10;  // ~30-60 us of pauses before the spin yie
 // A gap this long between two looks at the clock while spinning: the worker was
 // descheduled, so other threads want the cores.
 constexpr int64_t kPreemptedNs = 200'000;
-// Back-off after that: regions run on the caller alone.
+// Back-off after that: regions run on the caller alone, kBackoffNs << level.
 constexpr int64_t kBackoffNs = 100'000'000;
+constexpr int kMaxBackoffLevel = 4;
+constexpr int64_t kCalmNs = 500'000;
+// The worker's check of its own share of a core (worker_loop).
+constexpr int64_t kShareWindowNs = 2'000'000;
+constexpr double kMinShare = 0.75;
+int64_t thread_cpu_ns() {  // CPU time of the calling thread (-1 where unknown)
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+#endif
+  return -1;
+}
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -160,8 +178,10 @@ class ThreadPool {
     }
   }
   void back_off(int64_t now) {
-    backoff_until_.store(now + kBackoffNs, std::memory_order_relaxed);
+    const int level = backoff_level_.load(std::memory_order_relaxed);
+    backoff_until_.store(now + (kBackoffNs << level), std::memory_order_relaxed);
     backoff_.store(true, std::memory_order_relaxed);
+    if (level < kMaxBackoffLevel) backoff_level_.store(level + 1, std::memory_order_relaxed);
   }
 
   // Claim and run chunks of the current job until none is left.
@@ -198,6 +218,7 @@ class ThreadPool {
   std::atomic<bool> stop_{false};
   std::atomic<bool> backoff_{false};           // regions run on the caller alone ...
   std::atomic<int64_t> backoff_until_{0};      // ... until then (now_ns)
+  std::atomic<int> backoff_level_{0};          // the next back-off lasts kBackoffNs << level
   std::atomic<int64_t> regions_{0};            // parallel regions that reached the pool
   std::atomic<int64_t> dispatches_{0};         // of those, handed to the workers
   // The hot words on their own cache lines: the caller writes gen_/open_ once a
@@ -233,6 +254,9 @@ bool ThreadPool::spin(uint64_t seen, uint64_t& g) {
         back_off(t1);
         return false;
       }
+      const bool calm = spun < kCalmNs && spun + dt >= kCalmNs;  // the cores are free again
+      if (calm && backoff_level_.load(std::memory_order_relaxed) != 0)
+        backoff_level_.store(0, std::memory_order_relaxed);
       if ((spun += dt) > kSpinNs) return false;
     }
   }
@@ -243,6 +267,10 @@ void ThreadPool::worker_loop() {
   // gen_ was 0 when the pool was constructed: a job or stop published before
   // this thread got here is still seen as new.
   uint64_t seen = 0;
+  // The share of wall time this worker was on a core (jobs and spinning), over
+  // windows of at least kShareWindowNs since it last woke: below kMinShare, it
+  // was descheduled inside jobs too (which spin() cannot see) -- back off.
+  int64_t ref_wall = now_ns(), ref_cpu = thread_cpu_ns();
   for (;;) {
     uint64_t g = gen_.load(std::memory_order_acquire);
     if (g == seen && !spin(seen, g)) {  // sleep until run() or shutdown() bumps gen_
@@ -251,12 +279,23 @@ void ThreadPool::worker_loop() {
       wake_sent_.store(false, std::memory_order_relaxed);
       wake_.wait(lk, [&] { return (g = gen_.load()) != seen; });
       sleepers_.fetch_sub(1);
+      lk.unlock();
+      ref_wall = now_ns();
+      ref_cpu = thread_cpu_ns();
     }
     seen = g;
     if (stop_.load()) return;
     active_.fetch_add(1);  // count in, then check open (dispatch() closes, then reads active_)
     if (open_.load()) work();
     active_.fetch_sub(1, std::memory_order_release);
+    const int64_t wall = now_ns();
+    if (wall - ref_wall >= kShareWindowNs) {
+      const int64_t cpu = thread_cpu_ns();
+      if (cpu >= 0 && static_cast<double>(cpu - ref_cpu) < kMinShare * static_cast<double>(wall - ref_wall))
+        back_off(wall);
+      ref_wall = wall;
+      ref_cpu = cpu;
+    }
   }
 }
 
