@@ -38,7 +38,7 @@
 // the pool tries again; a try is not free (a worker woken into a busy machine
 // may be descheduled inside a chunk the caller then waits for), so while the
 // machine stays busy each back-off is twice as long as the last, kBackoffNs up
-// to 16x that; kCalmNs of spinning undisturbed starts over from kBackoffNs.
+// to 16x that; a whole spin undisturbed (kCalmNs) starts over from kBackoffNs.
 //
 // Nothing is allocated per call.
 #include <algorithm>
@@ -77,10 +77,10 @@ constexpr int64_t kPreemptedNs = 200'000;
 // Back-off after that: regions run on the caller alone, kBackoffNs << level.
 constexpr int64_t kBackoffNs = 100'000'000;
 constexpr int kMaxBackoffLevel = 4;
-constexpr int64_t kCalmNs = 500'000;
+constexpr int64_t kCalmNs = kSpinNs;  // a whole spin on a free core
 // The worker's check of its own share of a core (worker_loop).
-constexpr int64_t kShareWindowNs = 2'000'000;
-constexpr double kMinShare = 0.75;
+constexpr int64_t kShareWindowNs = 1'000'000;
+constexpr double kMinShare = 0.85;
 int64_t thread_cpu_ns() {  // CPU time of the calling thread (-1 where unknown)
 #if defined(CLOCK_THREAD_CPUTIME_ID)
   timespec ts;
