@@ -110,6 +110,10 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
+  // Whether the pool is backed off (run() would do every chunk on the caller).
+  bool backed_off() const {
+    return backoff_.load(std::memory_order_relaxed) && now_ns() < backoff_until_.load(std::memory_order_relaxed);
+  }
   int64_t regions() const { return regions_.load(std::memory_order_relaxed); }
   int64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
 
@@ -332,6 +336,11 @@ void parallel_for_impl(i64 n, i64 grain, RangeFn fn) {
     ~InParallel() { pock_rt::tl_in_parallel = false; }
   } guard;
   if (!pool->run(n, nchunks, fn)) fn(0, n);
+}
+
+bool parallel_now() {
+  pock_rt::ThreadPool* pool = pock_rt::tl_pool;
+  return pool != nullptr && !pock_rt::tl_in_parallel && pool->size() > 1 && !pool->backed_off();
 }
 
 int num_threads() {
