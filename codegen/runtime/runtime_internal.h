@@ -48,6 +48,12 @@ int default_num_threads();                  // online cores, at least 1
 ThreadPool* pool_create(int threads);       // threads - 1 workers; throws on failure
 void pool_destroy(ThreadPool* pool);        // joins the workers (nullptr is fine)
 int pool_size(const ThreadPool* pool);      // 1 for nullptr
+// Parallel regions that reached the pool so far (those that ran inline, below
+// their kernel's work threshold, outside a step or nested, do not count), and
+// of those, the ones handed to the workers (the rest ran on the caller while
+// the pool backed off on a busy machine); 0 for nullptr.
+int64_t pool_regions(const ThreadPool* pool);
+int64_t pool_dispatches(const ThreadPool* pool);
 // Makes `pool` the current thread's pool (pk::parallel_for uses it) while alive.
 class PoolScope {
  public:

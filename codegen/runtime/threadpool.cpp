@@ -6,16 +6,46 @@
 // calling thread (a thread_local pointer); everywhere else, and inside a chunk
 // (nested parallel_for), the whole range runs inline.
 //
-// One job at a time: run() publishes the job under the mutex and bumps a
-// generation counter; workers (spinning briefly, then sleeping on a condition
-// variable) join it under the mutex while it is open and then claim chunks
-// with an atomic counter, the calling thread claiming chunks too.  run()
-// closes the job and waits until every worker that joined has left it, so the
-// job (and the caller's callable) is never touched after run() returns.
+// One job at a time, handed over without locks or system calls while the
+// workers are awake: run() writes the job, opens it and bumps a generation
+// counter; a worker that sees the new generation counts itself in (active_),
+// checks the job is still open and claims chunks with an atomic counter, the
+// calling thread claiming chunks too.  run() then closes the job and waits
+// until every worker that counted itself in has left, so the job (and the
+// caller's callable) is never touched after run() returns.  (Count in, then
+// check open, against run()'s close, then read the count: all sequentially
+// consistent, so a worker either is waited for or never touches the job.)
+//
+// Idle workers.  A step's parallel regions are short (a batch-1 LSTM step has
+// ~80 of a few microseconds each) and come close together, so an idle worker
+// spins for the next job -- kPauseSpins pauses, then sched_yield, which hands
+// the core to any other thread that wants it -- for kSpinNs of running time,
+// then sleeps on a condition variable.  Waking a sleeper costs a system call
+// and, on a virtual machine, an inter-processor interrupt: tens of microseconds,
+// more than such a region's work (the worker then arrives after the caller has
+// done every chunk).  run() makes that call only when a worker sleeps, and once.
+//
+// A busy machine.  When other processes want the cores, a second thread gains
+// nothing and costs the caller: the worker is descheduled (the caller does
+// every chunk, or waits for one the worker claimed), and the scheduler shares
+// CPU time between processes (autogroups, cgroups), so a runnable worker takes
+// its share from the caller.  A worker that finds it was descheduled while
+// spinning (a gap of kPreemptedNs between two looks at the clock), or that was
+// on a core less than kMinShare of the time over its last kShareWindowNs (its
+// thread CPU time against the clock, checked after a job), puts the pool in
+// back-off: the worker sleeps, and run() does every chunk itself, in
+// order, without waking anyone (the same chunks, so the same results).  Then
+// the pool tries again; a try is not free (a worker woken into a busy machine
+// may be descheduled inside a chunk the caller then waits for), so while the
+// machine stays busy each back-off is twice as long as the last, kBackoffNs up
+// to 16x that; a whole spin undisturbed (kCalmNs) starts over from kBackoffNs.
+//
 // Nothing is allocated per call.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <ctime>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -35,6 +65,35 @@
 
 namespace pock_rt {
 
+namespace {
+// How long (running time) an idle worker spins for the next job before it
+// sleeps: longer than the gaps between a step's parallel regions and between
+// the steps of a training loop, short enough that an idle trainer frees the core.
+constexpr int64_t kSpinNs = 2'000'000;
+constexpr int kPauseSpins = 1 << 10;  // ~30-60 us of pauses before the spin yields
+// A gap this long between two looks at the clock while spinning: the worker was
+// descheduled, so other threads want the cores.
+constexpr int64_t kPreemptedNs = 200'000;
+// Back-off after that: regions run on the caller alone, kBackoffNs << level.
+constexpr int64_t kBackoffNs = 100'000'000;
+constexpr int kMaxBackoffLevel = 4;
+constexpr int64_t kCalmNs = kSpinNs;  // a whole spin on a free core
+// The worker's check of its own share of a core (worker_loop).
+constexpr int64_t kShareWindowNs = 1'000'000;
+constexpr double kMinShare = 0.85;
+int64_t thread_cpu_ns() {  // CPU time of the calling thread (-1 where unknown)
+#if defined(CLOCK_THREAD_CPUTIME_ID)
+  timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) return int64_t(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+#endif
+  return -1;
+}
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
 class ThreadPool {
  public:
   explicit ThreadPool(int size) : size_(size < 1 ? 1 : size) {
@@ -51,6 +110,12 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return size_; }
+  // Whether the pool is backed off (run() would do every chunk on the caller).
+  bool backed_off() const {
+    return backoff_.load(std::memory_order_relaxed) && now_ns() < backoff_until_.load(std::memory_order_relaxed);
+  }
+  int64_t regions() const { return regions_.load(std::memory_order_relaxed); }
+  int64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
 
   // Runs chunks [0, nchunks) of [0, n) (chunk c is [c*n/nchunks, (c+1)*n/nchunks)).
   // Returns false (having run nothing) when the pool is already busy, e.g.
@@ -58,16 +123,42 @@ class ThreadPool {
   bool run(pk::i64 n, int nchunks, pk::RangeFn fn) {
     bool expected = false;
     if (!busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) return false;
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      fn_ = &fn;
-      n_ = n;
-      nchunks_ = nchunks;
-      next_.store(0, std::memory_order_relaxed);
-      open_ = true;
-      gen_.fetch_add(1, std::memory_order_release);
+    regions_.fetch_add(1, std::memory_order_relaxed);
+    if (backoff_.load(std::memory_order_relaxed)) {
+      if (now_ns() < backoff_until_.load(std::memory_order_relaxed)) {
+        struct Release {  // busy_ is released even if fn throws
+          std::atomic<bool>& b;
+          ~Release() { b.store(false, std::memory_order_release); }
+        } release{busy_};
+        for (int c = 0; c < nchunks; ++c) fn(n * c / nchunks, n * (c + 1) / nchunks);
+        return true;
+      }
+      backoff_.store(false, std::memory_order_relaxed);
     }
-    wake_.notify_all();
+    dispatch(n, nchunks, fn);
+    return true;
+  }
+
+ private:
+  void dispatch(pk::i64 n, int nchunks, pk::RangeFn& fn) {
+    // No worker is inside a job here (the last dispatch waited for active_ == 0),
+    // and a worker that counts itself in from now on reads open_ first.
+    fn_ = &fn;
+    n_ = n;
+    nchunks_ = nchunks;
+    next_.store(0, std::memory_order_relaxed);
+    open_.store(true);  // seq_cst (a release: the fields above are visible to whoever sees it open)
+    gen_.fetch_add(1);
+    dispatches_.fetch_add(1, std::memory_order_relaxed);
+    // Wake the sleepers, once: a worker woken earlier but not running yet (a
+    // busy machine) is not woken again by every region that follows.
+    if (sleepers_.load() > 0 && !wake_sent_.load(std::memory_order_relaxed)) {
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        wake_sent_.store(true, std::memory_order_relaxed);
+      }
+      wake_.notify_all();
+    }
     std::exception_ptr err;
     try {
       work();
@@ -75,18 +166,28 @@ class ThreadPool {
       err = std::current_exception();
       next_.store(nchunks_, std::memory_order_relaxed);
     }
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      open_ = false;  // no worker joins from now on
-      done_.wait(lk, [this] { return active_ == 0; });
-      fn_ = nullptr;
-    }
+    open_.store(false);  // no worker joins from now on
+    if (active_.load() != 0) wait_workers();
+    fn_ = nullptr;
     busy_.store(false, std::memory_order_release);
     if (err) std::rethrow_exception(err);
-    return true;
   }
 
- private:
+  // Spins until the workers inside the closed job have left (yielding after a
+  // while: a worker descheduled inside its chunk needs a core to finish it).
+  void wait_workers() {
+    for (int i = 1; active_.load() != 0; ++i) {
+      if (i < kPauseSpins) PK_CPU_RELAX();
+      else std::this_thread::yield();
+    }
+  }
+  void back_off(int64_t now) {
+    const int level = backoff_level_.load(std::memory_order_relaxed);
+    backoff_until_.store(now + (kBackoffNs << level), std::memory_order_relaxed);
+    backoff_.store(true, std::memory_order_relaxed);
+    if (level < kMaxBackoffLevel) backoff_level_.store(level + 1, std::memory_order_relaxed);
+  }
+
   // Claim and run chunks of the current job until none is left.
   void work() {
     for (;;) {
@@ -97,12 +198,15 @@ class ThreadPool {
     }
   }
 
+  // Spins until gen_ moves past `seen` (returns true, the new value in g) or
+  // the spin ends (false): kSpinNs of running time, or descheduled (back-off).
+  bool spin(uint64_t seen, uint64_t& g);
   void worker_loop();
   void shutdown() {
     {
       std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-      gen_.fetch_add(1, std::memory_order_release);
+      stop_.store(true);
+      gen_.fetch_add(1);
     }
     wake_.notify_all();
     for (auto& t : workers_)
@@ -112,18 +216,27 @@ class ThreadPool {
 
   const int size_;
   std::vector<std::thread> workers_;
-  std::mutex mu_;
-  std::condition_variable wake_, done_;
+  std::mutex mu_;  // only for sleeping and waking
+  std::condition_variable wake_;
   std::atomic<bool> busy_{false};
-  std::atomic<uint64_t> gen_{0};  // bumped (under mu_) for every job and for stop
-  std::atomic<int> next_{0};      // next chunk to claim
-  // The current job; written under mu_ while no worker is active.
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> backoff_{false};           // regions run on the caller alone ...
+  std::atomic<int64_t> backoff_until_{0};      // ... until then (now_ns)
+  std::atomic<int> backoff_level_{0};          // the next back-off lasts kBackoffNs << level
+  std::atomic<int64_t> regions_{0};            // parallel regions that reached the pool
+  std::atomic<int64_t> dispatches_{0};         // of those, handed to the workers
+  // The hot words on their own cache lines: the caller writes gen_/open_ once a
+  // job, every thread claims chunks on next_, workers count in and out on active_.
+  alignas(64) std::atomic<uint64_t> gen_{0};  // bumped for every job and for stop
+  std::atomic<bool> open_{false};             // the current job takes workers
+  std::atomic<int> sleepers_{0};              // workers asleep (or about to be) on wake_
+  std::atomic<bool> wake_sent_{false};        // notified since a worker last went to sleep (set under mu_)
+  // The current job; written only while no worker is inside one.
   const pk::RangeFn* fn_ = nullptr;
   pk::i64 n_ = 0;
   int nchunks_ = 0;
-  bool open_ = false;
-  bool stop_ = false;
-  int active_ = 0;  // workers inside the current job
+  alignas(64) std::atomic<int> next_{0};    // next chunk to claim
+  alignas(64) std::atomic<int> active_{0};  // workers counted into the current job
 };
 
 namespace {
@@ -131,24 +244,62 @@ thread_local ThreadPool* tl_pool = nullptr;    // the current step's pool
 thread_local bool tl_in_parallel = false;      // inside a chunk: nested calls run inline
 }  // namespace
 
+bool ThreadPool::spin(uint64_t seen, uint64_t& g) {
+  int64_t spun = 0, t = now_ns();
+  for (int i = 1;; ++i) {
+    if ((g = gen_.load(std::memory_order_acquire)) != seen) return true;
+    const bool yielding = i > kPauseSpins;
+    if (yielding) std::this_thread::yield();  // the core goes to any other thread that wants it
+    else PK_CPU_RELAX();
+    if (yielding || (i & 63) == 0) {
+      const int64_t t1 = now_ns(), dt = t1 - t;
+      t = t1;
+      if (dt > kPreemptedNs) {  // descheduled: the machine is busy
+        back_off(t1);
+        return false;
+      }
+      const bool calm = spun < kCalmNs && spun + dt >= kCalmNs;  // the cores are free again
+      if (calm && backoff_level_.load(std::memory_order_relaxed) != 0)
+        backoff_level_.store(0, std::memory_order_relaxed);
+      if ((spun += dt) > kSpinNs) return false;
+    }
+  }
+}
+
 void ThreadPool::worker_loop() {
   tl_in_parallel = true;  // a worker never starts a parallel region of its own
   // gen_ was 0 when the pool was constructed: a job or stop published before
   // this thread got here is still seen as new.
   uint64_t seen = 0;
+  // The share of wall time this worker was on a core (jobs and spinning), over
+  // windows of at least kShareWindowNs since it last woke: below kMinShare, it
+  // was descheduled inside jobs too (which spin() cannot see) -- back off.
+  int64_t ref_wall = now_ns(), ref_cpu = thread_cpu_ns();
   for (;;) {
-    // Spin briefly (back-to-back parallel_for calls in one step), then sleep.
-    for (int i = 0; i < 4000 && gen_.load(std::memory_order_acquire) == seen; ++i) PK_CPU_RELAX();
-    std::unique_lock<std::mutex> lk(mu_);
-    wake_.wait(lk, [&] { return gen_.load(std::memory_order_relaxed) != seen; });
-    seen = gen_.load(std::memory_order_relaxed);
-    if (stop_) return;
-    if (!open_) continue;  // woke after that job closed
-    ++active_;
-    lk.unlock();
-    work();
-    lk.lock();
-    if (--active_ == 0) done_.notify_one();
+    uint64_t g = gen_.load(std::memory_order_acquire);
+    if (g == seen && !spin(seen, g)) {  // sleep until run() or shutdown() bumps gen_
+      std::unique_lock<std::mutex> lk(mu_);
+      sleepers_.fetch_add(1);  // seq_cst, then gen_ read: dispatch() bumps gen_, then reads sleepers_
+      wake_sent_.store(false, std::memory_order_relaxed);
+      wake_.wait(lk, [&] { return (g = gen_.load()) != seen; });
+      sleepers_.fetch_sub(1);
+      lk.unlock();
+      ref_wall = now_ns();
+      ref_cpu = thread_cpu_ns();
+    }
+    seen = g;
+    if (stop_.load()) return;
+    active_.fetch_add(1);  // count in, then check open (dispatch() closes, then reads active_)
+    if (open_.load()) work();
+    active_.fetch_sub(1, std::memory_order_release);
+    const int64_t wall = now_ns();
+    if (wall - ref_wall >= kShareWindowNs) {
+      const int64_t cpu = thread_cpu_ns();
+      if (cpu >= 0 && static_cast<double>(cpu - ref_cpu) < kMinShare * static_cast<double>(wall - ref_wall))
+        back_off(wall);
+      ref_wall = wall;
+      ref_cpu = cpu;
+    }
   }
 }
 
@@ -160,6 +311,8 @@ int default_num_threads() {
 ThreadPool* pool_create(int threads) { return new ThreadPool(threads); }
 void pool_destroy(ThreadPool* pool) { delete pool; }
 int pool_size(const ThreadPool* pool) { return pool ? pool->size() : 1; }
+int64_t pool_regions(const ThreadPool* pool) { return pool ? pool->regions() : 0; }
+int64_t pool_dispatches(const ThreadPool* pool) { return pool ? pool->dispatches() : 0; }
 
 PoolScope::PoolScope(ThreadPool* pool) : prev_(tl_pool) { tl_pool = pool; }
 PoolScope::~PoolScope() { tl_pool = prev_; }
@@ -183,6 +336,11 @@ void parallel_for_impl(i64 n, i64 grain, RangeFn fn) {
     ~InParallel() { pock_rt::tl_in_parallel = false; }
   } guard;
   if (!pool->run(n, nchunks, fn)) fn(0, n);
+}
+
+bool parallel_now() {
+  pock_rt::ThreadPool* pool = pock_rt::tl_pool;
+  return pool != nullptr && !pock_rt::tl_in_parallel && pool->size() > 1 && !pool->backed_off();
 }
 
 int num_threads() {

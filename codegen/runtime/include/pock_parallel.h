@@ -48,6 +48,12 @@ inline i64 grain_for_work(i64 per_item, i64 min_work) {
 void parallel_for_impl(i64 n, i64 grain, RangeFn fn);
 // Threads available to the current step (1 outside a step).
 int num_threads();
+// Whether a parallel_for now would really share its chunks: false outside a
+// step, inside a chunk, on one thread, and while the pool is backed off on a
+// busy machine (threadpool.cpp), when every chunk runs on the caller.  A kernel
+// whose split costs more than its unsplit form when run in one thread (and
+// gives the same results) picks the split only when this holds.
+bool parallel_now();
 
 template <typename F>
 inline void parallel_for(i64 n, i64 grain, F&& f) {

@@ -60,7 +60,7 @@ void gru_cell_fwd(float* __restrict s, const float* __restrict h, float* __restr
 // The per-step split (see the top): below this many multiply-adds per step
 // product gemm() would run on one thread.
 constexpr i64 kStepMaxMacs = i64(1) << 20;
-inline bool split_steps(const GruParams& p) { return p.B * 3 * p.H * p.H < kStepMaxMacs && num_threads() > 1; }
+inline bool split_steps(const GruParams& p) { return p.B * 3 * p.H * p.H < kStepMaxMacs && parallel_now(); }
 // Hidden units (or output columns) per chunk: at least kMinChunkElems weights
 // streamed, and one chunk per thread (n / threads units): a step's regions are
 // short, so each thread claims one slice and no more hand-offs than needed.

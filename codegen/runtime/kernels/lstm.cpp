@@ -105,7 +105,9 @@ void cell_bwd(const float* g, const float* c, const float* cp, const float* dr, 
 // The per-step split (see the top): below this many multiply-adds per step
 // product gemm() would run on one thread.
 constexpr i64 kStepMaxMacs = i64(1) << 20;
-inline bool split_steps(const LstmParams& p) { return p.B * 4 * p.H * p.P < kStepMaxMacs && num_threads() > 1; }
+// Only while the pool really shares chunks (parallel_now): run on one thread,
+// the split steps cost ~8% more than the unsplit ones (same results either way).
+inline bool split_steps(const LstmParams& p) { return p.B * 4 * p.H * p.P < kStepMaxMacs && parallel_now(); }
 // Hidden units (or output columns) per chunk: at least kMinChunkElems weights
 // streamed, and one chunk per thread (n / threads units): a step's regions are
 // short, so each thread claims one slice and no more hand-offs than needed.

@@ -21,6 +21,9 @@ def build_threads_lib() -> ctypes.CDLL:
         "shim_pool_create": (vp, [cint]),
         "shim_pool_destroy": (None, [vp]),
         "shim_default_threads": (cint, []),
+        "shim_pool_regions": (i64, [vp]),
+        "shim_pool_dispatches": (i64, [vp]),
+        "shim_relu_pool": (None, [vp, vp, vp, i64]),
         "shim_parallel_for": (cint, [vp, i64, i64, vp, vp, cint, cint, vp, vp, vp]),
         "shim_gemm_pool": (None, [vp] * 4 + [i64] * 4 + [cint, cint] + [i64] * 3 + [cf]),
         "shim_linear_fwd_act_pool": (None, [vp] * 5 + [i64] * 3 + [cint]),
@@ -90,6 +93,25 @@ def test_pool_uses_other_threads_and_survives_many_calls(lib, pools):
     # A long enough job is shared: some chunk runs on a worker.
     seen = max(run_parallel_for(lib, pools[2], 1 << 22, 1)[3] for _ in range(20))
     assert seen == 2
+
+
+def test_small_regions_do_not_reach_the_pool(lib, pools):
+    """A kernel whose work is below its threshold (pock_parallel.h kMinChunkElems) runs on the caller
+    without touching the pool (no region, no wake-up); a large one is a region of the pool."""
+    pool = pools[2]
+    x = np.linspace(-1, 1, 1 << 20, dtype=np.float32)
+    y = np.empty_like(x)
+    before = lib.shim_pool_regions(pool), lib.shim_pool_dispatches(pool)
+    for n in (1, 100, 4096, 1 << 15):
+        lib.shim_relu_pool(pool, ptr(x), ptr(y), n)
+        np.testing.assert_array_equal(y[:n], np.maximum(x[:n], 0))
+    run_parallel_for(lib, pool, 1000, 600)  # grain > n / 2: one chunk
+    assert (lib.shim_pool_regions(pool), lib.shim_pool_dispatches(pool)) == before
+    lib.shim_relu_pool(pool, ptr(x), ptr(y), x.size)
+    np.testing.assert_array_equal(y, np.maximum(x, 0))
+    assert lib.shim_pool_regions(pool) == before[0] + 1
+    # handed to the worker unless the pool backed off (a busy machine); never more than the regions
+    assert before[1] <= lib.shim_pool_dispatches(pool) <= before[1] + 1
 
 
 def test_pool_create_destroy_repeatedly(lib):

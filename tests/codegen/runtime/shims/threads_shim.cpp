@@ -18,6 +18,15 @@ extern "C" {
 void* shim_pool_create(int threads) { return pock_rt::pool_create(threads); }
 void shim_pool_destroy(void* pool) { pock_rt::pool_destroy(static_cast<ThreadPool*>(pool)); }
 int shim_default_threads() { return pock_rt::default_num_threads(); }
+// The pool's debug counters: parallel regions that reached it, and those handed to its workers.
+i64 shim_pool_regions(void* pool) { return pock_rt::pool_regions(static_cast<ThreadPool*>(pool)); }
+i64 shim_pool_dispatches(void* pool) { return pock_rt::pool_dispatches(static_cast<ThreadPool*>(pool)); }
+
+// relu_fwd over n floats on `pool` (as inside a step).
+void shim_relu_pool(void* pool, const float* x, float* y, i64 n) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  pk::relu_fwd(x, y, n);
+}
 
 // parallel_for(n, grain) on `pool` (nullptr: no pool current): counts[i] += 1 for
 // each index visited; chunk_len[c] = length of the c-th chunk (up to max_chunks);
