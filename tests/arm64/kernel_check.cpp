@@ -13,7 +13,8 @@
 // written as "<case>/<name>".  Exit status 0 unless a file or a case is bad.
 //
 // A case whose family is a kernel's name ("softmax_fwd.2") calls that kernel
-// alone, through pock_call(), generated from pock_kernels.h by
+// alone, or kernels joined by '+' ("lstm_fwd+lstm_bwd.0") in order, each
+// call's outputs the next one's buffers, through pock_call(), generated from pock_kernels.h by
 // pockengine.ops.kernels.driver_source and linked beside this file: each
 // parameter is the case's tensor of its name (a scalar: one element; a pointer:
 // the buffer, nullptr when absent; a writable one starts as the input given and
@@ -207,38 +208,7 @@ void run_sdpa(Case& c) {
                c.output("dk", {p.B, p.S, p.E}), c.output("dv", {p.B, p.S, p.Ev}), scratch.data(), p);
 }
 
-// p: B T I H P has_bias has_proj k_ih k_hh k_hr; x h0 c0 w_ih w_hh b_ih? b_hh? w_hr? dy dhn dcn
-//   -> y hn cn dx dh0 dc0 dw_ih dw_hh db_ih? db_hh? dw_hr?
-void run_lstm(Case& c) {
-  pk::LstmParams p{c.pi(0), c.pi(1), c.pi(2), c.pi(3), c.pi(4), c.pb(5), c.pb(6)};
-  i64 k_ih = c.pi(7), k_hh = c.pi(8), k_hr = c.pi(9), B = p.B, T = p.T, H = p.H, P = p.P;
-  std::vector<float> gates(T * B * 4 * H), cells(T * B * H), hraw(T * B * H);
-  std::vector<float> scratch(pk::lstm_bwd_scratch_floats(p));
-  float* y = c.output("y", {B, T, P});
-  float* hr = p.has_proj ? hraw.data() : nullptr;
-  pk::lstm_fwd(c.f("x"), c.f("h0"), c.f("c0"), c.f("w_ih"), c.f("w_hh"), c.opt("b_ih"), c.opt("b_hh"),
-               c.opt("w_hr"), y, c.output("hn", {B, P}), c.output("cn", {B, H}), gates.data(), cells.data(), hr, p);
-  pk::lstm_bwd(c.f("dy"), c.f("dhn"), c.f("dcn"), c.f("x"), c.f("h0"), c.f("c0"), c.f("w_ih"), c.f("w_hh"),
-               c.opt("w_hr"), y, gates.data(), cells.data(), hr, c.output("dx", {B, T, p.I}),
-               c.output("dh0", {B, P}), c.output("dc0", {B, H}), c.output("dw_ih", {4 * H, k_ih}),
-               c.output("dw_hh", {4 * H, k_hh}), p.has_bias ? c.output("db_ih", {4 * H}) : nullptr,
-               p.has_bias ? c.output("db_hh", {4 * H}) : nullptr, p.has_proj ? c.output("dw_hr", {P, k_hr}) : nullptr,
-               scratch.data(), p, k_ih, k_hh, k_hr);
-}
 
-// p: B T I H has_bias k_ih k_hh; x h0 w_ih w_hh b_ih? b_hh? dy dhn -> y hn dx dh0 dw_ih dw_hh db_ih? db_hh?
-void run_gru(Case& c) {
-  pk::GruParams p{c.pi(0), c.pi(1), c.pi(2), c.pi(3), c.pb(4)};
-  i64 k_ih = c.pi(5), k_hh = c.pi(6), B = p.B, T = p.T, H = p.H;
-  std::vector<float> saved(T * B * 4 * H), scratch(pk::gru_bwd_scratch_floats(p));
-  float* y = c.output("y", {B, T, H});
-  pk::gru_fwd(c.f("x"), c.f("h0"), c.f("w_ih"), c.f("w_hh"), c.opt("b_ih"), c.opt("b_hh"), y,
-              c.output("hn", {B, H}), saved.data(), p);
-  pk::gru_bwd(c.f("dy"), c.f("dhn"), c.f("x"), c.f("h0"), c.f("w_ih"), c.f("w_hh"), y, saved.data(),
-              c.output("dx", {B, T, p.I}), c.output("dh0", {B, H}), c.output("dw_ih", {3 * H, k_ih}),
-              c.output("dw_hh", {3 * H, k_hh}), p.has_bias ? c.output("db_ih", {3 * H}) : nullptr,
-              p.has_bias ? c.output("db_hh", {3 * H}) : nullptr, scratch.data(), p, k_ih, k_hh);
-}
 
 
 
@@ -294,23 +264,11 @@ void run_binary(Case& c) {
   pk::binary(static_cast<pk::Binary>(c.pi(0)), a.data.data(), b.data.data(), c.output("out", shape), p);
 }
 
-// p: N C H W OH OW KH KW stride_h stride_w pad_h pad_w dil_h dil_w; x dy_max dy_avg
-//   -> y_max dx_max y_avg dx_avg (avg: count_include_pad)
-void run_pool2d(Case& c) {
-  pk::Pool2dParams p{c.pi(0), c.pi(1), c.pi(2),  c.pi(3),  c.pi(4),  c.pi(5),  c.pi(6), c.pi(7),
-                     c.pi(8), c.pi(9), c.pi(10), c.pi(11), c.pi(12), c.pi(13), true,     0};
-  std::vector<int32_t> idx(p.N * p.C * p.OH * p.OW);
-  pk::max_pool2d_fwd(c.f("x"), c.output("y_max", {p.N, p.C, p.OH, p.OW}), idx.data(), p);
-  pk::max_pool2d_bwd(c.f("dy_max"), idx.data(), c.output("dx_max", {p.N, p.C, p.H, p.W}), p);
-  pk::avg_pool2d_fwd(c.f("x"), c.output("y_avg", {p.N, p.C, p.OH, p.OW}), p);
-  pk::avg_pool2d_bwd(c.f("dy_avg"), c.output("dx_avg", {p.N, p.C, p.H, p.W}), p);
-}
 
 
 const std::map<std::string, std::function<void(Case&)>> kKernels = {
-    {"lowp", run_lowp},         {"sdpa", run_sdpa},       {"lstm", run_lstm},     {"gru", run_gru},
-    {"reduce_sum", run_reduce_sum}, {"strided_copy", run_strided_copy}, {"binary", run_binary},
-    {"pool2d", run_pool2d},
+    {"lowp", run_lowp},       {"sdpa", run_sdpa},     {"reduce_sum", run_reduce_sum},
+    {"strided_copy", run_strided_copy}, {"binary", run_binary},
 };
 
 void write_tensor(FILE* f, const std::string& name, const Tensor& t) {
@@ -342,10 +300,14 @@ int main(int argc, char** argv) {
     auto it = kKernels.find(family);
     if (it != kKernels.end()) {
       it->second(c);
-    } else {
-      Args a{c, {}, {}};
-      if (!pock_call(family.c_str(), a)) die("unknown kernel family in case " + c.name);
-      for (auto& put : a.back) put();
+    } else {  // "k1+k2": each call's outputs are the next one's buffers
+      for (size_t start = 0, end; start <= family.size(); start = end + 1) {
+        end = std::min(family.find('+', start), family.size());
+        Args a{c, {}, {}};
+        if (!pock_call(family.substr(start, end - start).c_str(), a)) die("unknown kernel family in case " + c.name);
+        for (auto& put : a.back) put();
+        for (auto& [oname, t] : c.out) c.in[oname] = t;
+      }
     }
     for (auto& [oname, t] : c.out) write_tensor(f, c.name + "/" + oname, t);
   }
