@@ -158,10 +158,12 @@ def lowp_cases():
         codes = q.view(np.uint16) if dt == "f16" else q
         x, dy, b = rng.standard_normal((M, K)), rng.standard_normal((M, N)), rng.standard_normal(N)
         x, dy, b = (a.astype(np.float32).astype(np.float64) for a in (x, dy, b))
-        ins = {"x": x, "dy": dy, "q": codes.astype(np.float64), "b": b}
-        if scale is not None:
-            ins["scale"] = np.asarray(scale, np.float64).reshape(-1)
-        yield "lowp", [M, N, K, {"bf16": 0, "f16": 1, "i8": 2, "q4": 3}[dt]], ins, {"y": x @ wd.T + b, "dx": dy @ wd}
+        # the const void* weight as its codes: bf16/f16 bit patterns, int8 values, q4 bytes
+        w = {f"w:{ {'bf16': 'uint16_t', 'f16': 'uint16_t', 'i8': 'int8_t', 'q4': 'uint8_t'}[dt]}": codes.astype(np.float64),
+             **({"scale": np.asarray(scale, np.float64).reshape(-1)} if scale is not None else {})}
+        p = dict(dt={"bf16": 0, "f16": 1, "i8": 2, "q4": 3}[dt], M=M, N=N, K=K)  # pk::LowpDtype
+        yield call("linear_fwd_lowp", {"x": x, "b": b, **w}, {"y": x @ wd.T + b}, act=0, **p)
+        yield call("linear_bwd_input_lowp", {"dy": dy, **w}, {"dx": dy @ wd}, **p)
 
 
 CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
@@ -478,7 +480,7 @@ def kernel_cases():
     return cases
 
 
-HAND = {"lowp", "sdpa", "reduce_sum", "strided_copy", "binary"}  # kernel_check.cpp's runners
+HAND = {"sdpa", "reduce_sum", "strided_copy", "binary"}  # kernel_check.cpp's runners
 
 
 def _kernels(case: str) -> set[str]:

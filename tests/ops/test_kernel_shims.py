@@ -56,9 +56,11 @@ def test_the_generated_shims_compile_and_run():
 def test_the_case_file_driver_takes_every_parameter_by_name():
     from pockengine.ops.kernels import driveable, driver_kernels, driver_source
     sigs = signatures()
-    assert driveable(sigs["lstm_fwd"]) and not driveable(sigs["sdpa_fwd"])  # a void* mask: no element type
-    assert {"linear_fwd", "lstm_bwd", "max_pool2d_fwd", "gemm"} <= set(driver_kernels())
-    text = driver_source(["gemm", "embedding_fwd", "max_pool2d_fwd"])
+    assert driveable(sigs["lstm_fwd"]) and driveable(sigs["linear_fwd_lowp"])
+    assert not driveable(sigs["reduce_sum"])  # Reduce holds arrays
+    assert {"linear_fwd", "lstm_bwd", "max_pool2d_fwd", "gemm", "linear_fwd_lowp"} <= set(driver_kernels())
+    text = driver_source(["gemm", "embedding_fwd", "max_pool2d_fwd", "linear_bwd_input_lowp"])
+    assert 'auto w = static_cast<const void*>(arg_ptr(args_, "w", "void", false));' in text  # the case says its type
     assert 'auto C = static_cast<float*>(arg_ptr(args_, "C", "float", true));' in text
     assert 'pk::i64 sa = static_cast<pk::i64>(arg_int(args_, "sa"));' in text
     assert "pk::gemm(A, B, C, pk::GemmParams{batch, M, N, K, ta != 0, tb != 0, sa, sb, sc, beta});" in text

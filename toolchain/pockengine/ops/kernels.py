@@ -228,23 +228,22 @@ def write_record_shims(out_dir: Path | None = None, beside=()) -> Path:
     return write_source(out_dir / f"record_shims-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cpp", text)
 
 
-def _pointer(ctype: str) -> tuple[bool, str] | None:
-    """(writable, element type tag) of a pointer parameter's shim type, None for void*."""
-    base = ctype.replace("const ", "").rstrip("*").strip().replace("pk::", "")
-    return None if base == "void" else (not ctype.startswith("const"), base)
+def _pointer(ctype: str) -> tuple[bool, str]:
+    """(writable, element type tag) of a pointer parameter's shim type."""
+    return not ctype.startswith("const"), ctype.replace("const ", "").rstrip("*").strip().replace("pk::", "")
 
 
 def driveable(sig: Signature, header: Path | None = None) -> bool:
-    """Whether a case-file driver can call sig: plain, and no `void*` parameter (its element
-    type is not in the signature)."""
-    return plain(sig, header) and all(not t.endswith("*") or _pointer(t) for t, _, _ in _expand(sig, header)[0])
+    """Whether a case-file driver can call sig (every plain kernel can)."""
+    return plain(sig, header)
 
 
 def driver_source(names, header: Path | None = None) -> str:
     """A C++ file defining `bool pock_call(const char* kernel, Args& a)`: calls the pk::
     kernel `kernel` (one of `names`, each driveable()) with its arguments taken by parameter
     name from a, through the functions (declared here) a driver defines over its Args:
-    arg_ptr(a, name, element type, writable) a buffer (nullptr when a has none),
+    arg_ptr(a, name, element type, writable) a buffer (nullptr when a has none; a `void*`
+    one's element type is the case's to say),
     arg_int/arg_num a scalar, arg_ret the kernel's return value.  A struct parameter's fields
     and enums travel as shim_source() passes them.  The arm64 kernel test's driver
     (tests/arm64/kernel_check.cpp) links it."""
