@@ -1,21 +1,23 @@
 // kernel_check.cpp — runs PockEngine's kernels on inputs written by
 // test_arm64.py and writes their outputs back, for checking against torch.
 // Built for aarch64 and run under qemu; it also builds and runs on the host.
+// Link it with the generated calls (python -c "from pockengine.ops.kernels
+// import *; print(driver_source(driver_kernels()))" > calls.cpp).
 //
 //   kernel_check IN OUT
 //
 // Both files are a list of tensors until end of file, little-endian:
 //   u32 name length, name bytes, u32 ndim, i64 shape[ndim], f32 data[numel]
 // A tensor named "<case>/<arg>" belongs to test case <case>; the case's kernel
-// family is the part of <case> before the first '.' ("gemm.3" -> "gemm").
-// "<case>/p" holds its scalar parameters (sizes, flags, hyper-parameters) as
+// family is the part of <case> before the first '.' ("binary.3" -> "binary").
+// For a hand-written runner, "<case>/p" holds its scalar parameters (sizes, flags, hyper-parameters) as
 // floats.  Integer tensors (targets, masks) travel as floats too.  Outputs are
 // written as "<case>/<name>".  Exit status 0 unless a file or a case is bad.
 //
 // A case whose family is a kernel's name ("softmax_fwd.2") calls that kernel
 // alone, or kernels joined by '+' ("lstm_fwd+lstm_bwd.0") in order, each
-// call's outputs the next one's buffers, through pock_call(), generated from pock_kernels.h by
-// pockengine.ops.kernels.driver_source and linked beside this file: each
+// call's outputs the next one's buffers, through pock_call(), generated from
+// pock_kernels.h by pockengine.ops.kernels.driver_source: each
 // parameter is the case's tensor of its name (a scalar: one element; a pointer:
 // the buffer, nullptr when absent; a writable one starts as the input given and
 // is written back as an output), a struct's fields by their names, and a

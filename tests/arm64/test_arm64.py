@@ -2,7 +2,10 @@
 qemu-aarch64, against torch and against this machine's build.
 
 * test_kernels: kernel_check.cpp with every runtime kernel, one qemu run over
-  all cases; each output is checked against a float64 torch reference.
+  all cases; each output is checked against a float64 torch reference.  Most
+  cases call one kernel (or a fwd+bwd pair) by name through the dispatch table
+  generated from pock_kernels.h (pockengine.ops.kernels.driver_source), their
+  arguments by parameter name; a few families keep hand-written runners.
 * test_train_end_to_end: a compiled model's TU + the runtime + train_driver.c
   (plain C over pock.h) starts from a checkpoint the host trainer wrote, trains
   5 steps and saves; its losses and its checkpoint, loaded by a host Trainer,
