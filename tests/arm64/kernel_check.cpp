@@ -1,16 +1,29 @@
 // kernel_check.cpp — runs PockEngine's kernels on inputs written by
 // test_arm64.py and writes their outputs back, for checking against torch.
 // Built for aarch64 and run under qemu; it also builds and runs on the host.
+// Link it with the generated calls (python -c "from pockengine.ops.kernels
+// import *; print(driver_source(driver_kernels()))" > calls.cpp).
 //
 //   kernel_check IN OUT
 //
 // Both files are a list of tensors until end of file, little-endian:
 //   u32 name length, name bytes, u32 ndim, i64 shape[ndim], f32 data[numel]
 // A tensor named "<case>/<arg>" belongs to test case <case>; the case's kernel
-// family is the part of <case> before the first '.' ("gemm.3" -> "gemm").
-// "<case>/p" holds its scalar parameters (sizes, flags, hyper-parameters) as
+// family is the part of <case> before the first '.' ("binary.3" -> "binary").
+// For a hand-written runner, "<case>/p" holds its scalar parameters (sizes, flags, hyper-parameters) as
 // floats.  Integer tensors (targets, masks) travel as floats too.  Outputs are
 // written as "<case>/<name>".  Exit status 0 unless a file or a case is bad.
+//
+// A case whose family is a kernel's name ("softmax_fwd.2") calls that kernel
+// alone, or kernels joined by '+' ("lstm_fwd+lstm_bwd.0") in order, each
+// call's outputs the next one's buffers, through pock_call(), generated from
+// pock_kernels.h by pockengine.ops.kernels.driver_source: each
+// parameter is the case's tensor of its name (a scalar: one element; a pointer:
+// the buffer, nullptr when absent; a writable one starts as the input given and
+// is written back as an output), a struct's fields by their names, and a
+// kernel's return value is the output "ret"; a `void*` parameter's buffer is
+// named "<param>:<element type>" ("w:uint16_t").  The runners below are the
+// families not yet written as such cases.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -80,10 +93,6 @@ struct Case {
   }
   i64 pi(size_t i) const { return static_cast<i64>(pf(i)); }
   bool pb(size_t i) const { return pf(i) != 0.0f; }
-  std::vector<int64_t> ints(const std::string& arg) const {
-    const Tensor& t = get(arg);
-    return std::vector<int64_t>(t.data.begin(), t.data.end());
-  }
   std::vector<uint8_t> bytes(const std::string& arg) const {
     const Tensor& t = get(arg);
     return std::vector<uint8_t>(t.data.begin(), t.data.end());
@@ -100,153 +109,79 @@ struct Case {
 
 }  // namespace
 
-// Kernels being added to pock_kernels.h: weak, so the driver links with or
-// without them; a missing one writes no outputs and the test reports it.
-namespace pk {
-void linear_fwd_act(const float* x, const float* w, const float* b, float* y, i64 M, i64 N, i64 K, Act act)
-    __attribute__((weak));
-void conv2d_fwd_act(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act)
-    __attribute__((weak));
-void batch_norm_train_fwd_act(const float* x, const float* w, const float* b, const float* rm, const float* rv,
-                              float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
-                              i64 N, i64 C, i64 S, float momentum, float eps, Act act) __attribute__((weak));
-}  // namespace pk
+// ------------------------------------------------------------------ generated calls (pock_call)
+struct Args {
+  Case& c;
+  std::map<std::string, std::vector<unsigned char>> bufs;  // converted non-float buffers
+  std::vector<std::function<void()>> back;                // writable ones, written back after the call
+};
+
+namespace {
+template <class T>
+void* converted(Args& a, const std::string& name, bool writable) {
+  const Tensor& t = a.c.get(name);
+  std::vector<unsigned char>& buf = a.bufs[name];
+  buf.assign(t.data.size() * sizeof(T), 0);
+  T* p = reinterpret_cast<T*>(buf.data());
+  for (size_t i = 0; i < t.data.size(); ++i) p[i] = static_cast<T>(t.data[i]);
+  if (writable)
+    a.back.push_back([&a, name, p, n = t.data.size(), shape = t.shape] {
+      float* o = a.c.output(name, shape);
+      for (size_t i = 0; i < n; ++i) o[i] = static_cast<float>(p[i]);
+    });
+  return p;
+}
+}  // namespace
+
+void* arg_ptr(Args& a, const char* name, const char* type, bool writable) {
+  std::string t = type;
+  if (t == "void") {  // the case names the element type: its buffer is "<name>:<type>" ("w:uint16_t")
+    for (auto& [key, tensor] : a.c.in)
+      if (key.rfind(std::string(name) + ":", 0) == 0) {
+        if (writable) die(a.c.name + ": a writable void* buffer " + name + " is not supported");
+        return arg_ptr(a, key.c_str(), key.c_str() + std::strlen(name) + 1, false);
+      }
+    return nullptr;
+  }
+  if (!a.c.has(name)) return nullptr;
+  if (t == "float") return writable ? a.c.output_from(name, name) : const_cast<float*>(a.c.f(name));
+  if (t == "i64" || t == "int64_t") return converted<int64_t>(a, name, writable);
+  if (t == "int32_t" || t == "int") return converted<int32_t>(a, name, writable);
+  if (t == "uint8_t") return converted<uint8_t>(a, name, writable);
+  if (t == "int8_t") return converted<int8_t>(a, name, writable);
+  if (t == "uint16_t") return converted<uint16_t>(a, name, writable);
+  if (t == "uint32_t") return converted<uint32_t>(a, name, writable);
+  if (t == "uint64_t") return converted<uint64_t>(a, name, writable);
+  if (t == "double") return converted<double>(a, name, writable);
+  die(a.c.name + ": no buffer of element type " + t + " for " + name);
+}
+
+double arg_num(Args& a, const char* name) {
+  const Tensor& t = a.c.get(name);
+  if (t.data.size() != 1) die(a.c.name + ": scalar " + name + " has " + std::to_string(t.data.size()) + " elements");
+  return t.data[0];
+}
+
+long long arg_int(Args& a, const char* name) { return static_cast<long long>(arg_num(a, name)); }
+
+void arg_ret(Args& a, double value) { a.c.output("ret", {1})[0] = static_cast<float>(value); }
+
+bool pock_call(const char* kernel, Args& a);  // generated
 
 namespace {
 
 // ------------------------------------------------------------------ kernels
 // Each runner's comment: its parameters p, its inputs -> its outputs.
 
-// p: batch M N K ta tb sa sb sc beta; A B C (initial) -> C
-void run_gemm(Case& c) {
-  pk::GemmParams p{c.pi(0), c.pi(1), c.pi(2), c.pi(3), c.pb(4), c.pb(5), c.pi(6), c.pi(7), c.pi(8), c.pf(9)};
-  pk::gemm(c.f("A"), c.f("B"), c.output_from("C", "C"), p);
-}
 
-// p: M N K k; x[M,K] w[N,K] b[N]? dy[M,N] -> y dx dw[N,k] db
-void run_linear(Case& c) {
-  i64 M = c.pi(0), N = c.pi(1), K = c.pi(2), k = c.pi(3);
-  pk::linear_fwd(c.f("x"), c.f("w"), c.opt("b"), c.output("y", {M, N}), M, N, K);
-  pk::linear_bwd_input(c.f("dy"), c.f("w"), c.output("dx", {M, K}), M, N, K);
-  pk::linear_bwd_weight(c.f("dy"), c.f("x"), c.output("dw", {N, k}), M, N, k, K);
-  pk::bias_bwd(c.f("dy"), c.output("db", {N}), M, N);
-}
 
-// p: M N K act; x w b? -> y
-void run_linear_act(Case& c) {
-  if (!pk::linear_fwd_act) return;
-  i64 M = c.pi(0), N = c.pi(1), K = c.pi(2);
-  pk::linear_fwd_act(c.f("x"), c.f("w"), c.opt("b"), c.output("y", {M, N}), M, N, K, static_cast<pk::Act>(c.pi(3)));
-}
 
-// p: M N K dtype (pk::LowpDtype); x dy "q" (the stored codes as floats: bf16/f16 bit patterns,
-// int8 values, q4 bytes) scale? b? -> y (forward, bias) dx (input gradient)
-void run_lowp(Case& c) {
-  i64 M = c.pi(0), N = c.pi(1), K = c.pi(2);
-  const auto dt = static_cast<pk::LowpDtype>(c.pi(3));
-  const Tensor& q = c.get("q");
-  std::vector<uint16_t> h;
-  std::vector<int8_t> i8;
-  std::vector<uint8_t> u8;
-  const void* w;
-  if (dt == pk::LowpDtype::BF16 || dt == pk::LowpDtype::F16) {
-    for (float v : q.data) h.push_back(static_cast<uint16_t>(v));
-    w = h.data();
-  } else if (dt == pk::LowpDtype::I8) {
-    for (float v : q.data) i8.push_back(static_cast<int8_t>(v));
-    w = i8.data();
-  } else {
-    for (float v : q.data) u8.push_back(static_cast<uint8_t>(v));
-    w = u8.data();
-  }
-  pk::linear_fwd_lowp(c.f("x"), w, dt, c.opt("scale"), c.opt("b"), c.output("y", {M, N}), M, N, K, pk::Act::None);
-  pk::linear_bwd_input_lowp(c.f("dy"), w, dt, c.opt("scale"), c.output("dx", {M, K}), M, N, K);
-}
 
-// p[0..16): N C H W O KH KW OH OW stride_h stride_w pad_h pad_w dil_h dil_w groups
-pk::Conv2dParams conv_params(const Case& c) {
-  return {c.pi(0), c.pi(1), c.pi(2),  c.pi(3),  c.pi(4),  c.pi(5),  c.pi(6),  c.pi(7),
-          c.pi(8), c.pi(9), c.pi(10), c.pi(11), c.pi(12), c.pi(13), c.pi(14), c.pi(15)};
-}
 
-// p: conv (16) k xc; x w b? dy, xk = x[:, :k] when xc == k < C -> y dx dw[O, k, KH, KW] db
-void run_conv2d(Case& c) {
-  pk::Conv2dParams p = conv_params(c);
-  i64 k = c.pi(16), xc = c.pi(17);
-  pk::conv2d_fwd(c.f("x"), c.f("w"), c.opt("b"), c.output("y", {p.N, p.O, p.OH, p.OW}), p);
-  pk::conv2d_bwd_input(c.f("dy"), c.f("w"), c.output("dx", {p.N, p.C, p.H, p.W}), p);
-  pk::conv2d_bwd_weight(c.f("dy"), xc == p.C ? c.f("x") : c.f("xk"), c.output("dw", {p.O, k, p.KH, p.KW}), p, k,
-                        xc);
-  pk::conv2d_bwd_bias(c.f("dy"), c.output("db", {p.O}), p);
-}
 
-// p: conv (16) act; x w b? -> y
-void run_conv2d_act(Case& c) {
-  if (!pk::conv2d_fwd_act) return;
-  pk::Conv2dParams p = conv_params(c);
-  pk::conv2d_fwd_act(c.f("x"), c.f("w"), c.opt("b"), c.output("y", {p.N, p.O, p.OH, p.OW}), p,
-                     static_cast<pk::Act>(c.pi(16)));
-}
 
-// p: rows cols eps; x w? b? dy -> y mean rstd dx dw? db?
-void run_layer_norm(Case& c) {
-  i64 R = c.pi(0), C = c.pi(1);
-  float *mean = c.output("mean", {R}), *rstd = c.output("rstd", {R});
-  bool affine = c.has("w");
-  pk::layer_norm_fwd(c.f("x"), c.opt("w"), c.opt("b"), c.output("y", {R, C}), mean, rstd, R, C, c.pf(2));
-  pk::layer_norm_bwd(c.f("dy"), c.f("x"), mean, rstd, c.opt("w"), c.output("dx", {R, C}),
-                     affine ? c.output("dw", {C}) : nullptr, affine ? c.output("db", {C}) : nullptr, R, C);
-}
 
-// p: N C S momentum eps; x w b rm rv dy -> y save_mean save_invstd new_rm new_rv dx dw db
-void run_batch_norm(Case& c) {
-  i64 N = c.pi(0), C = c.pi(1), S = c.pi(2);
-  float *mean = c.output("save_mean", {C}), *invstd = c.output("save_invstd", {C});
-  pk::batch_norm_train_fwd(c.f("x"), c.f("w"), c.f("b"), c.f("rm"), c.f("rv"), c.output("y", {N, C, S}), mean,
-                           invstd, c.output("new_rm", {C}), c.output("new_rv", {C}), N, C, S, c.pf(3), c.pf(4));
-  pk::batch_norm_train_bwd(c.f("dy"), c.f("x"), mean, invstd, c.f("w"), c.output("dx", {N, C, S}),
-                           c.output("dw", {C}), c.output("db", {C}), N, C, S);
-}
 
-// p: N C S momentum eps act; x w b rm rv -> y
-void run_batch_norm_act(Case& c) {
-  if (!pk::batch_norm_train_fwd_act) return;
-  i64 N = c.pi(0), C = c.pi(1), S = c.pi(2);
-  std::vector<float> mean(C), invstd(C), rm(C), rv(C);
-  pk::batch_norm_train_fwd_act(c.f("x"), c.f("w"), c.f("b"), c.f("rm"), c.f("rv"), c.output("y", {N, C, S}),
-                               mean.data(), invstd.data(), rm.data(), rv.data(), N, C, S, c.pf(3), c.pf(4),
-                               static_cast<pk::Act>(c.pi(5)));
-}
-
-// p: N C S eps; x w b rm rv dy -> y dx dw db
-void run_batch_norm_eval(Case& c) {
-  i64 N = c.pi(0), C = c.pi(1), S = c.pi(2);
-  pk::batch_norm_eval_fwd(c.f("x"), c.f("w"), c.f("b"), c.f("rm"), c.f("rv"), c.output("y", {N, C, S}), N, C, S,
-                          c.pf(3));
-  pk::batch_norm_eval_bwd(c.f("dy"), c.f("x"), c.f("rm"), c.f("rv"), c.f("w"), c.output("dx", {N, C, S}),
-                          c.output("dw", {C}), c.output("db", {C}), N, C, S, c.pf(3));
-}
-
-// p: outer dim inner log; x dy -> y dx
-void run_softmax(Case& c) {
-  i64 o = c.pi(0), d = c.pi(1), in = c.pi(2);
-  float *y = c.output("y", {o, d, in}), *dx = c.output("dx", {o, d, in});
-  if (c.pb(3)) {
-    pk::log_softmax_fwd(c.f("x"), y, o, d, in);
-    pk::log_softmax_bwd(c.f("dy"), y, dx, o, d, in);
-  } else {
-    pk::softmax_fwd(c.f("x"), y, o, d, in);
-    pk::softmax_bwd(c.f("dy"), y, dx, o, d, in);
-  }
-}
-
-// p: N C ignore_index label_smoothing; logits target dloss -> loss dlogits
-void run_cross_entropy(Case& c) {
-  i64 N = c.pi(0), C = c.pi(1), ignore = c.pi(2);
-  std::vector<int64_t> t = c.ints("target");
-  pk::cross_entropy_fwd(c.f("logits"), t.data(), c.output("loss", {1}), N, C, ignore, c.pf(3));
-  pk::cross_entropy_bwd(c.f("dloss"), c.f("logits"), t.data(), c.output("dlogits", {N, C}), N, C, ignore, c.pf(3));
-}
 
 // p: B L S E Ev scale causal mask_kind mask_sb mask_sl mask_ss; q k v mask? dout -> out probs dq dk dv
 void run_sdpa(Case& c) {
@@ -261,52 +196,9 @@ void run_sdpa(Case& c) {
                c.output("dk", {p.B, p.S, p.E}), c.output("dv", {p.B, p.S, p.Ev}), scratch.data(), p);
 }
 
-// p: B T I H P has_bias has_proj k_ih k_hh k_hr; x h0 c0 w_ih w_hh b_ih? b_hh? w_hr? dy dhn dcn
-//   -> y hn cn dx dh0 dc0 dw_ih dw_hh db_ih? db_hh? dw_hr?
-void run_lstm(Case& c) {
-  pk::LstmParams p{c.pi(0), c.pi(1), c.pi(2), c.pi(3), c.pi(4), c.pb(5), c.pb(6)};
-  i64 k_ih = c.pi(7), k_hh = c.pi(8), k_hr = c.pi(9), B = p.B, T = p.T, H = p.H, P = p.P;
-  std::vector<float> gates(T * B * 4 * H), cells(T * B * H), hraw(T * B * H);
-  std::vector<float> scratch(pk::lstm_bwd_scratch_floats(p));
-  float* y = c.output("y", {B, T, P});
-  float* hr = p.has_proj ? hraw.data() : nullptr;
-  pk::lstm_fwd(c.f("x"), c.f("h0"), c.f("c0"), c.f("w_ih"), c.f("w_hh"), c.opt("b_ih"), c.opt("b_hh"),
-               c.opt("w_hr"), y, c.output("hn", {B, P}), c.output("cn", {B, H}), gates.data(), cells.data(), hr, p);
-  pk::lstm_bwd(c.f("dy"), c.f("dhn"), c.f("dcn"), c.f("x"), c.f("h0"), c.f("c0"), c.f("w_ih"), c.f("w_hh"),
-               c.opt("w_hr"), y, gates.data(), cells.data(), hr, c.output("dx", {B, T, p.I}),
-               c.output("dh0", {B, P}), c.output("dc0", {B, H}), c.output("dw_ih", {4 * H, k_ih}),
-               c.output("dw_hh", {4 * H, k_hh}), p.has_bias ? c.output("db_ih", {4 * H}) : nullptr,
-               p.has_bias ? c.output("db_hh", {4 * H}) : nullptr, p.has_proj ? c.output("dw_hr", {P, k_hr}) : nullptr,
-               scratch.data(), p, k_ih, k_hh, k_hr);
-}
 
-// p: B T I H has_bias k_ih k_hh; x h0 w_ih w_hh b_ih? b_hh? dy dhn -> y hn dx dh0 dw_ih dw_hh db_ih? db_hh?
-void run_gru(Case& c) {
-  pk::GruParams p{c.pi(0), c.pi(1), c.pi(2), c.pi(3), c.pb(4)};
-  i64 k_ih = c.pi(5), k_hh = c.pi(6), B = p.B, T = p.T, H = p.H;
-  std::vector<float> saved(T * B * 4 * H), scratch(pk::gru_bwd_scratch_floats(p));
-  float* y = c.output("y", {B, T, H});
-  pk::gru_fwd(c.f("x"), c.f("h0"), c.f("w_ih"), c.f("w_hh"), c.opt("b_ih"), c.opt("b_hh"), y,
-              c.output("hn", {B, H}), saved.data(), p);
-  pk::gru_bwd(c.f("dy"), c.f("dhn"), c.f("x"), c.f("h0"), c.f("w_ih"), c.f("w_hh"), y, saved.data(),
-              c.output("dx", {B, T, p.I}), c.output("dh0", {B, H}), c.output("dw_ih", {3 * H, k_ih}),
-              c.output("dw_hh", {3 * H, k_hh}), p.has_bias ? c.output("db_ih", {3 * H}) : nullptr,
-              p.has_bias ? c.output("db_hh", {3 * H}) : nullptr, scratch.data(), p, k_ih, k_hh);
-}
 
-// p: outer inner stride lr beta1 beta2 eps weight_decay step; param g m v -> param m v
-void run_adamw(Case& c) {
-  pk::UpdateRegion r{c.pi(0), c.pi(1), c.pi(2)};
-  pk::adamw_update(c.output_from("param", "param"), c.f("g"), c.output_from("m", "m"), c.output_from("v", "v"), r,
-                   c.pf(3), c.pf(4), c.pf(5), c.pf(6), c.pf(7), c.pi(8));
-}
 
-// p: outer inner stride lr momentum dampening weight_decay nesterov first_step; param g buf? -> param buf?
-void run_sgd(Case& c) {
-  pk::UpdateRegion r{c.pi(0), c.pi(1), c.pi(2)};
-  pk::sgd_update(c.output_from("param", "param"), c.f("g"), c.has("buf") ? c.output_from("buf", "buf") : nullptr,
-                 r, c.pf(3), c.pf(4), c.pf(5), c.pf(6), c.pb(7), c.pb(8));
-}
 
 // p: scale reduce[0..ndim); x -> y (the reduced dims kept as size 1)
 void run_reduce_sum(Case& c) {
@@ -337,29 +229,7 @@ void run_strided_copy(Case& c) {
   pk::strided_copy<float>(c.f("x"), c.output_from("y", "y"), s);
 }
 
-// p: kind lo hi (kind: 0 relu 1 hardtanh 2 sigmoid 3 tanh 4 silu 5 gelu 6 gelu-tanh); x dy -> y dx
-void run_activation(Case& c) {
-  const Tensor& xt = c.get("x");
-  i64 n = static_cast<i64>(xt.data.size());
-  const float *x = xt.data.data(), *dy = c.f("dy");
-  float *y = c.output("y", xt.shape), *dx = c.output("dx", xt.shape);
-  switch (c.pi(0)) {
-    case 0: pk::relu_fwd(x, y, n); pk::relu_bwd(dy, y, dx, n); break;
-    case 1: pk::hardtanh_fwd(x, y, n, c.pf(1), c.pf(2)); pk::hardtanh_bwd(dy, x, dx, n, c.pf(1), c.pf(2)); break;
-    case 2: pk::sigmoid_fwd(x, y, n); pk::sigmoid_bwd(dy, y, dx, n); break;
-    case 3: pk::tanh_fwd(x, y, n); pk::tanh_bwd(dy, y, dx, n); break;
-    case 4: pk::silu_fwd(x, y, n); pk::silu_bwd(dy, x, dx, n); break;
-    case 5: pk::gelu_fwd(x, y, n, false); pk::gelu_bwd(dy, x, dx, n, false); break;
-    case 6: pk::gelu_fwd(x, y, n, true); pk::gelu_bwd(dy, x, dx, n, true); break;
-    default: die(c.name + ": unknown activation");
-  }
-}
 
-// p: op (pk::Unary order: exp log sqrt rsqrt neg abs reciprocal); x -> y
-void run_unary(Case& c) {
-  const Tensor& x = c.get("x");
-  pk::unary(static_cast<pk::Unary>(c.pi(0)), x.data.data(), c.output("y", x.shape), static_cast<i64>(x.data.size()));
-}
 
 // p: op (pk::Binary order: add sub mul div); a b (numpy broadcasting) -> out
 void run_binary(Case& c) {
@@ -382,39 +252,11 @@ void run_binary(Case& c) {
   pk::binary(static_cast<pk::Binary>(c.pi(0)), a.data.data(), b.data.data(), c.output("out", shape), p);
 }
 
-// p: N C H W OH OW KH KW stride_h stride_w pad_h pad_w dil_h dil_w; x dy_max dy_avg
-//   -> y_max dx_max y_avg dx_avg (avg: count_include_pad)
-void run_pool2d(Case& c) {
-  pk::Pool2dParams p{c.pi(0), c.pi(1), c.pi(2),  c.pi(3),  c.pi(4),  c.pi(5),  c.pi(6), c.pi(7),
-                     c.pi(8), c.pi(9), c.pi(10), c.pi(11), c.pi(12), c.pi(13), true,     0};
-  std::vector<int32_t> idx(p.N * p.C * p.OH * p.OW);
-  pk::max_pool2d_fwd(c.f("x"), c.output("y_max", {p.N, p.C, p.OH, p.OW}), idx.data(), p);
-  pk::max_pool2d_bwd(c.f("dy_max"), idx.data(), c.output("dx_max", {p.N, p.C, p.H, p.W}), p);
-  pk::avg_pool2d_fwd(c.f("x"), c.output("y_avg", {p.N, p.C, p.OH, p.OW}), p);
-  pk::avg_pool2d_bwd(c.f("dy_avg"), c.output("dx_avg", {p.N, p.C, p.H, p.W}), p);
-}
 
-// p: n V D k padding_idx; w idx dy -> y dw[V, k]
-void run_embedding(Case& c) {
-  i64 n = c.pi(0), V = c.pi(1), D = c.pi(2), k = c.pi(3);
-  std::vector<int64_t> idx = c.ints("idx");
-  pk::embedding_fwd(c.f("w"), idx.data(), c.output("y", {n, D}), n, V, D);
-  pk::embedding_bwd(c.f("dy"), idx.data(), c.output("dw", {V, k}), n, V, D, k, c.pi(4));
-}
 
 const std::map<std::string, std::function<void(Case&)>> kKernels = {
-    {"gemm", run_gemm},           {"linear", run_linear},         {"lowp", run_lowp},
-    {"linear_act", run_linear_act}, {"conv2d", run_conv2d},
-    {"conv2d_act", run_conv2d_act}, {"layer_norm", run_layer_norm},
-    {"batch_norm", run_batch_norm}, {"batch_norm_act", run_batch_norm_act},
-    {"batch_norm_eval", run_batch_norm_eval}, {"softmax", run_softmax},
-    {"cross_entropy", run_cross_entropy}, {"sdpa", run_sdpa},
-    {"lstm", run_lstm},           {"gru", run_gru},
-    {"adamw", run_adamw},         {"sgd", run_sgd},
-    {"reduce_sum", run_reduce_sum}, {"strided_copy", run_strided_copy},
-    {"activation", run_activation}, {"unary", run_unary},
-    {"binary", run_binary},       {"pool2d", run_pool2d},
-    {"embedding", run_embedding},
+    {"sdpa", run_sdpa},     {"reduce_sum", run_reduce_sum},
+    {"strided_copy", run_strided_copy}, {"binary", run_binary},
 };
 
 void write_tensor(FILE* f, const std::string& name, const Tensor& t) {
@@ -442,9 +284,19 @@ int main(int argc, char** argv) {
   FILE* f = std::fopen(argv[2], "wb");
   if (!f) die(std::string("cannot write ") + argv[2]);
   for (Case& c : cases) {
-    auto it = kKernels.find(c.name.substr(0, c.name.find('.')));
-    if (it == kKernels.end()) die("unknown kernel family in case " + c.name);
-    it->second(c);
+    std::string family = c.name.substr(0, c.name.find('.'));
+    auto it = kKernels.find(family);
+    if (it != kKernels.end()) {
+      it->second(c);
+    } else {  // "k1+k2": each call's outputs are the next one's buffers
+      for (size_t start = 0, end; start <= family.size(); start = end + 1) {
+        end = std::min(family.find('+', start), family.size());
+        Args a{c, {}, {}};
+        if (!pock_call(family.substr(start, end - start).c_str(), a)) die("unknown kernel family in case " + c.name);
+        for (auto& put : a.back) put();
+        for (auto& [oname, t] : c.out) c.in[oname] = t;
+      }
+    }
     for (auto& [oname, t] : c.out) write_tensor(f, c.name + "/" + oname, t);
   }
   if (std::fclose(f) != 0) die(std::string("cannot write ") + argv[2]);

@@ -51,3 +51,19 @@ def test_the_generated_shims_compile_and_run():
     lib.shim_linear_fwd(P(x), P(w), None, P(y), 2, 4, 3)
     np.testing.assert_array_equal(y, x @ w.T)
     assert write_record_shims().read_text() == shim_source(record_shim_kernels())
+
+
+def test_the_case_file_driver_takes_every_parameter_by_name():
+    from pockengine.ops.kernels import driveable, driver_kernels, driver_source
+    sigs = signatures()
+    assert driveable(sigs["lstm_fwd"]) and driveable(sigs["linear_fwd_lowp"])
+    assert not driveable(sigs["reduce_sum"])  # Reduce holds arrays
+    assert {"linear_fwd", "lstm_bwd", "max_pool2d_fwd", "gemm", "linear_fwd_lowp"} <= set(driver_kernels())
+    text = driver_source(["gemm", "embedding_fwd", "max_pool2d_fwd", "linear_bwd_input_lowp"])
+    assert 'auto w = static_cast<const void*>(arg_ptr(args_, "w", "void", false));' in text  # the case says its type
+    assert 'auto C = static_cast<float*>(arg_ptr(args_, "C", "float", true));' in text
+    assert 'pk::i64 sa = static_cast<pk::i64>(arg_int(args_, "sa"));' in text
+    assert "pk::gemm(A, B, C, pk::GemmParams{batch, M, N, K, ta != 0, tb != 0, sa, sb, sc, beta});" in text
+    assert 'arg_ptr(args_, "idx", "int32_t", true)' in text and 'arg_ptr(args_, "idx", "int64_t", false)' in text
+    assert "arg_ret(args_, static_cast<double>(pk::embedding_fwd(" in text
+    assert '{"max_pool2d_fwd", call_max_pool2d_fwd},' in text
