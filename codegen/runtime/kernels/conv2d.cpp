@@ -449,20 +449,21 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     return;
   }
   if (is_pointwise(p)) {
-    // dw[g] [Og, k] = sum_n dy_n[g] [Og, HW] @ x_n[g, 0:k]^T [HW, k], split over output-channel rows
+    // dw[g] [Og, k] = sum_n dy_n[g] [Og, HW] @ x_n[g, 0:k]^T [HW, k]: one GEMM over all Og rows, threaded
+    // inside (whole strips and column blocks), so every element is the same FMA chain on any thread count.
+    // (Splitting the rows here gave a thread-count-dependent row count per call, and calls of <= 16 rows
+    // take the GEMM's dot-product path, which sums in another order: 1- and 2-thread steps differed.)
     for (i64 g = 0; g < G; ++g) {
-      parallel_for(Og, grain_for(p.N * k * HW), [&](i64 o0, i64 o1) {
-        const float* dyg = dy + (g * Og + o0) * HW;
-        const float* xg = x + g * x_group_channels * HW;
-        float* dwg = dw + (g * Og + o0) * k;
-        GemmParams gp{1, o1 - o0, k, HW, false, true, p.O * HW, xc * HW, 0, 0.0f};
-        gemm(dyg, xg, dwg, gp);  // image 0 overwrites
-        if (p.N > 1) {
-          gp.batch = p.N - 1;
-          gp.beta = 1.0f;  // the other images accumulate into the same dw (sc = 0)
-          gemm(dyg + p.O * HW, xg + xc * HW, dwg, gp);
-        }
-      });
+      const float* dyg = dy + g * Og * HW;
+      const float* xg = x + g * x_group_channels * HW;
+      float* dwg = dw + g * Og * k;
+      GemmParams gp{1, Og, k, HW, false, true, p.O * HW, xc * HW, 0, 0.0f};
+      gemm(dyg, xg, dwg, gp);  // image 0 overwrites
+      if (p.N > 1) {
+        gp.batch = p.N - 1;
+        gp.beta = 1.0f;  // the other images accumulate into the same dw (sc = 0), in image order
+        gemm(dyg + p.O * HW, xg + xc * HW, dwg, gp);
+      }
     }
     return;
   }
