@@ -1,7 +1,7 @@
 """pock-build: compile a training step for the host, Android or iOS.
 
     pock-build SPEC --platform {host,android,ios} [--soc sm8550] [--out DIR] [--profile]
-               [--abi arm64-v8a ...] [--cxx PATH] [--coreml] [--backends cpu,vulkan,htp]
+               [--abi arm64-v8a ...] [--cxx PATH] [--coreml] [--backends cpu,vulkan,htp,coreml]
                [--search --budget-mb N [--report FILE]]
 
 Each platform's build lives in its own module: build_host below,
@@ -137,7 +137,8 @@ def main(argv=None) -> int:
     parser.add_argument("--abi", action="append", default=None,
                         help="android: ABI to build (repeatable; default arm64-v8a; also armeabi-v7a, x86_64)")
     parser.add_argument("--coreml", action="store_true",
-                        help="ios: run the frozen prefix with Core ML (an .mlpackage in the bundle)")
+                        help="ios: run the frozen prefix with Core ML (an .mlpackage in the bundle); "
+                             "the same as adding coreml to --backends")
     parser.add_argument("--backends", default=None,
                         help="comma-separated backends to partition over, e.g. cpu,vulkan,htp "
                              "(default: cpu on host; the --soc table's on android)")
@@ -172,11 +173,8 @@ def _run(args) -> int:
         raise PockError("--coreml is for --platform ios")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
     if args.platform == "ios":  # before compiling: the registry says which backends build for iOS
-        from .backends import check_backends, get
-        off = [b for b in check_backends(backends) if "ios" not in get(b).platforms]
-        if off:
-            raise PockError(f"--platform ios builds the step for cpu; --backends {','.join(off)} "
-                            f"{'is' if len(off) == 1 else 'are'} not available on iOS in this version")
+        from .platforms.ios import ios_backends
+        backends = ios_backends(backends, coreml=args.coreml)  # --coreml selects the registered "coreml"
     if args.search:
         if args.budget_mb is None:
             raise PockError("--search needs --budget-mb N")
@@ -198,7 +196,7 @@ def _run(args) -> int:
                               cxx=args.cxx, backends=backends, spec=kwargs)
     else:
         from .platforms.ios import build_ios
-        files = build_ios(prog, out, coreml=args.coreml, spec=kwargs)
+        files = build_ios(prog, out, spec=kwargs, backends=backends)
     s = prog.stats()
     print(f"compiled {prog.name} ({s['num_nodes']} nodes, {s['flops_per_step'] / 1e6:.1f} MFLOP/step, "
           f"arena {s['arena_bytes'] / 2**20:.2f} MiB, state {s['state_bytes'] / 2**20:.2f} MiB) "
