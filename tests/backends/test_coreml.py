@@ -53,3 +53,23 @@ def test_prog_build_names_where_coreml_runs(tmp_path):
     prog = pe.compile(MODELS["mlp"](), x, y, optimizer=pe.SGD(lr=0.1), update={"net.4.*": 1.0})  # net.0 frozen
     with pytest.raises(PockError, match="Core ML, which runs only on Apple platforms.*--platform ios --coreml"):
         prog.build(backends=["coreml", "cpu"], out_dir=tmp_path)
+
+
+def test_ai_hub_goes_through_the_registry(tmp_path):
+    """pock-build --ai-hub uses the prefix backend's profile_remote hook (htp: Qualcomm AI Hub)."""
+    from dataclasses import replace
+
+    from pockengine.backends import register
+    from pockengine.cli import submit_to_ai_hub
+    assert get("htp").profile_remote is not None and get("coreml").profile_remote is None
+    torch.manual_seed(0)
+    x, y = batches("mlp")[0]
+    prog = pe.compile(MODELS["mlp"](), x, y, optimizer=pe.SGD(lr=0.1), update={"net.4.*": 1.0})
+    original, calls = get("htp"), []
+    register(replace(original, profile_remote=lambda prefix, soc: calls.append((prefix.inputs[0]["name"], soc))
+                     or {"compile_job": "c1", "profile_job": "p1"}), replace=True)
+    try:
+        submit_to_ai_hub(prog, "sm8650")
+    finally:
+        register(original, replace=True)
+    assert calls == [(prog.graph.inputs[0].name, "sm8650")]

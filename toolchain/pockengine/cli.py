@@ -187,7 +187,7 @@ def _run(args) -> int:
     prog = pe.compile(**kwargs)
     out = Path(args.out or Path("pock-out") / prog.name)
     if args.ai_hub:
-        submit_to_ai_hub(prog, args.soc)
+        submit_to_ai_hub(prog, args.soc, backends)
     if args.platform == "host":
         files = build_host(prog, out, backends=backends, soc=args.soc)
     elif args.platform == "android":
@@ -213,14 +213,20 @@ def _run(args) -> int:
     return 0
 
 
-def submit_to_ai_hub(prog, soc: str | None) -> None:
-    """--ai-hub: compile and profile the frozen prefix on Qualcomm AI Hub (clear errors without an account)."""
-    from .backends.htp import DEFAULT_SOC, submit_ai_hub
-    from .passes.prefix import split_prefix
-    prefix, _ = split_prefix(prog)
+def submit_to_ai_hub(prog, soc: str | None, backends=None) -> None:
+    """--ai-hub: compile and profile the frozen prefix on a real device through the registered
+    prefix backend with a profile_remote hook (htp: Qualcomm AI Hub); clear errors without an account."""
+    from .backends import registered
+    hosted = [b for b in registered() if b.role == "prefix" and b.profile_remote is not None]
+    chosen = [b for b in hosted if b.name in (backends or ())] or hosted[:1]  # the one asked for, else the first
+    if not chosen:
+        raise PockError("--ai-hub: no registered backend profiles a prefix on a hosted device")
+    backend = chosen[0]
+    prefix, _ = backend.split(prog)
     if prefix is None:
-        raise PockError("--ai-hub: this model has no frozen prefix to run on the HTP (freeze its first layers)")
-    result = submit_ai_hub(prefix, soc or DEFAULT_SOC)
+        raise PockError(f"--ai-hub: this model has no frozen prefix to run on the {backend.name.upper()} "
+                        "(freeze its first layers)")
+    result = backend.profile_remote(prefix, soc)
     print(f"Qualcomm AI Hub: compile job {result['compile_job']}, profile job {result['profile_job']}")
 
 
