@@ -78,8 +78,11 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     from .backends import get
     off = [b for b in backends if "host" not in get(b).platforms]
     if off:  # e.g. the reference interpreter: it runs in Python and builds nothing to ship
+        where = "; ".join(f"{b} builds for --platform {','.join(get(b).platforms)}"
+                          for b in off if get(b).platforms)
         raise PockError(f"--platform host: --backends {','.join(off)} "
-                        f"{'builds' if len(off) == 1 else 'build'} no library for a device")
+                        f"{'builds' if len(off) == 1 else 'build'} no library for a device"
+                        + (f" ({where})" if where else ""))
     out.mkdir(parents=True, exist_ok=True)
     prefix, step_prog = None, prog
     prefix_backend, backends = split_roles(backends)
