@@ -91,7 +91,7 @@ def _unavailable(backend: str) -> str | None:
     if backend == "coreml":
         import platform
         if platform.system() != "Darwin":
-            return "Core ML runs only on Apple platforms (tests/backends/test_coreml.py checks the refusal here)"
+            return "Core ML runs only on Apple platforms (tests/backends/test_coreml_backend.py checks the refusal here)"
     return None
 
 
