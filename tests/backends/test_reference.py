@@ -88,6 +88,10 @@ def _unavailable(backend: str) -> str | None:
             import onnxruntime_qnn  # noqa: F401
         except ImportError:
             return "onnxruntime-qnn not installed"
+    if backend == "coreml":
+        import platform
+        if platform.system() != "Darwin":
+            return "Core ML runs only on Apple platforms (tests/backends/test_coreml_backend.py checks the refusal here)"
     return None
 
 

@@ -260,6 +260,8 @@ def test_vulkan_build_is_one_artifact(spec_dir, tmp_path):
     (["--backends", "vulkan"], "must include 'cpu'"),
     (["--ai-hub"], "no frozen prefix"),
     (["--backends", "reference,cpu"], "--backends reference builds no library"),
+    (["--platform", "ios", "--coreml", "--backends", "htp,cpu"], "--backends htp is not available on iOS"),
+    (["--backends", "coreml,cpu"], "builds no library for a device (coreml builds for --platform ios)"),
 ])
 def test_flags_in_the_wrong_place_fail_clearly(spec_dir, tmp_path, args, message):
     r = pock_build(f"{spec_dir / 'spec.py'}:make", *args, "--out", tmp_path / "out", cwd=spec_dir)

@@ -78,3 +78,30 @@ def test_prefix_then_step_on_host_equals_the_whole_step(coreml_build):
     finally:
         step.close()
         whole.close()
+
+
+def test_coreml_build_selects_the_registered_backend(coreml_build, tmp_path):
+    """build_ios(coreml=True) and backends=["coreml", "cpu"] reach the prefix through the
+    registry: a record registered under "coreml" is the one whose split and export run."""
+    from dataclasses import replace
+
+    from pockengine.backends import get, register
+    original = get("coreml")
+    calls = []
+
+    def split(prog):
+        calls.append("split")
+        return original.split(prog)
+
+    def export(prefix, bundle_dir, target=None, **kw):
+        calls.append(("export", target, kw["name"]))
+        return original.export(prefix, bundle_dir, target, **kw)
+
+    register(replace(original, split=split, export=export), replace=True)
+    try:
+        for i, kw in enumerate([{"coreml": True}, {"backends": ["coreml", "cpu"]}]):
+            files = build_ios(coreml_build["prog"], tmp_path / str(i), **kw)
+            assert read_bundle(files["bundle"])["prefix"]["runtime"] == "coreml"
+    finally:
+        register(original, replace=True)
+    assert calls == [*["split", ("export", "ios", "tiny_tagger")] * 2]

@@ -1,7 +1,7 @@
 """pock-build: compile a training step for the host, Android or iOS.
 
     pock-build SPEC --platform {host,android,ios} [--soc sm8550] [--out DIR] [--profile]
-               [--abi arm64-v8a ...] [--cxx PATH] [--coreml] [--backends cpu,vulkan,htp]
+               [--abi arm64-v8a ...] [--cxx PATH] [--coreml] [--backends cpu,vulkan,htp,coreml]
                [--search --budget-mb N [--report FILE]]
 
 Each platform's build lives in its own module: build_host below,
@@ -78,8 +78,11 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     from .backends import get
     off = [b for b in backends if "host" not in get(b).platforms]
     if off:  # e.g. the reference interpreter: it runs in Python and builds nothing to ship
+        where = "; ".join(f"{b} builds for --platform {','.join(get(b).platforms)}"
+                          for b in off if get(b).platforms)
         raise PockError(f"--platform host: --backends {','.join(off)} "
-                        f"{'builds' if len(off) == 1 else 'build'} no library for a device")
+                        f"{'builds' if len(off) == 1 else 'build'} no library for a device"
+                        + (f" ({where})" if where else ""))
     out.mkdir(parents=True, exist_ok=True)
     prefix, step_prog = None, prog
     prefix_backend, backends = split_roles(backends)
@@ -137,7 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--abi", action="append", default=None,
                         help="android: ABI to build (repeatable; default arm64-v8a; also armeabi-v7a, x86_64)")
     parser.add_argument("--coreml", action="store_true",
-                        help="ios: run the frozen prefix with Core ML (an .mlpackage in the bundle)")
+                        help="ios: run the frozen prefix with Core ML (an .mlpackage in the bundle); "
+                             "the same as adding coreml to --backends")
     parser.add_argument("--backends", default=None,
                         help="comma-separated backends to partition over, e.g. cpu,vulkan,htp "
                              "(default: cpu on host; the --soc table's on android)")
@@ -172,11 +176,8 @@ def _run(args) -> int:
         raise PockError("--coreml is for --platform ios")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
     if args.platform == "ios":  # before compiling: the registry says which backends build for iOS
-        from .backends import check_backends, get
-        off = [b for b in check_backends(backends) if "ios" not in get(b).platforms]
-        if off:
-            raise PockError(f"--platform ios builds the step for cpu; --backends {','.join(off)} "
-                            f"{'is' if len(off) == 1 else 'are'} not available on iOS in this version")
+        from .platforms.ios import ios_backends
+        backends = ios_backends(backends, coreml=args.coreml)  # --coreml selects the registered "coreml"
     if args.search:
         if args.budget_mb is None:
             raise PockError("--search needs --budget-mb N")
@@ -189,7 +190,7 @@ def _run(args) -> int:
     prog = pe.compile(**kwargs)
     out = Path(args.out or Path("pock-out") / prog.name)
     if args.ai_hub:
-        submit_to_ai_hub(prog, args.soc)
+        submit_to_ai_hub(prog, args.soc, backends)
     if args.platform == "host":
         files = build_host(prog, out, backends=backends, soc=args.soc)
     elif args.platform == "android":
@@ -198,7 +199,7 @@ def _run(args) -> int:
                               cxx=args.cxx, backends=backends, spec=kwargs)
     else:
         from .platforms.ios import build_ios
-        files = build_ios(prog, out, coreml=args.coreml, spec=kwargs)
+        files = build_ios(prog, out, spec=kwargs, backends=backends)
     s = prog.stats()
     print(f"compiled {prog.name} ({s['num_nodes']} nodes, {s['flops_per_step'] / 1e6:.1f} MFLOP/step, "
           f"arena {s['arena_bytes'] / 2**20:.2f} MiB, state {s['state_bytes'] / 2**20:.2f} MiB) "
@@ -215,14 +216,20 @@ def _run(args) -> int:
     return 0
 
 
-def submit_to_ai_hub(prog, soc: str | None) -> None:
-    """--ai-hub: compile and profile the frozen prefix on Qualcomm AI Hub (clear errors without an account)."""
-    from .backends.htp import DEFAULT_SOC, submit_ai_hub
-    from .passes.prefix import split_prefix
-    prefix, _ = split_prefix(prog)
+def submit_to_ai_hub(prog, soc: str | None, backends=None) -> None:
+    """--ai-hub: compile and profile the frozen prefix on a real device through the registered
+    prefix backend with a profile_remote hook (htp: Qualcomm AI Hub); clear errors without an account."""
+    from .backends import registered
+    hosted = [b for b in registered() if b.role == "prefix" and b.profile_remote is not None]
+    chosen = [b for b in hosted if b.name in (backends or ())] or hosted[:1]  # the one asked for, else the first
+    if not chosen:
+        raise PockError("--ai-hub: no registered backend profiles a prefix on a hosted device")
+    backend = chosen[0]
+    prefix, _ = backend.split(prog)
     if prefix is None:
-        raise PockError("--ai-hub: this model has no frozen prefix to run on the HTP (freeze its first layers)")
-    result = submit_ai_hub(prefix, soc or DEFAULT_SOC)
+        raise PockError(f"--ai-hub: this model has no frozen prefix to run on the {backend.name.upper()} "
+                        "(freeze its first layers)")
+    result = backend.profile_remote(prefix, soc)
     print(f"Qualcomm AI Hub: compile job {result['compile_job']}, profile job {result['profile_job']}")
 
 

@@ -29,6 +29,7 @@ from .autodiff.rules import FULL
 from .backends import cpu as _cpu  # noqa: F401  (the built-in backends register themselves, in this order)
 from .backends import vulkan as _vulkan  # noqa: F401
 from .backends import htp as _htp  # noqa: F401
+from .backends import coreml as _coreml  # noqa: F401
 from .backends import reference as _reference  # noqa: F401  (the null backend: the IR in torch, for tests)
 from .backends import check_backends as _check_backends, split_roles, step_backend
 from .build.host import cache_dir

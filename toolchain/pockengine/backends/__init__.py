@@ -15,12 +15,14 @@ and ExecuTorch's partitioner/preprocess split, written for this compiler):
   split(prog)                 prefix backends: (prefix or None, the program that follows it)
   build_with(prog, others, out, **kw)  prefix backends: a trainer running the prefix here
                               and the rest of the step on `others`
-  export(prefix, bundle_dir, soc)      prefix backends: its artifact in a bundle (manifest entry)
+  export(prefix, bundle_dir, soc, **kw) prefix backends: its artifact in a bundle (manifest entry)
   open(lib_path)              runtime hook run before a library using it is loaded
+  profile_remote(prefix, soc) prefix backends: compile and profile the prefix on a real device
+                              in a hosted service (htp: Qualcomm AI Hub, `pock-build --ai-hub`)
   check_target(soc)           raises PockError where the SoC cannot run it
   platforms       the `pock-build --platform` values it builds for
 
-The built-in backends (backends/cpu.py, vulkan.py, htp.py) register themselves when
+The built-in backends (backends/cpu.py, vulkan.py, htp.py, coreml.py, reference.py) register themselves when
 imported; `pockengine.program` imports them, so they are registered whenever the package
 is.  This module imports none of them (it is a leaf of the import DAG)."""
 from __future__ import annotations
@@ -58,6 +60,7 @@ class Backend:
     export: Callable | None = None
     open: Callable | None = None
     check_target: Callable | None = None
+    profile_remote: Callable | None = None
     platforms: tuple[str, ...] = ("host",)
     doc: str = ""
 

@@ -285,5 +285,6 @@ register(Backend(
     supports=lambda n: n.op in TORCH_OPS,  # what the prefix's torch module (exported to ONNX) runs
     split=split_prefix, build_with=build_with_htp_prefix, check_target=_check_soc,
     export=lambda prefix, bundle_dir, soc=None: export_htp_prefix(prefix, bundle_dir, soc or DEFAULT_SOC),
+    profile_remote=lambda prefix, soc=None: submit_ai_hub(prefix, soc or DEFAULT_SOC),
     platforms=("host", "android"),
     doc="the frozen forward prefix on the Qualcomm Hexagon NPU (QNN through ONNX Runtime)"))

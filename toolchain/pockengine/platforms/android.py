@@ -232,7 +232,7 @@ def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None, p
     weights = write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt", source)
     entry = None
     if prefix is not None:
-        entry = (prefix_backend or next(b for b in registered() if b.role == "prefix")).export(prefix, out / "bundle", soc.name)
+        entry = (prefix_backend or next(b for b in registered() if b.role == "prefix" and "android" in b.platforms)).export(prefix, out / "bundle", soc.name)
     return write_bundle(prog, weights, out / "bundle", prefix=entry, source=source)
 
 

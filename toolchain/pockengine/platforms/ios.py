@@ -18,9 +18,12 @@ Darwin libc headers), `zig ar` archives them and macho.write_fat makes the
 simulator's universal archive.  Objects are cached by content hash under
 $POCK_CACHE_DIR/ios, built under a file lock (as build/host.py does).
 
-With coreml=True the frozen prefix (passes/prefix.py) is exported as an ML
-Program (coreml.py) into bundle/prefix/ and the static library holds only the
-rest of the step, whose inputs are the prefix's outputs.
+With a prefix backend from the registry (backends/__init__.py) that builds for
+iOS - "coreml" (backends/coreml.py), which coreml=True / --coreml selects - the
+frozen prefix (passes/prefix.py) is split off by its split hook and exported by
+its export hook as an ML Program (platforms/coreml.py) into bundle/prefix/; the
+static library holds only the rest of the step, whose inputs are the prefix's
+outputs.
 """
 from __future__ import annotations
 
@@ -31,6 +34,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..backends import check_backends, get, split_roles
 from ..build.host import MODEL_OPT, _digest, compile_objects, runtime_dir, runtime_sources
 from ..checkpoint import write_initial_checkpoint
 from ..errors import PockError
@@ -59,17 +63,35 @@ def swift_name(name: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in name.split("_") if part) or "Model"
 
 
-def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, fp16: bool = True) -> dict:
-    """Write the XCFramework, the bundle and the Swift package for prog into out; returns {label: path}."""
+def ios_backends(backends=None, coreml: bool = False) -> list[str]:
+    """The checked backend list of an iOS build: registered names that build for iOS (the
+    registry's `platforms`), the step on cpu, at most one prefix backend whose check_target
+    accepts "ios"; coreml=True (--coreml) adds the registered "coreml" prefix backend."""
+    backends = check_backends(backends)
+    if coreml and "coreml" not in backends:
+        backends = ["coreml", *backends]
+    off = [b for b in backends if "ios" not in get(b).platforms]
+    if off:
+        raise PockError(f"--platform ios builds the step for cpu; --backends {','.join(off)} "
+                        f"{'is' if len(off) == 1 else 'are'} not available on iOS in this version")
+    prefix_backend, _ = split_roles(backends)
+    if prefix_backend is not None and prefix_backend.check_target is not None:
+        prefix_backend.check_target("ios")
+    return backends
+
+
+def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, fp16: bool = True,
+              backends=None) -> dict:
+    """Write the XCFramework, the bundle and the Swift package for prog into out; returns {label: path}.
+
+    backends: the registered backends to build with (default ["cpu"]); a prefix backend among
+    them (coreml=True adds "coreml") runs the frozen prefix, exported by its export hook."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    prefix_backend, _ = split_roles(ios_backends(backends, coreml))
     prefix = None
-    if coreml:
-        try:
-            from ..passes.prefix import split_prefix
-        except ImportError:
-            raise PockError("--coreml needs the frozen-prefix split (passes/prefix.py)") from None
-        prefix, prog = split_prefix(prog)  # (None, prog) when nothing is frozen at the front
+    if prefix_backend is not None:
+        prefix, prog = prefix_backend.split(prog)  # (None, prog) when nothing is frozen at the front
     model = swift_name(prog.name)
     source = prog.emit(["cpu"])  # the one emitted step: the library, summary, checkpoint and manifest take it
     cpp = out / f"{prog.name}.cpp"
@@ -78,7 +100,9 @@ def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, f
 
     bundle = out / "bundle"
     shutil.rmtree(bundle, ignore_errors=True)
-    entry = export_prefix(prefix, bundle / "prefix", prog.name, fp16) if prefix is not None else None
+    entry = None
+    if prefix is not None:
+        entry = prefix_backend.export(prefix, bundle, "ios", name=prog.name, fp16=fp16)
     write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt", source)
     from ..bundle import write_bundle
     write_bundle(prog, out / f"{prog.name}.pockckpt", bundle, prefix=entry, source=source)
@@ -91,21 +115,9 @@ def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, f
 # -- the model bundle -----------------------------------------------------------------
 
 def export_prefix(prefix, prefix_dir: Path, name: str, fp16: bool) -> dict:
-    """The prefix as bundle/prefix/<name>_prefix.mlpackage (and .mlmodelc where Xcode can
-    compile it); returns the manifest's "prefix" entry."""
-    from .coreml import export_mlpackage
-    prefix_dir.mkdir(parents=True, exist_ok=True)
-    package = export_mlpackage(prefix.module, prefix.example_inputs, prefix_dir / f"{name}_prefix.mlpackage",
-                               [i["name"] for i in prefix.inputs], [o["name"] for o in prefix.outputs], fp16=fp16)
-    compiled = None
-    if _xcode():  # Core ML compiles at build time; otherwise the Swift layer compiles at first run
-        subprocess.run(["xcrun", "coremlcompiler", "compile", str(package), str(prefix_dir)], check=True,
-                       capture_output=True)
-        compiled = f"prefix/{package.stem}.mlmodelc"
-    entry = prefix.manifest(files={"coreml": f"prefix/{package.name}"}, precision="fp16" if fp16 else "fp32",
-                            runtime="coreml")
-    entry["coreml"] = {"path": f"prefix/{package.name}", "compiled": compiled, "fp16": fp16}  # read by Swift
-    return entry
+    """The prefix as prefix_dir/<name>_prefix.mlpackage (the registered "coreml" backend's
+    export hook, backends/coreml.py); returns the manifest's "prefix" entry."""
+    return get("coreml").export(prefix, Path(prefix_dir).parent, "ios", name=name, fp16=fp16)
 
 
 # -- static libraries and the XCFramework ----------------------------------------------
