@@ -206,27 +206,30 @@ class SchemeCompiler:
     def scheme_key(self, update) -> tuple:
         """What identifies a scheme's step: what it trains, and a tied weight trained through
         one use only (passes/tied.py)."""
-        return self.key(self.trained(update), self.tied_uses(update))
+        return self.key(*self.resolve(update))
 
     def program(self, update) -> Program:
         """The scheme's Program, by pe.compile's own stages (lower, schedule, plan)."""
-        trained = self.trained(update)
+        trained, uses = self.resolve(update)
         graph, _ = self.train_graph.clone()
         forward_graph, _ = self.forward_graph.clone()
-        restrict_tied_uses(graph, self.tied_uses(update))
+        restrict_tied_uses(graph, uses)
         lower(graph, forward_graph, trained, self.optimizer)
         self.compiles += 1
         return Program(self.name, graph, forward_graph, self.optimizer, trained, self.aliases)
 
+    def resolve(self, update) -> tuple[dict, dict]:
+        """(what the scheme trains, {tied parameter: the module whose use alone trains it}, from
+        an alias key in `update`), as pe.compile resolves them."""
+        update, uses = split_tied_uses(update, self.aliases)
+        trained = {n: k for n, k in resolve_update(self.shapes, update).items() if n not in self.frozen}
+        return trained, {p: m for p, m in uses.items() if p in trained}
+
     def trained(self, update) -> dict:
-        update, _ = split_tied_uses(update, self.aliases)
-        return {n: k for n, k in resolve_update(self.shapes, update).items() if n not in self.frozen}
+        return self.resolve(update)[0]
 
     def tied_uses(self, update) -> dict:
-        """{tied parameter: the module whose use alone trains it} (an alias key in `update`)."""
-        _, uses = split_tied_uses(update, self.aliases)
-        trained = self.trained(update)
-        return {p: m for p, m in uses.items() if p in trained}
+        return self.resolve(update)[1]
 
     def stats(self, update) -> dict:
         """prog.stats() of the scheme's compiled program (cached by what it trains)."""
@@ -333,16 +336,16 @@ class Evaluator:
         self.base = _eval_loss(self.trainer, self.evalb)
         self.step_s, self.nsteps, self.evaluations = 0.0, 0, 0
         self._cache: dict[tuple, float] = {}
-        self._lora_trainers: dict[tuple, tuple] = {}
+        self._own_trainers: dict[tuple, tuple] = {}
 
     def delta(self, update: dict | None, steps: int | None = None) -> float:
         """Held-out loss drop after fine-tuning `update` (None: the full update) for `steps`
         steps (default: the evaluator's)."""
         steps = self.steps if steps is None else steps
-        trained = None if update is None else self.compiler.trained(update)
-        key = (steps, None if trained is None else self.compiler.scheme_key(update))
-        if key not in self._cache and update is not None and self.compiler.tied_uses(update):
-            return self._own_delta(update, key, steps)
+        trained, uses = (None, {}) if update is None else self.compiler.resolve(update)
+        key = (steps, None if trained is None else self.compiler.key(trained, uses))
+        if uses:  # the shared full-update step computes the summed gradient of a tied weight
+            return self._own_delta(key, key[1], lambda: self.compiler.program(update), steps)
         if key not in self._cache:
             self.trainer.load(self.ckpt)
             for i in range(steps):
@@ -356,36 +359,18 @@ class Evaluator:
             self.evaluations += 1
         return self._cache[key]
 
-    def _own_delta(self, update: dict, key: tuple, steps: int) -> float:
-        """A scheme whose gradient the full step does not compute (a tied weight trained through
-        one use): its own compiled program, from the same start, on the same batches."""
-        if key[1] not in self._lora_trainers:
-            trainer = self.compiler.program(update).build()
-            path = os.path.join(self._tmp.name, f"own{len(self._lora_trainers)}.pockckpt")
-            trainer.save(path)
-            self._lora_trainers[key[1]] = (trainer, path)
-        trainer, path = self._lora_trainers[key[1]]
-        trainer.load(path)
-        for i in range(steps):
-            trainer.step(*self.train[i % len(self.train)])
-        self._cache[key] = self.base - _eval_loss(trainer, self.evalb)
-        self.evaluations += 1
-        return self._cache[key]
-
-    def lora_delta(self, lora, update: dict, steps: int | None = None) -> float:
-        """Held-out loss drop of a LoRA scheme (adapters `lora` beside the sparse `update`)
-        after `steps` steps of its own compiled program, from the same start, on the same
-        batches.  The adapters start at B = 0, so the start loss is the evaluator's."""
-        steps = self.steps if steps is None else steps
-        key = (steps, "lora", self.compiler.lora_key(lora, update))
+    def _own_delta(self, key: tuple, tkey: tuple, program, steps: int) -> float:
+        """Held-out loss drop after `steps` steps of a scheme's own compiled program (`program()`,
+        built once per `tkey`), from the evaluator's start, on the same batches: LoRA schemes, and
+        schemes whose gradient the shared full-update step does not compute (a tied weight
+        trained through one use)."""
         if key not in self._cache:
-            tkey = self.compiler.lora_key(lora, update)
-            if tkey not in self._lora_trainers:
-                trainer = self.compiler.lora_program(lora, update).build()
-                path = os.path.join(self._tmp.name, f"lora{len(self._lora_trainers)}.pockckpt")
+            if tkey not in self._own_trainers:
+                trainer = program().build()
+                path = os.path.join(self._tmp.name, f"own{len(self._own_trainers)}.pockckpt")
                 trainer.save(path)
-                self._lora_trainers[tkey] = (trainer, path)
-            trainer, path = self._lora_trainers[tkey]
+                self._own_trainers[tkey] = (trainer, path)
+            trainer, path = self._own_trainers[tkey]
             trainer.load(path)
             for i in range(steps):
                 trainer.step(*self.train[i % len(self.train)])
@@ -393,15 +378,24 @@ class Evaluator:
             self.evaluations += 1
         return self._cache[key]
 
+    def lora_delta(self, lora, update: dict, steps: int | None = None) -> float:
+        """Held-out loss drop of a LoRA scheme (adapters `lora` beside the sparse `update`)
+        after `steps` steps of its own compiled program, from the same start, on the same
+        batches.  The adapters start at B = 0, so the start loss is the evaluator's."""
+        steps = self.steps if steps is None else steps
+        tkey = self.compiler.lora_key(lora, update)
+        return self._own_delta((steps, "lora", tkey), ("lora", tkey), lambda: self.compiler.lora_program(lora, update),
+                               steps)
+
     @property
     def ms_per_flop(self) -> float:
         return self.step_s * 1e3 / max(self.nsteps, 1) / max(self.flops_full, 1)
 
     def close(self) -> None:
         self.trainer.close()
-        for trainer, _ in self._lora_trainers.values():
+        for trainer, _ in self._own_trainers.values():
             trainer.close()
-        self._lora_trainers.clear()
+        self._own_trainers.clear()
         self._tmp.cleanup()
 
 
