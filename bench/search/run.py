@@ -274,12 +274,14 @@ def train_rows(task, compiler, schemes, batches, steps: int) -> dict:
         shared.save(ckpt)
     rows = {}
     for label, update, lora, fitting in schemes:
+        # a scheme's own build, unless the shared full-update step (elements outside the scheme put
+        # back) is exactly it: not for LoRA, nor for a tied weight trained through one use
+        own = shared is None or lora is not None or bool(compiler.tied_uses(update))
         if lora is not None:
             prog = compiler.lora_program(lora, update)
         else:
-            prog = compiler.program(update) if shared is None else None
+            prog = compiler.program(update) if own else None
         stats = prog.stats() if prog is not None else compiler.stats(update)
-        own = shared is None or lora is not None
         if own:
             trainer = prog.build()
         else:
