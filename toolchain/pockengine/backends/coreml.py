@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import TORCH_OPS, FrozenPrefix, PrefixRunner, split_prefix
+from ..passes.prefix import TORCH_OPS, FrozenPrefix, build_with_prefix, split_prefix
 from . import Backend, Device, register
 
 TARGET = "ios"  # the one target it runs on: check_target("ios")
@@ -73,22 +73,18 @@ class CoremlRunner:
 def build_with_coreml_prefix(prog, other_backends, out_dir=None, fp16: bool = True):
     """The step with its frozen prefix on Core ML and the rest on `other_backends` (macOS:
     coremltools runs the ML Program; elsewhere a PockError).  With no frozen prefix the
-    step is built on the other backends alone."""
-    prefix, suffix = split_prefix(prog)
-    if prefix is None:
-        return prog.build(backends=list(other_backends or ["cpu"]), out_dir=out_dir)
-    if platform.system() != "Darwin":
-        raise PockError("the 'coreml' backend runs the frozen prefix with Core ML, which runs only on Apple "
-                        f"platforms (this is {platform.system()}); ship it with `pock-build --platform ios "
-                        "--coreml`, or use backends=['cpu'] here")
-    import tempfile
-    bundle = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="pock-coreml-"))
-    manifest = export_coreml_prefix(prefix, bundle, name=prog.name, fp16=fp16)
-    runner = CoremlRunner(prefix, bundle / manifest["coreml"]["path"])
-    trainer = suffix.build(backends=list(other_backends or ["cpu"]), out_dir=out_dir)
-    trainer.use_input_stage(PrefixRunner(prog, prefix, trainer.step_inputs, runner, name="coreml"))
-    trainer.prefix_manifest = manifest
-    return trainer
+    step is built on the other backends alone (passes/prefix.build_with_prefix)."""
+    def prepare(prefix):
+        if platform.system() != "Darwin":
+            raise PockError("the 'coreml' backend runs the frozen prefix with Core ML, which runs only on Apple "
+                            f"platforms (this is {platform.system()}); ship it with `pock-build --platform ios "
+                            "--coreml`, or use backends=['cpu'] here")
+        import tempfile
+        bundle = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="pock-coreml-"))
+        manifest = export_coreml_prefix(prefix, bundle, name=prog.name, fp16=fp16)
+        return CoremlRunner(prefix, bundle / manifest["coreml"]["path"]), manifest
+
+    return build_with_prefix(prog, other_backends, out_dir, "coreml", prepare)
 
 
 def _check_target(target) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import TORCH_OPS, FrozenPrefix, PrefixRunner, split_prefix
+from ..passes.prefix import TORCH_OPS, FrozenPrefix, build_with_prefix, split_prefix
 from ..platforms.socs import get_soc
 from . import Backend, Device, register
 from .onnx_export import export_onnx
@@ -201,31 +201,26 @@ class HtpRunner:
 def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, precision: str = "fp16",
                           calibration=None):
     """The step with its frozen prefix on the HTP and the rest on `other_backends`: the suffix's
-    Trainer with a PrefixRunner over the HTP session as its input stage.
+    Trainer with a PrefixRunner over the HTP session as its input stage (passes/prefix.build_with_prefix).
 
     With no frozen prefix to move, the step is built on the other backends alone."""
-    prefix, suffix = split_prefix(prog)
-    if prefix is None:
-        return _build_suffix(prog, other_backends, out_dir)
-    qnn_devices()  # fail early, naming the missing piece, before any compiling
-    built = compile_prefix(prefix, soc, precision, calibration)
-    runner = HtpRunner(prefix, built)
-    if out_dir is not None:
-        manifest = export_htp_prefix(prefix, out_dir, soc, precision, built=built)
-    else:
-        manifest = prefix.manifest(files={"onnx": str(built["onnx"]), "context": str(built["context"]),
-                                          "context_binary": str(built["binary"])}, soc=_htp_soc(soc),
-                                   precision=precision, runtime="onnxruntime-qnn")
-    trainer = _build_suffix(suffix, other_backends, out_dir)
-    trainer.use_input_stage(PrefixRunner(prog, prefix, trainer.step_inputs, runner, name="htp"))
-    trainer.prefix_manifest = manifest
-    trainer.htp = built
+    built = []
+
+    def prepare(prefix):
+        qnn_devices()  # fail early, naming the missing piece, before any compiling
+        built.append(compile_prefix(prefix, soc, precision, calibration))
+        if out_dir is not None:
+            manifest = export_htp_prefix(prefix, out_dir, soc, precision, built=built[0])
+        else:
+            manifest = prefix.manifest(files={"onnx": str(built[0]["onnx"]), "context": str(built[0]["context"]),
+                                              "context_binary": str(built[0]["binary"])}, soc=_htp_soc(soc),
+                                       precision=precision, runtime="onnxruntime-qnn")
+        return HtpRunner(prefix, built[0]), manifest
+
+    trainer = build_with_prefix(prog, other_backends, out_dir, "htp", prepare)
+    if built:
+        trainer.htp = built[0]
     return trainer
-
-
-def _build_suffix(prog, backends, out_dir):
-    """The step after the prefix, on the other (step) backends."""
-    return prog.build(backends=list(backends or ["cpu"]), out_dir=out_dir)
 
 
 # ---- Qualcomm AI Hub -------------------------------------------------------------------------------

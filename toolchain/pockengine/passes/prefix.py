@@ -394,5 +394,21 @@ def PrefixTrainer(prog, prefix: FrozenPrefix, suffix_trainer, run_prefix, backen
     return suffix_trainer.use_input_stage(stage)
 
 
+def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
+    """A prefix backend's build: the step split at its frozen prefix, the suffix built on
+    `other_backends` (default cpu) with a PrefixRunner in front; `prepare(prefix)` gives the
+    prefix's (run, bundle manifest entry) on that backend.  With no frozen prefix to move, the
+    step is built on the other backends alone."""
+    backends = list(other_backends or ["cpu"])
+    prefix, suffix = split_prefix(prog)
+    if prefix is None:
+        return prog.build(backends=backends, out_dir=out_dir)
+    run, manifest = prepare(prefix)
+    trainer = suffix.build(backends=backends, out_dir=out_dir)
+    trainer.use_input_stage(PrefixRunner(prog, prefix, trainer.step_inputs, run, name=name))
+    trainer.prefix_manifest = manifest
+    return trainer
+
+
 __all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "TORCH_OPS", "frozen_state",
            "torch_runner"]
