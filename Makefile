@@ -51,7 +51,9 @@ test-flavours: setup
 	for march in x86-64-v3 x86-64; do POCK_MARCH=$$march $(PY) -m pytest -n 2 -q $(FLAVOUR_TESTS) || exit 1; done
 
 # `make bench`: the compiled training step against PyTorch eager, torch.compile, ExecuTorch
-# training and ONNX Runtime training (bench/run.py -> bench/results.md, bench/results.png).
+# training and ONNX Runtime training (bench/run.py -> bench/results.md, bench/results.png), the
+# SmolLM2-135M rows (bench/llm.py -> bench/llm_results.md), aarch64 instruction counts under qemu
+# (bench/arm64/insns.py -> bench/arm64/results.md), and every target checked (bench/targets.md).
 # ExecuTorch goes into .venv (it brings no torch of its own); ONNX Runtime training needs
 # onnx 1.17, so it gets .venv-ort, which sees .venv's torch through a .pth file. A peer that
 # does not install is reported as n/a, never skipped silently.
@@ -68,6 +70,10 @@ bench: setup
 		|| $(ORT_VENV)/bin/python -m pip install -q onnxruntime-training==1.19.2 onnx==1.17.0 \
 		|| echo "bench: onnxruntime-training did not install; its rows will read n/a"
 	$(PY) bench/run.py
+	$(PY) bench/llm.py --model smollm2 --steps 4 --threads 1 \
+		|| echo "bench: the SmolLM2 rows (bench/llm.py) failed; their targets will read not measured"
+	$(PY) bench/arm64/insns.py || echo "bench: aarch64 instruction counts (bench/arm64/insns.py) failed"
+	$(PY) bench/targets.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

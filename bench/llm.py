@@ -194,8 +194,7 @@ def main(argv=None):
         for x in results.values():
             x["load_after"] = round(os.getloadavg()[0], 1)
             print(json.dumps(x), flush=True)
-        print(report(results, a))
-        Path(a.out).write_text(report(results, a))
+        write(results, a)
         return
     for row in a.rows.split(","):
         cmd = [sys.executable, __file__, "--row", row, "--steps", str(a.steps), "--threads", str(a.threads),
@@ -208,8 +207,16 @@ def main(argv=None):
         results[row] = json.loads(line[0][7:])
         results[row]["load_after"] = round(os.getloadavg()[0], 1)
         print(json.dumps(results[row]), flush=True)
+    write(results, a)
+
+
+def write(results: dict, a) -> None:
+    """The table to stdout and --out, and its rows as JSON next to it (bench/targets.py reads them)."""
     print(report(results, a))
     Path(a.out).write_text(report(results, a))
+    meta = {"model": a.model, "steps": a.steps, "threads": a.threads, "interleave": bool(a.interleave),
+            "load_start": round(a.load[0], 1), "date": time.strftime("%Y-%m-%d %H:%M")}
+    Path(a.out).with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": results}, indent=1))
 
 
 def report(r: dict, a) -> str:

@@ -104,7 +104,13 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
                "a measurement before and after the run): "
                    f"**{peak['single_gflops']:.1f} GFLOP/s on one core, {peak['all_gflops']:.1f} GFLOP/s on "
                    f"{peak['threads']} threads** (the % column is against the "
-                   f"{'one-core' if meta['threads'] == 1 else 'all-core'} figure: {meta['threads']} thread(s) ran).")
+                   f"{'one-core' if meta['threads'] == 1 else 'all-core'} figure: {meta['threads']} thread(s) ran; "
+                   "the -1t rows against the one-core figure).")
+        v3 = meta.get("peak_v3")
+        if v3:
+            out.append(f"The -v3 rows (built with -march=x86-64-v3: AVX2 + FMA) are against the same measurement "
+                       f"built that way ({v3['isa']}): **{v3['single_gflops']:.1f} GFLOP/s on one core, "
+                       f"{v3['all_gflops']:.1f} GFLOP/s on {v3['threads']} threads**.")
     else:
         out.append("FMA peak: not measured (no C++ compiler?).")
     out.append("")

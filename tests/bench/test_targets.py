@@ -1,0 +1,54 @@
+"""bench/targets.py: the `make bench` targets read from the benchmarks' JSON (synthetic results here)."""
+import json
+
+from test_harness import _bench_module
+
+targets = _bench_module("targets")
+
+
+def _row(workload, scheme, fw, ms, ratio=None, pct=None):
+    return {"workload": workload, "title": workload, "scheme": scheme, "framework": fw, "status": "ok", "ms": ms,
+            "ratio": ratio, "pct_peak": pct}
+
+
+def test_targets_are_met_missed_or_not_measured(tmp_path):
+    rows = [_row("transformer_b8s64", "full", "pockengine-v3", 10, 1.6, 70.0),
+            _row("transformer_b8s64", "sparse", "pockengine-v3", 10, 1.2, 60.0),
+            _row("mobilenetv2_b8r128", "full", "pockengine-v3", 10, 2.5),
+            _row("mobilenetv2_b8r128", "full", "pockengine-v3-1t", 9.0),   # 2 threads 10 ms: slower
+            _row("lstm_b1s16", "full", "pockengine", 3.0), _row("lstm_b1s16", "full", "pockengine-1t", 3.0)]
+    bw = [{"march": "x86-64-v3", "kernels": [{"kernel": "add", "memory_bound": True, "pct_bandwidth": 75.0},
+                                              {"kernel": "relu", "memory_bound": True, "pct_bandwidth": 55.0},
+                                              {"kernel": "gelu", "memory_bound": False, "pct_bandwidth": 5.0}]}]
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {"date": "d", "kernels_bw": bw}, "rows": rows}))
+    llm = {"pytorch-full": {"ms_per_step": 1500, "peak_rss_mib": 3000, "loss_last": 11.0},
+           "pockengine-full": {"ms_per_step": 700, "train_mem_mib": 1800, "loss_last": 11.1},
+           "pockengine-sparse": {"ms_per_step": 500, "train_mem_mib": 700, "loss_last": 12.6},
+           "pockengine-sparse-bf16": {"ms_per_step": 500, "train_mem_mib": 540, "loss_last": 12.7}}
+    (tmp_path / "llm_results.json").write_text(json.dumps({"meta": {"model": "smollm2", "interleave": False},
+                                                           "rows": llm}))
+    assert targets.main(["--bench", str(tmp_path)]) == 0
+    table = {line.split(" | ")[1]: line for line in (tmp_path / "targets.md").read_text().splitlines()
+             if line.startswith("| 1")}
+
+    def verdict(what):
+        return table[what].split(" | ")[4]
+
+    assert verdict("transformer LM full, AVX2 build vs eager") == "met"
+    assert verdict("transformer LM sparse, AVX2 build vs eager") == "**not met**"
+    assert verdict("MobileNetV2 full, AVX2 build vs eager") == "met"          # exactly the bound
+    assert verdict("MobileNetV2 sparse, AVX2 build vs eager") == "n/a"        # not run
+    assert verdict("GEMM-heavy steps (transformer LM, AVX2 build) % of FMA peak") == "**not met**"  # min 60%
+    assert "lowest: relu" in table["memory-bound kernels (AVX2 build) % of bandwidth"]
+    assert verdict("PockEngine rows slower on 2 threads than on 1") == "**not met**"
+    assert verdict("SmolLM2 full vs PyTorch full") == "met"                  # 1500 / 700
+    assert verdict("SmolLM2 sparse vs PyTorch full") == "**not met**"       # 1500 / 500 = 3x < 3.5x
+    assert verdict("sparse + bf16 frozen: training memory / PyTorch full peak") == "met"   # 0.18
+    assert verdict("SmolLM2 LoRA vs PyTorch LoRA") == "n/a"
+    assert verdict("sparse + bf16 frozen: loss vs fp32 frozen") == "met"    # 0.79%
+
+
+def test_missing_inputs_leave_every_target_unmeasured(tmp_path):
+    assert targets.main(["--bench", str(tmp_path)]) == 0
+    text = (tmp_path / "targets.md").read_text()
+    assert "0 of 0 measured targets met" in text and "met |" not in text.replace("not met", "")
