@@ -139,10 +139,12 @@ def arm64_lines(insns: dict | None) -> list[str]:
         return ["aarch64 instruction counts: not measured (bench/arm64/insns.py did not run)."]
     lines = ["aarch64 instructions per step under qemu (bench/arm64/insns.py; "
              f"{'real' if insns.get('full') else 'miniature'} workloads):", "",
-             "| model | scheme | ours (M) | no auto-vectorization (M) | ratio |", "|---|---|---:|---:|---:|"]
+             "| model | scheme | ours (M) | no auto-vectorization (M) | ratio | vectorization disabled (M) | ratio |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for r in insns["rows"]:
+        scalar = (f"{r['scalar'] / 1e6:.2f} | {r['scalar'] / r['ours']:.2f}x" if "scalar" in r else "n/a | n/a")
         lines.append(f"| {r['workload']} | {r['scheme']} | {r['ours'] / 1e6:.2f} | {r['no-autovec'] / 1e6:.2f} | "
-                     f"{r['no-autovec'] / r['ours']:.2f}x |")
+                     f"{r['no-autovec'] / r['ours']:.2f}x | {scalar} |")
     return lines
 
 

@@ -33,7 +33,9 @@ CC = os.environ.get("AARCH64_CC", "aarch64-linux-gnu-gcc")
 AR = os.environ.get("AARCH64_AR", "aarch64-linux-gnu-ar")
 QEMU = os.environ.get("QEMU_AARCH64", "qemu-aarch64")
 # armv8.2-a+fp16+dotprod: the baseline of current phones; qemu's "-cpu max" has it all.
-TARGET = ("-O2", "-march=armv8.2-a+fp16+dotprod", "-pthread")
+# POCK_AARCH64_EXTRA: more flags for every object, e.g. the scalar comparison build
+# "-DPOCK_SIMD_NONE -fno-tree-vectorize -fno-tree-slp-vectorize" (kernels/simd.h).
+TARGET = ("-O2", "-march=armv8.2-a+fp16+dotprod", "-pthread", *os.environ.get("POCK_AARCH64_EXTRA", "").split())
 INCLUDES = ("-I", str(RUNTIME / "include"), "-I", str(RUNTIME))
 
 

@@ -9,6 +9,9 @@ in builds that differ only in the kernels:
   * ours            this checkout's runtime (explicit NEON vector kernels + auto-vectorization);
   * no-autovec      the same with -fno-tree-vectorize -fno-tree-slp-vectorize (GCC's
                     auto-vectorizer off; the explicit simd.h / vec_math.h kernels stay vector);
+  * scalar          vectorization disabled: no-autovec plus -DPOCK_SIMD_NONE, so simd.h's vector
+                    is 4 floats operated on one at a time and no kernel takes its NEON branch
+                    (the same step, the same arithmetic order, no SIMD instruction);
   * ref             the runtime in $POCK_BENCH_REF_RUNTIME (e.g. the previous commit's
                     codegen/runtime), when set: a before/after comparison.
 
@@ -93,7 +96,8 @@ def main(argv=None) -> int:
     from models import workloads
     keys = a.models.split(",")
     wls = [w for w in workloads(not a.full) if any(w.key.startswith(k) for k in keys)]
-    builds = {"ours": (ROOT / "codegen" / "runtime", ()), "no-autovec": (ROOT / "codegen" / "runtime", NOVEC)}
+    builds = {"ours": (ROOT / "codegen" / "runtime", ()), "no-autovec": (ROOT / "codegen" / "runtime", NOVEC),
+              "scalar": (ROOT / "codegen" / "runtime", (*NOVEC, "-DPOCK_SIMD_NONE"))}
     if os.environ.get("POCK_BENCH_REF_RUNTIME"):
         builds["ref"] = (Path(os.environ["POCK_BENCH_REF_RUNTIME"]), ())
     rows = []

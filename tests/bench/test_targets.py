@@ -52,3 +52,9 @@ def test_missing_inputs_leave_every_target_unmeasured(tmp_path):
     assert targets.main(["--bench", str(tmp_path)]) == 0
     text = (tmp_path / "targets.md").read_text()
     assert "0 of 0 measured targets met" in text and "met |" not in text.replace("not met", "")
+
+
+def test_arm64_counts_are_tabled_with_the_vectorization_disabled_build():
+    rows = [{"workload": "lstm_b1s16", "scheme": "full", "ours": 2e6, "no-autovec": 2.2e6, "scalar": 6e6}]
+    text = "\n".join(targets.arm64_lines({"full": True, "rows": rows}))
+    assert "| lstm_b1s16 | full | 2.00 | 2.20 | 1.10x | 6.00 | 3.00x |" in text

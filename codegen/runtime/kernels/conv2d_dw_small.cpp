@@ -247,7 +247,7 @@ inline void transpose(V* a) {
     a[i].v = _mm256_permute2f128_ps(s[i], s[4 + i], 0x20);
     a[4 + i].v = _mm256_permute2f128_ps(s[i], s[4 + i], 0x31);
   }
-#elif defined(__aarch64__)
+#elif PK_NEON
   const float32x4x2_t p = vtrnq_f32(a[0].v, a[1].v), q = vtrnq_f32(a[2].v, a[3].v);
   a[0].v = vcombine_f32(vget_low_f32(p.val[0]), vget_low_f32(q.val[0]));
   a[1].v = vcombine_f32(vget_low_f32(p.val[1]), vget_low_f32(q.val[1]));

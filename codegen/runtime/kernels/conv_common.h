@@ -54,7 +54,7 @@ inline void vst_int(float* p, V e, V o) {
   _mm256_storeu_ps(p, _mm256_permute2f128_ps(lo, hi, 0x20));
   _mm256_storeu_ps(p + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
 }
-#elif defined(__aarch64__)
+#elif PK_NEON
 inline void vdeint(const float* p, V& e, V& o) {
   const float32x4x2_t t = vld2q_f32(p);
   e.v = t.val[0];

@@ -44,7 +44,7 @@ using namespace simd;
 constexpr int kMR = 12, kNV = 2;  // 24 accumulators of 32 zmm
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kMR = 6, kNV = 2;  // 12 accumulators of 16 ymm
-#elif defined(__aarch64__)
+#elif PK_NEON
 constexpr int kMR = 8, kNV = 3;  // 24 accumulators of 32 q registers
 #else
 constexpr int kMR = 4, kNV = 2;  // 8 accumulators

@@ -70,7 +70,7 @@ inline float f16_to_f32(uint16_t h) {
 inline void opaque(V& x) {
 #if defined(__AVX512F__) || defined(__AVX2__)
   asm("" : "+x"(x.v));
-#elif defined(__aarch64__)
+#elif PK_NEON
   asm("" : "+w"(x.v));
 #else
   asm volatile("" : : "r"(&x) : "memory");

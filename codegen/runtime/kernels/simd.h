@@ -20,9 +20,22 @@
 #include <cstdint>
 #include <cstring>
 
+// PK_NEON: the NEON paths (every aarch64 build but the scalar comparison build below).
+// POCK_SIMD_NONE (aarch64 only; with -fno-tree-vectorize -fno-tree-slp-vectorize): V is
+// 4 floats operated on one at a time, and every kernel's NEON branch falls back to its
+// portable one: the "vectorization disabled" build bench/arm64/insns.py counts against.
+#if defined(POCK_SIMD_NONE) && (defined(__AVX2__) || defined(__AVX512F__))
+#error "POCK_SIMD_NONE is for aarch64 builds (the instruction-count comparison); x86 builds pick their ISA by -march"
+#endif
+#if defined(__aarch64__) && !defined(POCK_SIMD_NONE)
+#define PK_NEON 1
+#else
+#define PK_NEON 0
+#endif
+
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
-#elif defined(__aarch64__)
+#elif PK_NEON
 #include <arm_neon.h>
 #endif
 
@@ -103,7 +116,7 @@ inline V vscale2(V a, V n) {
   const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, b127), 23));
   return {_mm256_mul_ps(_mm256_mul_ps(a.v, s1), s2)};
 }
-#elif defined(__aarch64__)
+#elif PK_NEON
 struct V {
   float32x4_t v;
 };
@@ -138,6 +151,47 @@ inline V vscale2(V a, V n) {
   const float32x4_t s2 = vreinterpretq_f32_s32(vshlq_n_s32(vaddq_s32(n2, b127), 23));
   return {vmulq_f32(vmulq_f32(a.v, s1), s2)};
 }
+#elif defined(POCK_SIMD_NONE)
+struct V {
+  float v[4];
+};
+constexpr int kW = 4;
+#define PK_LANES(expr) \
+  V r;                 \
+  for (int l = 0; l < 4; ++l) r.v[l] = (expr);   \
+  return r
+inline V vzero() { return {{0.0f, 0.0f, 0.0f, 0.0f}}; }
+inline V vload(const float* p) { V r; std::memcpy(r.v, p, sizeof r.v); return r; }
+inline V vbcast(float x) { return {{x, x, x, x}}; }
+inline void vstore(float* p, V a) { std::memcpy(p, a.v, sizeof a.v); }
+inline V vfma(V a, V b, V c) { PK_LANES(__builtin_fmaf(a.v[l], b.v[l], c.v[l])); }
+inline V vadd(V a, V b) { PK_LANES(a.v[l] + b.v[l]); }
+inline V vmul(V a, V b) { PK_LANES(a.v[l] * b.v[l]); }
+inline V vmax(V a, V b) { PK_LANES(a.v[l] > b.v[l] ? a.v[l] : b.v[l]); }
+inline V vmin(V a, V b) { PK_LANES(a.v[l] < b.v[l] ? a.v[l] : b.v[l]); }
+inline float vsum(V a) { return (a.v[0] + a.v[1]) + (a.v[2] + a.v[3]); }
+struct M {
+  bool m[4];
+};
+inline V vsub(V a, V b) { PK_LANES(a.v[l] - b.v[l]); }
+inline V vdiv(V a, V b) { PK_LANES(a.v[l] / b.v[l]); }
+inline V vsqrt(V a) { PK_LANES(__builtin_sqrtf(a.v[l])); }
+inline float bits_as_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline uint32_t float_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline V vabs(V a) { PK_LANES(bits_as_float(float_bits(a.v[l]) & 0x7fffffffu)); }
+inline V vxorsign(V a, V b) { PK_LANES(bits_as_float(float_bits(a.v[l]) ^ (float_bits(b.v[l]) & 0x80000000u))); }
+inline M vlt(V a, V b) { return {{a.v[0] < b.v[0], a.v[1] < b.v[1], a.v[2] < b.v[2], a.v[3] < b.v[3]}}; }
+inline M vgt(V a, V b) { return {{a.v[0] > b.v[0], a.v[1] > b.v[1], a.v[2] > b.v[2], a.v[3] > b.v[3]}}; }
+inline V vsel(M m, V a, V b) { PK_LANES(m.m[l] ? a.v[l] : b.v[l]); }
+inline V vscale2(V a, V n) {
+  V r;
+  for (int l = 0; l < 4; ++l) {
+    const int ni = int(n.v[l]), n1 = ni >> 1, n2 = ni - n1;
+    r.v[l] = a.v[l] * bits_as_float(uint32_t(n1 + 127) << 23) * bits_as_float(uint32_t(n2 + 127) << 23);
+  }
+  return r;
+}
+#undef PK_LANES
 #else
 typedef float v4f __attribute__((vector_size(16)));
 struct V {
@@ -222,7 +276,7 @@ inline void transpose_tile(const float* s, long long ls, float* d, long long ld)
   _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
   _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
 }
-#elif defined(__aarch64__)
+#elif PK_NEON
 constexpr int kT = 4;
 inline void transpose_tile(const float* s, long long ls, float* d, long long ld) {
   const float32x4_t r0 = vld1q_f32(s), r1 = vld1q_f32(s + ls), r2 = vld1q_f32(s + 2 * ls), r3 = vld1q_f32(s + 3 * ls);
