@@ -139,7 +139,6 @@ def _params(text: str) -> tuple[list, list]:
     return ps, defaults
 
 
-@functools.lru_cache(maxsize=None)
 def _parse(text: str, instances: str = "") -> _Header:
     """The signatures, enum names and structs of a header's text; `instances` (the kernel
     sources' text) names the explicit instances of its templates, each a signature of its own.
@@ -190,11 +189,17 @@ def _parse(text: str, instances: str = "") -> _Header:
 
 
 def _header(header: Path | None = None) -> _Header:
-    """The parsed header and, beside it (../kernels/*.cpp), its templates' explicit instances."""
+    """The parsed header and, beside it (../kernels/*.cpp), its templates' explicit instances;
+    parsed again only when one of those files changes."""
     path = Path(header or _runtime_header())
-    kernels = path.parent.parent / "kernels"
-    instances = "".join(p.read_text() for p in sorted(kernels.glob("*.cpp"))) if kernels.is_dir() else ""
-    return _parse(path.read_text(), instances)
+    files = [path, *sorted((path.parent.parent / "kernels").glob("*.cpp"))]
+    return _header_of(tuple((str(f), f.stat().st_mtime_ns, f.stat().st_size) for f in files))
+
+
+@functools.lru_cache(maxsize=8)
+def _header_of(files: tuple) -> _Header:
+    (path, _, _), *kernels = files
+    return _parse(Path(path).read_text(), "".join(Path(k).read_text() for k, _, _ in kernels))
 
 
 def signatures(header: Path | None = None) -> dict[str, Signature]:
