@@ -5,16 +5,20 @@ kernels' signatures are declared once, in codegen/runtime/include/pock_kernels.h
 those two this module derives:
 
   kernels_of(record)    the pk:: functions a record's CPU call names
-  signatures()          {kernel: Signature} parsed from pock_kernels.h
+  signatures()          {kernel: Signature} parsed from pock_kernels.h (a template: one per
+                        explicit instance in the kernel sources, `strided_copy_float`)
   shim_source(names)    extern "C" `shim_<kernel>` wrappers, so ctypes (the kernel tests,
                         tests/codegen/runtime) calls a kernel with plain pointers and numbers
   argtypes(signature)   the ctypes argument types of its shim
+  driver_source(names)  the aarch64 kernel test's dispatch (tests/arm64/kernel_check.cpp):
+                        each kernel called with its arguments taken from a case by name
 
-A kernel whose parameters are plain (pointers, integers, floats, bools, enums) gets a
-generated shim: bools and enums travel as int, and a parameter struct of plain fields
-(GemmParams, LstmParams) travels as its fields, in order, in its place.  A kernel whose shim
-is written by hand (tests/codegen/runtime/shims: Conv2dParams packed from an array, a struct
-with array fields, composites) is left out of the generated file beside it (`beside`).
+Pointers, integers, floats, bools and enums travel as they are (bools and enums as int).  A
+parameter struct travels as its members, in order, in its place: a struct of scalars
+(GemmParams, Conv2dParams) braced in place; one with fixed-size arrays (Broadcast, Reduce,
+StridedCopy: each array as a pointer to its first `ndim` elements) or nested structs
+(SdpaParams' SdpaLayout q: `q_sb, q_sh, q_sr`) built by a generated pack_<S>().  A kernel
+whose shim is written by hand is left out of the generated file beside it (`beside`).
 """
 from __future__ import annotations
 
