@@ -7,7 +7,8 @@ input, batch 8) against PyTorch eager, both single-threaded.
 --root points at a directory holding kernels/, include/ and threadpool.cpp
 (default: codegen/runtime of this checkout), so an old copy of the kernels can
 be timed against the current one.  The kernels are compiled with the runtime's
-flags into a shared library together with tests/codegen/runtime/shims/dense_shim.cpp.
+flags into a shared library together with their extern "C" shims, generated from
+that copy's include/pock_kernels.h (pockengine.ops.kernels.shim_source).
 """
 import argparse
 import ctypes
@@ -20,10 +21,10 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
-SHIM = ROOT / "tests" / "codegen" / "runtime" / "shims" / "dense_shim.cpp"
+KERNELS = ["conv2d_fwd", "conv2d_bwd_input", "conv2d_bwd_weight", "batch_norm_train_fwd", "batch_norm_train_bwd"]
 # built -O2 -march=native (build.host.build_kernel_library), plus these
 FLAGS = ["-pthread", *os.environ.get("PK_BENCH_FLAGS", "").split()]
-vp, i64, cf, cint = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
+vp = ctypes.c_void_p
 
 # name, N, C, H, W, O, K, stride, groups   (pad = K // 2)
 CONVS = [
@@ -51,13 +52,22 @@ BNS = [("bn 96 @64", 8, 96, 64 * 64), ("bn 144 @32", 8, 144, 32 * 32), ("bn 960 
 
 
 def build(root: Path) -> ctypes.CDLL:
-    """The kernels under `root` with the dense shim: an old tree's own dense_shim.cpp when it has
-    one, else this tree's with the shims generated from the op records (batch norm's)."""
-    from pockengine.build.host import build_kernel_library
-    from pockengine.ops.kernels import write_record_shims
-    shims = [root / "dense_shim.cpp"] if (root / "dense_shim.cpp").exists() else [SHIM, write_record_shims(beside=[SHIM])]
-    return ctypes.CDLL(str(build_kernel_library(shims, FLAGS, name="kernels_cnn", runtime=root, march="native",
-                                                opt="-O2")))
+    """The kernels under `root` with shims over KERNELS generated from root's own header (their
+    argtypes set; Conv2dParams travels as its 16 fields)."""
+    import hashlib
+
+    from pockengine.build.host import build_kernel_library, cache_dir, write_source
+    from pockengine.ops.kernels import argtypes, shim_source, signatures
+    header = root / "include" / "pock_kernels.h"
+    text = shim_source(KERNELS, header)
+    shim = write_source(cache_dir() / "shims" / f"kernels_cnn-{hashlib.sha256(text.encode()).hexdigest()[:16]}.cpp", text)
+    L = ctypes.CDLL(str(build_kernel_library([shim], FLAGS, name="kernels_cnn", runtime=root, march="native",
+                                             opt="-O2")))
+    sigs = signatures(header)
+    for k in KERNELS:
+        fn = getattr(L, f"shim_{k}")
+        fn.argtypes, fn.restype = argtypes(sigs[k], header)
+    return L
 
 
 def P(a):
@@ -83,11 +93,6 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     L = build(args.root)
-    L.shim_conv2d_fwd.argtypes = [vp] * 5
-    L.shim_conv2d_bwd_input.argtypes = [vp] * 4
-    L.shim_conv2d_bwd_weight.argtypes = [vp] * 4 + [i64] * 2
-    L.shim_batch_norm_train_fwd.argtypes = [vp] * 10 + [i64] * 3 + [cf, cf]
-    L.shim_batch_norm_train_bwd.argtypes = [vp] * 8 + [i64] * 3
     rng = np.random.default_rng(0)
     print(f"ms per call, best of {args.reps}; torch threads = {args.threads}; ratio = ours / torch")
     print("| layer | fwd ours | fwd torch | ratio | dx ours | dx torch | ratio | dw ours | dw torch | ratio |")
@@ -98,7 +103,7 @@ def main():
             continue
         pad = K // 2
         OH, OW = (H + 2 * pad - K) // s + 1, (W + 2 * pad - K) // s + 1
-        params = np.array([N, C, H, W, O, K, K, OH, OW, s, s, pad, pad, 1, 1, G], dtype=np.int64)
+        params = [N, C, H, W, O, K, K, OH, OW, s, s, pad, pad, 1, 1, G]  # pk::Conv2dParams
         x = rng.standard_normal((N, C, H, W), dtype=np.float32)
         w = rng.standard_normal((O, C // G, K, K), dtype=np.float32)
         dy = rng.standard_normal((N, O, OH, OW), dtype=np.float32)
@@ -110,11 +115,11 @@ def main():
                                                                 [0, 0], G, mask)
 
         r = [
-            bench(lambda: L.shim_conv2d_fwd(P(x), P(w), None, P(y), P(params)), args.reps),
+            bench(lambda: L.shim_conv2d_fwd(P(x), P(w), None, P(y), *params), args.reps),
             bench(lambda: F.conv2d(tx, tw, None, s, pad, 1, G), args.reps),
-            bench(lambda: L.shim_conv2d_bwd_input(P(dy), P(w), P(dx), P(params)), args.reps),
+            bench(lambda: L.shim_conv2d_bwd_input(P(dy), P(w), P(dx), *params), args.reps),
             bench(t_bwd([True, False, False]), args.reps),
-            bench(lambda: L.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), C // G, C), args.reps),
+            bench(lambda: L.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), *params, C // G, C), args.reps),
             bench(t_bwd([False, True, False]), args.reps),
         ]
         tot += r

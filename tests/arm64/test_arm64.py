@@ -2,10 +2,10 @@
 qemu-aarch64, against torch and against this machine's build.
 
 * test_kernels: kernel_check.cpp with every runtime kernel, one qemu run over
-  all cases; each output is checked against a float64 torch reference.  Most
-  cases call one kernel (or a fwd+bwd pair) by name through the dispatch table
-  generated from pock_kernels.h (pockengine.ops.kernels.driver_source), their
-  arguments by parameter name; a few families keep hand-written runners.
+  all cases; each output is checked against a float64 torch reference.  Each
+  case calls one kernel (or a fwd+bwd pair) by name through the dispatch table
+  generated from pock_kernels.h (pockengine.ops.kernels.driver_source), its
+  arguments by parameter name.
 * test_train_end_to_end: a compiled model's TU + the runtime + train_driver.c
   (plain C over pock.h) starts from a checkpoint the host trainer wrote, trains
   5 steps and saves; its losses and its checkpoint, loaded by a host Trainer,
@@ -78,13 +78,12 @@ def read_tensors(path: Path) -> dict[str, np.ndarray]:
 
 
 # ----------------------------------------------------------------------------- kernel cases
-# Each generator yields (family, params, inputs, expected): inputs are float32 arrays
+# Each generator yields (family, params, inputs, expected) (call()): inputs are float32 arrays
 # (integers travel as floats), expected are float64 torch references computed
-# from exactly those float32 inputs.  A family that is a kernel's name (call())
-# calls that kernel ("k1+k2": those, in order over the same buffers) through the driver generated from pock_kernels.h
+# from exactly those float32 inputs.  The family is a kernel's name: the case calls that kernel
+# ("k1+k2": those, in order over the same buffers) through the driver generated from pock_kernels.h
 # (pockengine.ops.kernels.driver_source): params are its scalars by parameter
-# name, inputs its buffers by parameter name; the others are kernel_check.cpp's
-# hand-written runners, params a list "p".
+# name, inputs its buffers by parameter name (a struct's array member too: "shape").
 _g = torch.Generator().manual_seed(1234)
 
 
@@ -280,6 +279,9 @@ def softmax_loss_cases():
         yield call("cross_entropy_bwd", {"dloss": dloss, "logits": logits, "target": target}, {"dlogits": dlogits}, **p)
 
 
+MASK_STRIDES = ("mask_sb", "mask_sl", "mask_ss")  # pk::SdpaParams; its heads and layouts keep their defaults
+
+
 def sdpa_cases():
     for B, L, S, E, Ev, causal, mask_kind, scale in [
         (2, 5, 5, 8, 8, True, 0, None), (3, 4, 7, 6, 5, False, 0, None), (1, 4, 6, 4, 4, True, 0, 0.3),
@@ -302,9 +304,10 @@ def sdpa_cases():
         out = probs @ v
         dout = rnd(B, L, Ev)
         dq, dk, dv = grads((out * dout).sum(), q, k, v)
-        ins = {"q": q, "k": k, "v": v, "dout": dout, **({"mask": mask} if mask is not None else {})}
-        yield "sdpa", [B, L, S, E, Ev, scale, causal, mask_kind, *strides], ins, {
-            "out": out, "probs": probs, "dq": dq, "dk": dk, "dv": dv}
+        mask = {} if mask is None else {f"mask:{'uint8_t' if mask_kind == 1 else 'float'}": mask}  # the const void*
+        yield call("sdpa_fwd+sdpa_bwd", {"q": q, "k": k, "v": v, "dout": dout, **mask},
+                   {"out": out, "probs": probs, "dq": dq, "dk": dk, "dv": dv}, {"scratch": (L * S,)}, B=B, L=L, S=S,
+                   E=E, Ev=Ev, scale=scale, causal=causal, mask_kind=mask_kind, **dict(zip(MASK_STRIDES, strides)))
 
 
 def rnn_cases():
@@ -413,7 +416,9 @@ def data_cases():
                                ((3, 4, 5, 6), (), 2.0), ((37, 19), (0,), 1.0), ((37, 19), (1,), 1.0)]:
         x = rnd(*shape)
         y = x.sum(dims, keepdim=True) * scale if dims else x * scale
-        yield "reduce_sum", [scale] + [d in dims for d in range(len(shape))], {"x": x}, {"y": y}
+        flags = np.array([d in dims for d in range(len(shape))], np.float64)  # pk::Reduce's arrays as buffers
+        yield call("reduce_sum", {"x": x, "shape": np.array(shape, np.float64), "reduce": flags}, {"y": y},
+                   ndim=len(shape), scale=scale)
     # (x shape, y shape, copy shape, in strides, in offset, out strides, out offset)
     for xs, ys, shape, ist, ioff, ost, ooff in [
         ((3, 4, 5), (5, 3, 4), (5, 3, 4), (1, 20, 5), 0, (12, 4, 1), 0),       # permute
@@ -425,7 +430,9 @@ def data_cases():
         y = y0.numpy().copy()
         src = np.lib.stride_tricks.as_strided(x.numpy().reshape(-1)[ioff:], shape, [8 * s for s in ist])
         np.lib.stride_tricks.as_strided(y.reshape(-1)[ooff:], shape, [8 * s for s in ost])[...] = src
-        yield "strided_copy", [len(shape), ioff, ooff, *shape, *ist, *ost], {"x": x, "y": y0}, {"y": torch.from_numpy(y)}
+        arrays = {k: np.array(v, np.float64) for k, v in [("shape", shape), ("in_strides", ist), ("out_strides", ost)]}
+        yield call("strided_copy_float", {"x": x, "y": y0, **arrays}, {"y": torch.from_numpy(y)}, ndim=len(shape),
+                   in_offset=ioff, out_offset=ooff)
     # (kernel, torch function, scalars, whether the backward reads y (else x)); relu6 as the codegen emits it
     acts = [("relu", torch.relu, {}, True), ("hardtanh", lambda t: F.hardtanh(t, -1.0, 1.0), dict(lo=-1.0, hi=1.0), False),
             ("sigmoid", torch.sigmoid, {}, True), ("tanh", torch.tanh, {}, True), ("silu", F.silu, {}, False),
@@ -447,7 +454,11 @@ def data_cases():
     for op, fn in enumerate([torch.add, torch.sub, torch.mul, torch.div]):
         for sa, sb in [((3, 1, 5), (4, 5)), ((6, 19), (6, 19)), ((2, 3, 4), (1,)), ((7, 1), (1, 9))]:
             a, b = rnd(*sa), (rnd(*sb, lo=0.5) if op == 3 else rnd(*sb))
-            yield "binary", [op], {"a": a, "b": b}, {"out": fn(a, b)}
+            out = np.broadcast_shapes(sa, sb)  # pk::Broadcast: element strides, 0 where broadcast
+            st = {k: np.array(np.broadcast_to(np.zeros(s, np.float32), out).strides, np.float64) / 4
+                  for k, s in [("sa", sa), ("sb", sb)]}
+            yield call("binary", {"a": a, "b": b, "shape": np.array(out, np.float64), **st}, {"out": fn(a, b)},
+                       op=op, ndim=len(out))
     N, C, H, W, K, s, pad = 2, 3, 9, 8, 3, 2, 1
     x = rnd(N, C, H, W).requires_grad_()
     ymax, yavg = F.max_pool2d(x, K, s, pad), F.avg_pool2d(x, K, s, pad, count_include_pad=True)
@@ -476,25 +487,21 @@ def kernel_cases():
         for family, params, ins, exp in gen():
             i = count[family] = count.get(family, -1) + 1
             arr = lambda t: np.asarray(t.detach().numpy() if torch.is_tensor(t) else t, dtype=np.float64)
-            p = ({k: np.array(float(v)) for k, v in params.items()} if isinstance(params, dict)
-                 else {"p": np.array([float(v) for v in params])})
+            p = {k: np.array(float(v)) for k, v in params.items()}
             ins = {**p, **{k: arr(v) for k, v in ins.items()}}
             cases[f"{family}.{i}"] = (ins, {k: arr(v) for k, v in exp.items()})
     return cases
 
 
-HAND = {"sdpa", "reduce_sum", "strided_copy", "binary"}  # kernel_check.cpp's runners
-
-
 def _kernels(case: str) -> set[str]:
-    """The kernels a case calls ("lstm_fwd+lstm_bwd.2" -> both), or its hand-written family."""
+    """The kernels a case calls ("lstm_fwd+lstm_bwd.2" -> both)."""
     return set(case.split(".")[0].split("+"))
 
 
 def test_kernels(tmp_path):
     callable_, cases = set(driver_kernels()), kernel_cases()
-    absent = sorted(set().union(*map(_kernels, cases)) - HAND - callable_)  # kernels this tree does not have
-    cases = {c: v for c, v in cases.items() if _kernels(c) <= HAND | callable_}
+    absent = sorted(set().union(*map(_kernels, cases)) - callable_)  # kernels this tree does not have
+    cases = {c: v for c, v in cases.items() if _kernels(c) <= callable_}
     (tmp_path / "calls.cpp").write_text(driver_source(callable_))
     exe = cross.build_executable([HERE / "kernel_check.cpp", tmp_path / "calls.cpp"], tmp_path / "kernel_check")
     inputs = {f"{c}/{k}": v for c, (ins, _) in cases.items() for k, v in ins.items()}
@@ -506,8 +513,7 @@ def test_kernels(tmp_path):
     failures = []
     for case, (ins, exp) in cases.items():
         produced = {k.split("/", 1)[1] for k in got if k.split("/", 1)[0] == case}
-        if case.split(".")[0] not in HAND:  # a kernel call: its scratch buffers and return value go unchecked
-            produced -= (set(ins) | {"ret"}) - set(exp)
+        produced -= (set(ins) | {"ret"}) - set(exp)  # scratch buffers and return values go unchecked
         if produced != set(exp):
             failures.append(f"{case}: outputs {sorted(produced)}, expected {sorted(exp)}")
             continue
@@ -520,7 +526,7 @@ def test_kernels(tmp_path):
             bad = ~np.isclose(have, want, rtol=RTOL, atol=atol)
             if bad.any():
                 i = np.unravel_index(np.argmax(np.abs(have - want) * bad), want.shape)
-                p = ins["p"].tolist() if "p" in ins else {k: float(v) for k, v in ins.items() if v.ndim == 0}
+                p = {k: float(v) for k, v in ins.items() if v.ndim == 0}
                 failures.append(f"{case}/{name} (p={p}): {bad.sum()} of {want.size} differ; "
                                 f"worst at {tuple(map(int, i))}: got {have[i]!r}, expected {want[i]:.7g}")
     if absent:

@@ -1,6 +1,7 @@
 """Build helpers for kernel tests: compile every runtime kernel plus the test shims
-(extern "C" wrappers over the pk:: kernels: generated from the op records, and one
-hand-written file) into a shared library and load it."""
+(extern "C" wrappers over the pk:: kernels, generated from the op records and
+pock_kernels.h; and optionally one hand-written file of test helpers: thread pools,
+scratch sizes) into a shared library and load it."""
 import ctypes
 from pathlib import Path
 
@@ -16,8 +17,8 @@ SHIMS = Path(__file__).resolve().parent / "shims"
 def build_shim(shim: str | None = None, extra_flags=()) -> ctypes.CDLL:
     """Every kernel + the thread pool + the shims derived from the op records (a `shim_<kernel>`
     for each kernel a record calls with plain arguments, its ctypes signature set: see
-    pockengine.ops.kernels) + shims/<shim> (hand-written: parameter arrays, composites; the
-    kernels it wraps are left out of the generated file),
+    pockengine.ops.kernels) + shims/<shim> (hand-written helpers: thread pools, scratch sizes;
+    a kernel it wraps is left out of the generated file),
     compiled and cached by build.host.build_kernel_library, and loaded."""
     hand = [SHIMS / shim] if shim else []
     srcs = [write_record_shims(beside=hand)] + hand

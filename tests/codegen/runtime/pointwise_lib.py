@@ -1,5 +1,9 @@
-"""The pointwise-family kernels' test shim (shims/pointwise_shim.cpp) and the helpers
-test_kernels_pointwise.py and test_kernels_pointwise_threads.py share."""
+"""The pointwise-family kernels' test library and the helpers test_kernels_pointwise.py,
+test_kernels_pointwise_threads.py and test_kernels_attention.py share.
+
+Every kernel's `shim_<kernel>` is generated (pockengine.ops.kernels: a struct's members in its
+place, an array member as a pointer, a template per instance: shim_strided_copy_float); the
+`pw_*` helpers below only pick one of them by the tests' op / dtype ids."""
 import ctypes
 
 import numpy as np
@@ -9,45 +13,51 @@ import torch.nn.functional as F
 RTOL, ATOL = 1e-5, 1e-6
 
 vp, i64, f32, f64, cint, u64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_double, ctypes.c_int, ctypes.c_uint64
-SIGS = {
-    "pw_act_fwd": [cint, vp, vp, i64, f32, f32],
-    "pw_act_bwd": [cint, vp, vp, vp, i64, f32, f32],
-    "pw_unary": [cint, vp, vp, i64],
-    "pw_scalar": [cint, vp, vp, i64, f32],
-    "pw_pow_bwd": [vp, vp, vp, i64, f32],
-    "pw_binary": [cint, vp, vp, vp, cint, vp, vp, vp],
-    "pw_where": [vp, vp, vp, vp, cint, vp, vp, vp, vp],
-    "pw_reduce_sum": [vp, vp, cint, vp, vp, f32],
-    "pw_strided_copy": [cint, vp, vp, cint, vp, vp, i64, vp, i64],
-    "pw_fill": [cint, vp, i64, f64, i64],
-    "pw_softmax": [cint, cint, vp, vp, vp, i64, i64, i64],
-    "pw_ce_fwd": [vp, vp, vp, i64, i64, i64, f32],
-    "pw_ce_bwd": [vp, vp, vp, vp, i64, i64, i64, f32],
-    "pw_nll_fwd": [vp, vp, vp, i64, i64, i64],
-    "pw_nll_bwd": [vp, vp, vp, i64, i64, i64],
-    "pw_mse_fwd": [vp, vp, vp, i64],
-    "pw_mse_bwd": [vp, vp, vp, vp, vp, i64],
-    "pw_sdpa_fwd": [vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
-    "pw_sdpa_bwd": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
-    "pw_sdpa_fwd_ex": [vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
-    "pw_sdpa_bwd_ex": [vp, vp, vp, vp, vp, vp, vp, vp, vp, vp, f32, cint, cint],
-    "pw_dropout_fwd": [vp, vp, vp, i64, f32, u64],
-    "pw_dropout_bwd": [vp, vp, vp, i64, f32],
-    "pw_sgd": [vp, vp, vp, i64, i64, i64, f32, f32, f32, f32, cint, cint],
-    "pw_adamw": [vp, vp, vp, vp, i64, i64, i64, f32, f32, f32, f32, f32, i64],
-    "pw_use_threads": [cint],
-    "pw_layer_norm_fwd": [vp] * 6 + [i64, i64, f32],
-    "pw_layer_norm_bwd": [vp] * 8 + [i64, i64],
-}
+ACT_KERNELS = ["relu", "hardtanh", "sigmoid", "tanh", "silu", "gelu", "gelu"]  # ACTS' ids
+SCALAR_KERNELS = ["add_scalar", "mul_scalar", "rsub_scalar", "pow_scalar"]
+DTYPE_NAMES = ["float", "int64_t", "int32_t", "uint8_t"]  # the copy tests' dtype ids
+
+
+def sdpa_args(B, L, S, E, Ev, mask_strides, scale, causal, mask_kind, H=1, group=1, layouts=((0, 0, 0),) * 4,
+              scratch_rows=0):
+    """pk::SdpaParams as shim_sdpa_fwd/bwd take it (its members in order; layouts: {sb, sh, sr}
+    of q, k, v, out, all 0 for dense operands)."""
+    return (B, L, S, E, Ev, scale, int(causal), mask_kind, *mask_strides, H, group,
+            *(s for lay in layouts for s in lay), scratch_rows)
 
 
 def load(shim_builder):
-    """The shim library with every entry point's ctypes signature set."""
-    L = shim_builder("pointwise_shim.cpp")
-    for name, args in SIGS.items():
-        getattr(L, name).argtypes = args
-        getattr(L, name).restype = None
-    L.pw_num_threads.argtypes, L.pw_num_threads.restype = [], cint
+    """The kernels with their generated shims (argtypes set) and shims/threads_shim.cpp, plus
+    the `pw_*` helpers the pointwise tests call."""
+    L = shim_builder("threads_shim.cpp", ("-pthread",))
+
+    def act_args(op, a, b):
+        return (a, b) if op == 1 else (op == 6,) if op in (5, 6) else ()
+
+    helpers = {
+        "pw_act_fwd": lambda op, x, y, n, a, b: getattr(L, f"shim_{ACT_KERNELS[op]}_fwd")(x, y, n, *act_args(op, a, b)),
+        "pw_act_bwd": lambda op, dy, saved, dx, n, a, b: getattr(L, f"shim_{ACT_KERNELS[op]}_bwd")(
+            dy, saved, dx, n, *act_args(op, a, b)),
+        "pw_scalar": lambda op, x, y, n, c: getattr(L, f"shim_{SCALAR_KERNELS[op]}")(x, y, n, c),
+        "pw_strided_copy": lambda dt, *args: getattr(L, f"shim_strided_copy_{DTYPE_NAMES[dt]}")(*args),
+        "pw_fill": lambda dt, y, n, fv, iv: getattr(L, f"shim_fill_{DTYPE_NAMES[dt]}")(y, n, iv if dt else fv),
+        "pw_softmax": lambda log, bwd, a, b, out, *size: (
+            getattr(L, f"shim_{'log_' if log else ''}softmax_{'bwd' if bwd else 'fwd'}")(
+                *((a, b) if bwd else (a,)), out, *size)),
+        "pw_sgd": lambda *args: L.shim_sgd_update(*args, 0),  # check_finite off
+        "pw_adamw": lambda *args: L.shim_adamw_update(*args, 0),
+        "pw_use_threads": L.shim_use_threads,
+        "pw_num_threads": L.shim_num_threads,
+    }
+    for kernel in ["unary", "pow_scalar_bwd", "binary", "where", "reduce_sum", "cross_entropy_fwd",
+                   "cross_entropy_bwd", "nll_loss_fwd", "nll_loss_bwd", "mse_loss_fwd", "mse_loss_bwd", "dropout_fwd",
+                   "dropout_bwd", "layer_norm_fwd", "layer_norm_bwd"]:  # the same arguments as the kernel's shim
+        short = kernel.replace("cross_entropy", "ce").replace("_loss", "").replace("pow_scalar_bwd", "pow_bwd")
+        helpers[f"pw_{short}"] = getattr(L, f"shim_{kernel}")
+    L.shim_use_threads.argtypes, L.shim_use_threads.restype = [cint], None
+    L.shim_num_threads.argtypes, L.shim_num_threads.restype = [], cint
+    for name, fn in helpers.items():
+        setattr(L, name, fn)
     return L
 
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from pointwise_lib import I, P, close, load, rnd
+from pointwise_lib import P, close, load, rnd, sdpa_args
 
 
 @pytest.fixture(scope="module")
@@ -29,16 +29,17 @@ def run(lib, q, k, v, dout, scale, causal, tm, mask=None, scratch_rows=None):
         m = np.broadcast_to(mask, (N * H, L, S))
         ms = [s // mask.itemsize for s in m.strides]
     rows = N * H * L if scratch_rows is None else scratch_rows
-    dims = I([N * H, L, S, E, Ev, *ms, H, H // Hk, *_strides(tm[0], H, L, E), *_strides(tm[1], Hk, S, E),
-              *_strides(tm[2], Hk, S, Ev), *_strides(tm[3], H, L, Ev), rows])
+    kind = 0 if mask is None else 1
+    params = sdpa_args(N * H, L, S, E, Ev, ms, scale, causal, kind, H, H // Hk,
+                       [_strides(tm[0], H, L, E), _strides(tm[1], Hk, S, E), _strides(tm[2], Hk, S, Ev),
+                        _strides(tm[3], H, L, Ev)], rows)
     out = np.full(store[3].shape, np.nan, np.float32)
     probs = np.full((N * H, L, S), np.nan, np.float32)
-    kind = 0 if mask is None else 1
-    lib.pw_sdpa_fwd_ex(P(store[0]), P(store[1]), P(store[2]), P(mask), P(out), P(probs), P(dims), scale, causal, kind)
+    lib.shim_sdpa_fwd(P(store[0]), P(store[1]), P(store[2]), P(mask), P(out), P(probs), *params)
     grads = [np.full(x.shape, np.nan, np.float32) for x in store[:3]]
     scratch = np.full(rows * S, np.nan, np.float32)
-    lib.pw_sdpa_bwd_ex(P(store[3]), P(store[0]), P(store[1]), P(store[2]), P(probs), *map(P, grads), P(scratch),
-                       P(dims), scale, causal, kind)
+    lib.shim_sdpa_bwd(P(store[3]), P(store[0]), P(store[1]), P(store[2]), P(probs), *map(P, grads), P(scratch),
+                      *params)
     back = lambda x, t: x.transpose(0, 2, 1, 3) if t else x  # noqa: E731
     return back(out, tm[3]), probs, [back(gr, t) for gr, t in zip(grads, tm)]
 

@@ -16,28 +16,13 @@ RTOL, ATOL = 1e-4, 1e-5
 GUARD = 16
 SENTINEL = -12345.0
 
-i64, cint, vp, cf = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p, ctypes.c_float
+vp = ctypes.c_void_p
 
 
 @pytest.fixture(scope="module")
 def lib(shim_builder):
-    L = shim_builder("dense_shim.cpp")  # + the shims generated from the op records, their argtypes set
-    sigs = {  # the hand-written shims (conv2d and pool2d: their parameters as one i64 array)
-        "shim_conv2d_fwd": [vp] * 5,
-        "shim_conv2d_fwd_act": [vp] * 5 + [cint],
-        "shim_conv2d_bwd_input": [vp] * 4,
-        "shim_conv2d_bwd_weight": [vp] * 4 + [i64] * 2,
-        "shim_conv2d_bwd_bias": [vp] * 3,
-        "shim_max_pool2d_fwd": [vp] * 4,
-        "shim_max_pool2d_bwd": [vp] * 4,
-        "shim_avg_pool2d_fwd": [vp] * 3,
-        "shim_avg_pool2d_bwd": [vp] * 3,
-    }
-    for name, argtypes in sigs.items():
-        fn = getattr(L, name)
-        fn.restype = None
-        fn.argtypes = argtypes
-    return L
+    return shim_builder()  # the shims generated from the op records, their argtypes set (conv2d's and
+    # pool2d's take Conv2dParams / Pool2dParams as their fields, in order: conv_setup, pool_params)
 
 
 class Buffers:
@@ -280,15 +265,15 @@ def test_conv2d(lib, case):
     ty.backward(T(dy))
     bufs = Buffers()
     y, y_nb, dx, dw, db = bufs(N, O, OH, OW), bufs(N, O, OH, OW), bufs(N, C, H, W), bufs(*w.shape), bufs(O)
-    lib.shim_conv2d_fwd(P(x), P(w), P(b), P(y), P(params))
+    lib.shim_conv2d_fwd(P(x), P(w), P(b), P(y), *params.tolist())
     close(y, ty)
-    lib.shim_conv2d_fwd(P(x), P(w), None, P(y_nb), P(params))
+    lib.shim_conv2d_fwd(P(x), P(w), None, P(y_nb), *params.tolist())
     close(y_nb, ty.detach() - tb.detach()[:, None, None])
-    lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), P(params))
+    lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), *params.tolist())
     close(dx, tx.grad)
-    lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), C // G, C)
+    lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), *params.tolist(), C // G, C)
     close(dw, tw.grad)
-    lib.shim_conv2d_bwd_bias(P(dy), P(db), P(params))
+    lib.shim_conv2d_bwd_bias(P(dy), P(db), *params.tolist())
     close(db, tb.grad)
     bufs.check_guards()
 
@@ -304,12 +289,12 @@ def test_conv2d_bwd_weight_partial_channels(lib, case):
     for k in {1, C // G - 1}:
         bufs = Buffers()
         dw = bufs(w.shape[0], k, w.shape[2], w.shape[3])
-        lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), k, C)
+        lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), *params.tolist(), k, C)
         close(dw, full[:, :k])
         if G == 1:  # x already sliced to its first k channels (xc == k)
             xs = np.ascontiguousarray(x[:, :k])
             dw2 = bufs(w.shape[0], k, w.shape[2], w.shape[3])
-            lib.shim_conv2d_bwd_weight(P(dy), P(xs), P(dw2), P(params), k, k)
+            lib.shim_conv2d_bwd_weight(P(dy), P(xs), P(dw2), *params.tolist(), k, k)
             close(dw2, full[:, :k])
         bufs.check_guards()
 
@@ -369,13 +354,13 @@ def test_conv2d_fast_paths(lib, case):
     ty.backward(torch.tensor(dy, dtype=torch.float64))
     bufs = Buffers()
     y, dx, dw, db = bufs(N, O, OH, OW), bufs(N, C, H, W), bufs(*w.shape), bufs(O)
-    lib.shim_conv2d_fwd(P(x), P(w), P(b), P(y), P(params))
+    lib.shim_conv2d_fwd(P(x), P(w), P(b), P(y), *params.tolist())
     close(y, ty, atol=2e-5)
-    lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), P(params))
+    lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), *params.tolist())
     close(dx, tx.grad, atol=2e-5)
-    lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), P(params), C // G, C)
+    lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), *params.tolist(), C // G, C)
     close(dw, tw.grad, atol=1e-6 * float(tw.grad.abs().max()) + 1e-5)
-    lib.shim_conv2d_bwd_bias(P(dy), P(db), P(params))
+    lib.shim_conv2d_bwd_bias(P(dy), P(db), *params.tolist())
     close(db, tb.grad, atol=1e-5)
     bufs.check_guards()
 
@@ -393,7 +378,7 @@ def test_conv2d_fwd_act(lib, case, act, bias):
     ty = [ty, F.relu(ty), F.relu6(ty)][act]
     bufs = Buffers()
     y = bufs(N, O, params[7], params[8])
-    lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), P(params), act)
+    lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), *params.tolist(), act)
     close(y, ty, atol=5e-5)
     bufs.check_guards()
 
@@ -406,7 +391,7 @@ def test_conv2d_fwd_act_nan_propagates(lib):
     for act in (1, 2):
         bufs = Buffers()
         y = bufs(1, 2, 6, 6)
-        lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), P(params), act)
+        lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), *params.tolist(), act)
         assert np.isnan(y[0, 1]).sum() == np.isnan(ref[0, 1].numpy()).sum() > 0
         assert not np.isnan(y[0, 0]).any()
 
@@ -444,10 +429,10 @@ def test_max_pool2d(lib, case):
     params = pool_params(N, C, H, W, OH, OW, k, s, p, d)
     bufs = Buffers()
     y, idx, dx = bufs(N, C, OH, OW), bufs(N, C, OH, OW, dtype=np.int32), bufs(N, C, H, W)
-    lib.shim_max_pool2d_fwd(P(x), P(y), P(idx), P(params))
+    lib.shim_max_pool2d_fwd(P(x), P(y), P(idx), *params.tolist())
     close(y, ty, rtol=0, atol=0)
     np.testing.assert_array_equal(idx, tidx.numpy())
-    lib.shim_max_pool2d_bwd(P(dy), P(idx), P(dx), P(params))
+    lib.shim_max_pool2d_bwd(P(dy), P(idx), P(dx), *params.tolist())
     close(dx, tx.grad)
     bufs.check_guards()
 
@@ -461,7 +446,7 @@ def test_max_pool2d_ties_and_nan(lib):
     params = pool_params(1, 2, 4, 4, 2, 2, k, s, p, d)
     bufs = Buffers()
     y, idx = bufs(1, 2, 2, 2), bufs(1, 2, 2, 2, dtype=np.int32)
-    lib.shim_max_pool2d_fwd(P(x), P(y), P(idx), P(params))
+    lib.shim_max_pool2d_fwd(P(x), P(y), P(idx), *params.tolist())
     np.testing.assert_array_equal(y, ty.numpy())  # NaN compares equal here
     np.testing.assert_array_equal(idx, tidx.numpy())
     assert np.isnan(y[0, 1, 0, 0]) and idx[0, 1, 0, 0] == 4
@@ -495,9 +480,9 @@ def test_avg_pool2d(lib, case):
     params = pool_params(N, C, H, W, OH, OW, k, s, p, (1, 1), cip, div)
     bufs = Buffers()
     y, dx = bufs(N, C, OH, OW), bufs(N, C, H, W)
-    lib.shim_avg_pool2d_fwd(P(x), P(y), P(params))
+    lib.shim_avg_pool2d_fwd(P(x), P(y), *params.tolist())
     close(y, ty)
-    lib.shim_avg_pool2d_bwd(P(dy), P(dx), P(params))
+    lib.shim_avg_pool2d_bwd(P(dy), P(dx), *params.tolist())
     close(dx, tx.grad)
     bufs.check_guards()
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from pointwise_lib import ACTS, ATOL, UNARY, I, P, bview, close, load, rnd, run_reduce
+from pointwise_lib import ACTS, ATOL, UNARY, I, P, bview, close, load, rnd, run_reduce, sdpa_args
 
 
 @pytest.fixture(scope="module")
@@ -385,16 +385,15 @@ def ref_sdpa(q, k, v, scale, causal, bmask=None, fmask=None):
 def run_sdpa(lib, q, k, v, scale, causal, kind, mask, mstrides, grads=(True, True, True), dout=None):
     B, L, E = q.shape
     S, Ev = k.shape[1], v.shape[2]
-    dims = I([B, L, S, E, Ev, *mstrides])
+    params = sdpa_args(B, L, S, E, Ev, mstrides, scale, causal, kind)
     out = np.full((B, L, Ev), np.nan, np.float32)
     probs = np.full((B, L, S), np.nan, np.float32)
-    lib.pw_sdpa_fwd(P(q), P(k), P(v), P(mask), P(out), P(probs), P(dims), scale, causal, kind)
+    lib.shim_sdpa_fwd(P(q), P(k), P(v), P(mask), P(out), P(probs), *params)
     if dout is None:
         return out, probs, None
     dq, dk, dv = (np.full(a.shape, np.nan, np.float32) if w else None for a, w in zip((q, k, v), grads))
     scratch = np.empty(L * S, np.float32)
-    lib.pw_sdpa_bwd(P(dout), P(q), P(k), P(v), P(probs), P(dq), P(dk), P(dv), P(scratch), P(dims), scale,
-                    causal, kind)
+    lib.shim_sdpa_bwd(P(dout), P(q), P(k), P(v), P(probs), P(dq), P(dk), P(dv), P(scratch), *params)
     return out, probs, (dq, dk, dv)
 
 

@@ -469,7 +469,7 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
 def render(prog, part):
     """(C++ source, hash) of the step with its Vulkan partition: codegen.render with this
     step (templates/model.cpp.j2, its blocks under `vulkan`)."""
-    from ..codegen import BufferNames, Step, kernel_name
+    from ..codegen import BufferNames, Step, chunks, kernel_name
     from ..codegen import render as render_step
     from ..ops.cpp import fl
 
@@ -663,8 +663,9 @@ def render(prog, part):
         "windows": windows, "shaders": shader_rows, "dispatches": dispatches, "segments": segments,
         "adamw": adamw, "index_words": [4 * (index_slot0 + i) for i in range(len(gathers))],
     }
-    # one function: the chunked form would need the device state in every chunk
-    return render_step(prog, Step(pg, host, blocks, buffers.decls, [], {"vulkan": blocks_ctx}))
+    # a long step is split into chunk functions as the CPU's is; model.cpp.j2 hands each the device
+    # and its memory (the lock and the step's scalars are taken once, in train_step)
+    return render_step(prog, Step(pg, host, blocks, buffers.decls, chunks(blocks, buffers), {"vulkan": blocks_ctx}))
 
 
 def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None):

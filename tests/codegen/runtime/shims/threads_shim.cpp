@@ -1,6 +1,7 @@
 // threads_shim.cpp — extern "C" access to the runtime's thread pool
-// (threadpool.cpp) and to the threaded dense kernels, for test_threads*.py and
-// test_gemm_perf*.py.  Built with every kernel plus threadpool.cpp.
+// (threadpool.cpp) and to the threaded dense kernels, for test_threads*.py,
+// test_gemm_perf*.py and the pointwise tests (pointwise_lib.py).  Built with every
+// kernel, threadpool.cpp and the generated kernel shims.
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -18,6 +19,22 @@ extern "C" {
 void* shim_pool_create(int threads) { return pock_rt::pool_create(threads); }
 void shim_pool_destroy(void* pool) { pock_rt::pool_destroy(static_cast<ThreadPool*>(pool)); }
 int shim_default_threads() { return pock_rt::default_num_threads(); }
+// Threads for the kernel calls that follow on the calling thread (as inside a step):
+// a pool of n threads made current there; n <= 1 drops it (kernels run inline again).
+void shim_use_threads(int n) {
+  static thread_local ThreadPool* pool = nullptr;
+  static thread_local PoolScope* scope = nullptr;
+  delete scope;
+  scope = nullptr;
+  pock_rt::pool_destroy(pool);
+  pool = nullptr;
+  if (n > 1) {
+    pool = pock_rt::pool_create(n);
+    scope = new PoolScope(pool);
+  }
+}
+int shim_num_threads() { return pk::num_threads(); }
+
 // The pool's debug counters: parallel regions that reached it, and those handed to its workers.
 i64 shim_pool_regions(void* pool) { return pock_rt::pool_regions(static_cast<ThreadPool*>(pool)); }
 i64 shim_pool_dispatches(void* pool) { return pock_rt::pool_dispatches(static_cast<ThreadPool*>(pool)); }
