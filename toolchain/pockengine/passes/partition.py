@@ -65,7 +65,7 @@ class Partition:
     space: dict[int, str]        # id(value) -> backend whose memory holds it (arena values)
     backends: list[str]
     cost: float                  # estimated seconds per step
-    origin: dict[int, Node] = field(default_factory=dict)  # id(node of graph) -> the node of `order` it copies
+    origin: dict[int, Node] = field(default_factory=dict)  # id(node of graph) -> the node of order it copies
 
     @property
     def order(self) -> list[Node]:
@@ -105,7 +105,7 @@ def _prefix_role(b: str) -> bool:
     return any(r.name == b and r.role == "prefix" for r in registered())
 
 
-def prefix_nodes(order: list[Node], g: Graph, supports, frozen: set[str]) -> set[int]:
+def prefix_nodes(order: list[Node], g: Graph, supports, frozen: set[str], within: set[int] | None = None) -> set[int]:
     """id(node) of the frozen prefix a prefix backend whose `supports(node)` says what it runs takes:
       - a forward node it supports that writes no state, reads only the step's inputs (model
         inputs and targets: known before the step), `frozen` state and outputs of prefix nodes,
@@ -113,21 +113,23 @@ def prefix_nodes(order: list[Node], g: Graph, supports, frozen: set[str]) -> set
         backward pass saves) nothing reads;
       - of those, the ones that (transitively) read a step input, and the ones reading only
         frozen state (a slice of a positional table) that such a node needs.
-    A node it cannot run is not a prefix node, and neither is anything computed from it.
-    (passes/prefix.split_prefix cuts the model at the part the inference pass shares: work
-    on the targets stays in the step.)"""
+    A node it cannot run (or outside `within`, id(node)s, when given) is not a prefix node,
+    and neither is anything computed from it.  (passes/prefix.split_prefix limits the step's
+    prefix to the part the inference pass shares: work on the targets, or slicing a prefix
+    output for a sparse update, stays in the step.)"""
     users = g.users()
     given = {id(v) for v in g.inputs + g.targets}
     ok: set[int] = given | {id(g.state[s]) for s in frozen if s in g.state}
     outs = {id(v) for v in g.outputs}
     taken = []
     for n in order:
-        if n.phase != "forward" or n.mutates or not supports(n):
+        if n.phase != "forward" or n.mutates or not supports(n) or (within is not None and id(n) not in within):
             continue
         if not all(v is None or id(v) in ok for v in n.inputs):
             continue
         computed = REGISTRY[n.op].torch_outputs
-        if any(o is not None and i >= computed and (users.get(id(o)) or id(o) in outs) for i, o in enumerate(n.outputs)):
+        if any(o is not None and i >= computed and (users.get(id(o)) or id(o) in outs)
+               for i, o in enumerate(n.outputs)):
             continue
         ok.update(id(o) for o in n.outputs[:computed] if o is not None)
         taken.append(n)
@@ -218,11 +220,12 @@ def _estimate(order, assign, cost: CostModel) -> float:
 
 
 def partition(order: list[Node], g: Graph, backends, supports: dict | None = None, cost: CostModel | None = None,
-              prefer: str | None = None, frozen: set[str] | None = None) -> Partition:
+              prefer: str | None = None, frozen: set[str] | None = None, within: set[int] | None = None) -> Partition:
     """order: the scheduled step of g (or the inference pass); supports: {backend: callable(node) -> bool}
     (default: each registered backend's `supports`; the cost model's default: their devices);
     frozen: the state a prefix backend may read (default frozen_state(g); the inference
-    graph's split passes the training step's, since only the step writes state).
+    graph's split passes the training step's, since only the step writes state);
+    within: id(node)s a prefix backend may take at most (default: any; see prefix_nodes).
 
     A prefix backend among `backends` takes its prefix_nodes whatever the costs.  The cost
     model picks the rest of the assignment unless `prefer` names a backend: then
@@ -242,7 +245,7 @@ def partition(order: list[Node], g: Graph, backends, supports: dict | None = Non
     if prefixes:
         b = prefixes[0]
         can = supports.get(b) or (lambda n: False)
-        fixed = dict.fromkeys(prefix_nodes(order, g, can, frozen_state(g) if frozen is None else frozen), b)
+        fixed = dict.fromkeys(prefix_nodes(order, g, can, frozen_state(g) if frozen is None else frozen, within), b)
     dep = trained_dependents(order)
     cands = {id(n): [fixed[id(n)]] if id(n) in fixed else _candidates(n, backends, supports, dep) for n in order}
     options = [_assign_greedy(order, cands, cost), _assign_eager(order, cands, ALWAYS)]

@@ -301,7 +301,9 @@ def split_prefix(prog, backend: str = "htp"):
     if not any(n.op not in LAYOUT_OPS for n in tnodes) and not any(n.op not in LAYOUT_OPS for n in fnodes):
         return None, prog
     fsig, fval = _signatures(fg, fnodes)
-    tnodes, _, tval = _match(g, tnodes, fsig)
+    tnodes, extra, tval = _match(g, tnodes, fsig)
+    if extra:  # forward work only the step does (on the targets, slicing a saved prefix output) stays on the CPU
+        tpart = partition(prog.order, g, [backend, ALWAYS], frozen=frozen_state(g), within={id(n) for n in tnodes})
     done = {tval[id(n.outputs[0])][1] for n in tnodes if n.outputs and n.outputs[0] is not None}
     done |= {k for k, n in enumerate(fnodes) if not any(o is not None for o in n.outputs)}
     missing = [k for k in range(len(fnodes)) if k not in done]
