@@ -11,9 +11,9 @@ Rules:
     trained parameter.
   - A prefix backend (Backend.role "prefix": htp, coreml) takes the frozen prefix,
     the part of the forward pass it can run before the step (prefix_nodes): forward
-    nodes it supports that write no state and read only model inputs, frozen state
-    and values it computes itself, so an op it cannot run ends the prefix there (it
-    and everything computed from it stay on the CPU).  This is the one place that
+    nodes it supports that write no state and read only the step's inputs, frozen
+    state and values it computes itself, so an op it cannot run ends the prefix there
+    (it and everything computed from it stay on the CPU).  This is the one place that
     decides the split passes/prefix.split_prefix makes; the cost model does not move it.
   - Views (reshape) stay on the backend that holds their input.
   - A cost model picks among candidate assignments (greedy per node, and "as
@@ -149,7 +149,7 @@ def _candidates(n: Node, backends, supports, dep) -> list[str]:
         if b == ALWAYS:
             out.append(b)
             continue
-        if _prefix_role(b) or not supports.get(b, lambda n: False)(n):  # prefix backends: prefix_nodes
+        if not supports.get(b, lambda n: False)(n):
             continue
         if _inference_only(b) and (n.phase != "forward" or any(v is not None and id(v) in dep for v in n.inputs)):
             continue
@@ -247,7 +247,8 @@ def partition(order: list[Node], g: Graph, backends, supports: dict | None = Non
         can = supports.get(b) or (lambda n: False)
         fixed = dict.fromkeys(prefix_nodes(order, g, can, frozen_state(g) if frozen is None else frozen, within), b)
     dep = trained_dependents(order)
-    cands = {id(n): [fixed[id(n)]] if id(n) in fixed else _candidates(n, backends, supports, dep) for n in order}
+    steps = [b for b in backends if b not in prefixes]  # a prefix backend takes its prefix_nodes only
+    cands = {id(n): [fixed[id(n)]] if id(n) in fixed else _candidates(n, steps, supports, dep) for n in order}
     options = [_assign_greedy(order, cands, cost), _assign_eager(order, cands, ALWAYS)]
     options += [_assign_eager(order, cands, b) for b in backends if b != ALWAYS]
     for a in options:

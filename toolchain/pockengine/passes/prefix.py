@@ -37,8 +37,8 @@ from ..errors import PockError
 from ..ir.graph import Graph, Node, Value, index_ranges
 from ..ir.verify import verify
 from ..ops import REGISTRY
-from .partition import ALWAYS, frozen_state, partition
 from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
+from .partition import ALWAYS, frozen_state, partition
 
 # ops that only move data: a prefix of nothing else is not worth splitting off
 LAYOUT_OPS = {name for name, r in REGISTRY.items() if r.layout}
@@ -302,13 +302,13 @@ def split_prefix(prog, backend: str = "htp"):
         return None, prog
     fsig, fval = _signatures(fg, fnodes)
     tnodes, extra, tval = _match(g, tnodes, fsig)
-    if extra:  # forward work only the step does (on the targets, slicing a saved prefix output) stays on the CPU
-        tpart = partition(prog.order, g, [backend, ALWAYS], frozen=frozen_state(g), within={id(n) for n in tnodes})
     done = {tval[id(n.outputs[0])][1] for n in tnodes if n.outputs and n.outputs[0] is not None}
     done |= {k for k, n in enumerate(fnodes) if not any(o is not None for o in n.outputs)}
     missing = [k for k in range(len(fnodes)) if k not in done]
     if missing:
         raise _mismatch(g, fnodes, missing)
+    if extra:  # forward work only the step does (on the targets, slicing a saved prefix output) stays on the CPU
+        tpart = partition(prog.order, g, [backend, ALWAYS], frozen=frozen_state(g), within={id(n) for n in tnodes})
     # one set of cut values serves both graphs (each suffix ignores those it does not read)
     by_sig = {fval[id(v)]: v for v in _cut_values(fg, fnodes)}
     train_by_sig = {tval[id(v)]: v for v in _cut_values(g, tnodes)}
