@@ -89,3 +89,67 @@ def test_cost_model_keeps_small_work_on_the_cpu_and_moves_big_work():
     part = partition(prog.order, prog.graph, ["vulkan", "cpu"], {"vulkan": supports}, fast)
     assert {n.op for n in part.nodes_on("vulkan")} >= {"linear", "linear_bwd_weight"}
     check_spaces(part)
+
+
+@pytest.fixture
+def npu():
+    """A prefix backend registered for the test: htp's record, but without batch_norm_eval."""
+    from dataclasses import replace
+
+    from pockengine.backends import get, register, unregister
+    from pockengine.passes.prefix import torch_supports
+    register(replace(get("htp"), name="npu", supports=lambda n: torch_supports(n) and n.op != "batch_norm_eval"))
+    try:
+        yield "npu"
+    finally:
+        unregister("npu")
+
+
+def frozen_stem_cnn():
+    torch.manual_seed(0)
+    model = MODELS["cnn"]().eval()  # the frozen stem's BatchNorms use running statistics
+    return pe.compile(model, *batches("cnn")[0], update=SPARSE["cnn"], optimizer=pe.AdamW(lr=1e-3))
+
+
+def test_the_partitioner_decides_the_frozen_prefix(npu):
+    """split_prefix cuts where the partitioner puts the prefix backend's nodes: an op the
+    backend's record does not support ends the prefix there (it and what follows stay on
+    the CPU), whatever the cost model says, and format_partition shows the prefix backend."""
+    from pockengine.passes.prefix import split_prefix
+    prog = frozen_stem_cnn()
+    stem = ["conv2d", "batch_norm_eval"] * 3
+    slow = CostModel({**CostModel().devices, "htp": Device(1.0, 1.0, 1.0), npu: Device(1.0, 1.0, 1.0)})
+    part = partition(prog.order, prog.graph, ["htp", "cpu"], cost=slow)
+    ops = [n.op for n in part.nodes_on("htp") if not OPS[n.op].view]
+    # the step also slices the stem's output for project.weight's sparse gradient: work the
+    # inference pass does not share, so the split leaves it to the CPU
+    assert [op for op in ops if op != "slice"] == stem and ops.count("slice") == 1
+    check_spaces(part)
+    prefix, suffix = split_prefix(prog, "htp")
+    assert [n.op for n in prefix.nodes] == stem
+    assert [n.op for n in prefix.partition.nodes_on("htp") if not OPS[n.op].view] == stem
+    assert "slice" in [n.op for n in suffix.graph.nodes if n.phase == "forward"]
+    text = format_partition(prefix.partition)
+    assert "\n  htp        6 nodes" in text and "segments: htp[" in text, text
+
+    part = partition(prog.order, prog.graph, [npu, "cpu"], cost=slow)
+    assert [n.op for n in part.nodes_on(npu) if not OPS[n.op].view] == ["conv2d"]
+    assert f"\n  {npu:7}    1 nodes" in format_partition(part)
+    check_spaces(part)
+    prefix, suffix = split_prefix(prog, npu)
+    assert [n.op for n in prefix.nodes] == ["conv2d"]
+    assert [n.op for n in suffix.graph.nodes if n.phase == "forward"][:2] == ["batch_norm_eval", "conv2d"]
+    assert [o["shape"] for o in prefix.outputs] == [list(prefix.nodes[0].outputs[0].shape)]
+
+
+def test_a_prefix_backend_that_runs_nothing_gives_no_prefix(npu):
+    """A model whose first op the prefix backend cannot run has no prefix: the whole step
+    stays on the CPU (no error)."""
+    from dataclasses import replace
+
+    from pockengine.backends import get, register
+    from pockengine.passes.prefix import split_prefix
+    prog = frozen_stem_cnn()
+    register(replace(get(npu), supports=lambda n: n.op != "conv2d"), replace=True)
+    assert not partition(prog.order, prog.graph, [npu, "cpu"]).nodes_on(npu)
+    assert split_prefix(prog, npu) == (None, prog)

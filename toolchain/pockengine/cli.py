@@ -91,6 +91,9 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
         prefix, step_prog = prefix_backend.split(prog)
         print(f"partition: {name} runs the frozen prefix {prefix!r}" if prefix else
               f"partition: no frozen prefix for {name} (every forward op leads to a gradient); the step runs without it")
+        if prefix is not None and getattr(prefix, "partition", None) is not None:
+            from .passes.partition import format_partition
+            print(format_partition(prefix.partition))  # the step as the partitioner split it
     source = emit(step_prog, backends)  # the one source: written, summarized, built and hashed
     if source.partition is not None:
         from .passes.partition import format_partition

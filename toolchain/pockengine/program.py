@@ -1,6 +1,7 @@
 """`pe.compile`: a PyTorch model → a compiled training program.
 
-The pipeline is a row of plain functions, each taking and returning plain data:
+The pipeline is a row of plain functions, each taking and returning plain data, each
+called where it runs (pe.compile, Program.with_graphs, search.SchemeCompiler.program):
 
     export(model, ...)            -> (training graph, inference graph)
     lower(graph, forward, ...)    autodiff, optimizer nodes, dead-code elimination, fusion (verified)
@@ -13,7 +14,7 @@ The pipeline is a row of plain functions, each taking and returning plain data:
 `pe.compile` runs export → lower → schedule → plan; `prog.build(backends=...)` runs
 emit → build (the partition needs the backends, which are chosen there).  The prefix
 split (passes/prefix.py, through Program.with_graphs) and the scheme search's cost model
-(search.py, through Program(...)) schedule and plan with the same functions.
+(search.SchemeCompiler.program) call the same functions; Program(...) itself runs none.
 """
 from __future__ import annotations
 
@@ -159,12 +160,12 @@ def plan_program(graph: Graph, forward_graph: Graph, sched: Schedule) -> Plans:
 
 
 class Program:
-    """A compiled training step (and inference pass) of one model: its graphs, schedule,
-    memory plans and state layout.  Without `sched`/`plans` it schedules and plans the
-    graphs itself with schedule_program and plan_program (the scheme search does that)."""
+    """A compiled training step (and inference pass) of one model: its graphs, the schedule
+    and memory plans its caller made with schedule_program and plan_program, and the state
+    layout.  It runs no stage itself."""
 
-    def __init__(self, name, graph, forward_graph, optimizer, trained, aliases,
-                 sched: Schedule | None = None, plans: Plans | None = None, exact_skip: bool = True):
+    def __init__(self, name, graph, forward_graph, optimizer, trained, aliases, sched: Schedule, plans: Plans,
+                 exact_skip: bool = True):
         self.name = name
         self.exact_skip = exact_skip  # the exact non-finite guard (pe.compile's exact_skip)
         self.graph: Graph = graph
@@ -172,8 +173,6 @@ class Program:
         self.optimizer: Optimizer = optimizer
         self.trained = trained
         self.aliases = aliases
-        sched = sched if sched is not None else schedule_program(graph, forward_graph, exact_skip)
-        plans = plans if plans is not None else plan_program(graph, forward_graph, sched)
         self.order, self.forward_order = sched.order, sched.forward_order
         self.plan: MemoryPlan = plans.plan
         self.plan_no_reorder: MemoryPlan = plans.plan_no_reorder

@@ -44,7 +44,7 @@ from .errors import PockError
 from .frontends.torch_export import check_example, resolve_loss, tied_aliases
 from .optim.optimizers import SGD, Optimizer
 from .passes.tied import restrict_tied_uses, split_tied_uses
-from .program import Program, _c_name, export, lower, resolve_update
+from .program import Program, _c_name, export, lower, plan_program, resolve_update, schedule_program
 from .search_baselines import NORMS, fits, last_layer_update, refine as refine_measured, scheme_update
 
 RATIOS = (0.125, 0.25, 0.5, 1.0)
@@ -209,14 +209,16 @@ class SchemeCompiler:
         return self.key(*self.resolve(update))
 
     def program(self, update) -> Program:
-        """The scheme's Program, by pe.compile's own stages (lower, schedule, plan)."""
+        """The scheme's Program, by pe.compile's own stages (lower, schedule, plan) on a copy of the export."""
         trained, uses = self.resolve(update)
         graph, _ = self.train_graph.clone()
         forward_graph, _ = self.forward_graph.clone()
         restrict_tied_uses(graph, uses)
         lower(graph, forward_graph, trained, self.optimizer)
+        sched = schedule_program(graph, forward_graph)
+        plans = plan_program(graph, forward_graph, sched)
         self.compiles += 1
-        return Program(self.name, graph, forward_graph, self.optimizer, trained, self.aliases)
+        return Program(self.name, graph, forward_graph, self.optimizer, trained, self.aliases, sched, plans)
 
     def resolve(self, update) -> tuple[dict, dict]:
         """(what the scheme trains, {tied parameter: the module whose use alone trains it}, from

@@ -8,11 +8,14 @@ and ExecuTorch's partitioner/preprocess split, written for this compiler):
                   "prefix": runs the frozen forward prefix before the step (htp)
   inference_only  takes only forward nodes that do not depend on a trained value
   device          the partitioner's cost model for it (FLOP/s, dispatch, hand-over, transfer)
-  supports(node)  whether it has a kernel for the node (None: every op; only "cpu")
+  supports(node)  whether it has a kernel for the node (None: every op; only "cpu"); the
+                  partitioner (passes/partition.py) assigns nodes with it, a prefix backend's
+                  frozen prefix included
   emit(prog, cost)            step backends: the step's codegen.Source with this backend's
                               partition (None: the all-CPU renderer)
   build(prog, source, out)    step backends: compile and load `source` (None: the host build)
-  split(prog)                 prefix backends: (prefix or None, the program that follows it)
+  split(prog)                 prefix backends: (prefix or None, the program that follows it), cut
+                              where the partitioner puts its nodes (passes/prefix.split_prefix)
   build_with(prog, others, out, **kw)  prefix backends: a trainer running the prefix here
                               and the rest of the step on `others`
   export(prefix, bundle_dir, soc, **kw) prefix backends: its artifact in a bundle (manifest entry)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import TORCH_OPS, FrozenPrefix, build_with_prefix, split_prefix
+from ..passes.prefix import FrozenPrefix, build_with_prefix, split_prefix, torch_supports
 from . import Backend, Device, register
 
 TARGET = "ios"  # the one target it runs on: check_target("ios")
@@ -100,7 +100,7 @@ __all__ = ["export_coreml_prefix", "build_with_coreml_prefix", "CoremlRunner"]
 register(Backend(
     "coreml", Device(flops_per_s=1e12, dispatch_s=5e-6, handover_s=300e-6),
     role="prefix", inference_only=True,
-    supports=lambda n: n.op in TORCH_OPS,  # what the prefix's torch module (traced for coremltools) runs
-    split=split_prefix, build_with=build_with_coreml_prefix, check_target=_check_target,
+    supports=torch_supports,  # what the prefix's torch module (traced for coremltools) runs: the partitioner's rule
+    split=lambda prog: split_prefix(prog, "coreml"), build_with=build_with_coreml_prefix, check_target=_check_target,
     export=export_coreml_prefix, platforms=(TARGET,),
     doc="the frozen forward prefix on Apple's Core ML (an ML Program in the iOS bundle)"))

@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import TORCH_OPS, FrozenPrefix, build_with_prefix, split_prefix
+from ..passes.prefix import FrozenPrefix, build_with_prefix, split_prefix, torch_supports
 from ..platforms.socs import get_soc
 from . import Backend, Device, register
 from .onnx_export import export_onnx
@@ -277,8 +277,8 @@ def _check_soc(soc) -> None:
 register(Backend(
     "htp", Device(flops_per_s=1e12, dispatch_s=5e-6, handover_s=200e-6),
     role="prefix", inference_only=True,
-    supports=lambda n: n.op in TORCH_OPS,  # what the prefix's torch module (exported to ONNX) runs
-    split=split_prefix, build_with=build_with_htp_prefix, check_target=_check_soc,
+    supports=torch_supports,  # what the prefix's torch module (exported to ONNX) runs: the partitioner's rule
+    split=lambda prog: split_prefix(prog, "htp"), build_with=build_with_htp_prefix, check_target=_check_soc,
     export=lambda prefix, bundle_dir, soc=None: export_htp_prefix(prefix, bundle_dir, soc or DEFAULT_SOC),
     profile_remote=lambda prefix, soc=None: submit_ai_hub(prefix, soc or DEFAULT_SOC),
     platforms=("host", "android"),

@@ -6,9 +6,15 @@
 Rules:
   - "cpu" runs every op and must be enabled; another backend takes a node only
     when `supports[backend]` says it has a kernel for it.
-  - Inference-only backends (Backend.inference_only, e.g. "htp") take only nodes with
+  - Inference-only backends (Backend.inference_only) take only nodes with
     no gradient through them: forward nodes none of whose inputs depends on a
-    trained parameter (the frozen prefix).
+    trained parameter.
+  - A prefix backend (Backend.role "prefix": htp, coreml) takes the frozen prefix,
+    the part of the forward pass it can run before the step (prefix_nodes): forward
+    nodes it supports that write no state and read only the step's inputs, frozen
+    state and values it computes itself, so an op it cannot run ends the prefix there
+    (it and everything computed from it stay on the CPU).  This is the one place that
+    decides the split passes/prefix.split_prefix makes; the cost model does not move it.
   - Views (reshape) stay on the backend that holds their input.
   - A cost model picks among candidate assignments (greedy per node, and "as
     much as possible on each accelerator"): the estimated time of every node
@@ -29,9 +35,11 @@ from dataclasses import dataclass, field
 
 from ..backends import ALWAYS, Device, registered
 from ..ir.graph import Graph, Node, Value, dependents
+from ..errors import PockError
 from ..ir.ops import OPS, TRANSFER_OPS, flops
 from ..ir.verify import verify
 from ..memory.plan import MemoryPlan, plan_memory
+from ..ops import REGISTRY
 
 
 # The data-movement ops this pass inserts ("transfer", "state_transfer") are in ir/ops.py.
@@ -57,6 +65,7 @@ class Partition:
     space: dict[int, str]        # id(value) -> backend whose memory holds it (arena values)
     backends: list[str]
     cost: float                  # estimated seconds per step
+    origin: dict[int, Node] = field(default_factory=dict)  # id(node of graph) -> the node of order it copies
 
     @property
     def order(self) -> list[Node]:
@@ -82,8 +91,56 @@ def trained_dependents(order: list[Node]) -> set[int]:
     return dependents(order, {id(n.inputs[0]) for n in order if OPS[n.op].mutates and n.phase == "update"})
 
 
+def frozen_state(g: Graph) -> set[str]:
+    """Names of the state tensors (parameters, buffers, constants) no node of the training step writes."""
+    written = {m.name for n in g.nodes for m in n.mutates}
+    return {name for name, v in g.state.items() if v.kind in ("param", "buffer", "const") and name not in written}
+
+
 def _inference_only(b: str) -> bool:
     return any(r.name == b and r.inference_only for r in registered())
+
+
+def _prefix_role(b: str) -> bool:
+    return any(r.name == b and r.role == "prefix" for r in registered())
+
+
+def prefix_nodes(order: list[Node], g: Graph, supports, frozen: set[str], within: set[int] | None = None) -> set[int]:
+    """id(node) of the frozen prefix a prefix backend whose `supports(node)` says what it runs takes:
+      - a forward node it supports that writes no state, reads only the step's inputs (model
+        inputs and targets: known before the step), `frozen` state and outputs of prefix nodes,
+        and whose outputs past its inference result (the op record's torch_outputs: what the
+        backward pass saves) nothing reads;
+      - of those, the ones that (transitively) read a step input, and the ones reading only
+        frozen state (a slice of a positional table) that such a node needs.
+    A node it cannot run (or outside `within`, id(node)s, when given) is not a prefix node,
+    and neither is anything computed from it.  (passes/prefix.split_prefix limits the step's
+    prefix to the part the inference pass shares: work on the targets, or slicing a prefix
+    output for a sparse update, stays in the step.)"""
+    users = g.users()
+    given = {id(v) for v in g.inputs + g.targets}
+    ok: set[int] = given | {id(g.state[s]) for s in frozen if s in g.state}
+    outs = {id(v) for v in g.outputs}
+    taken = []
+    for n in order:
+        if n.phase != "forward" or n.mutates or not supports(n) or (within is not None and id(n) not in within):
+            continue
+        if not all(v is None or id(v) in ok for v in n.inputs):
+            continue
+        computed = REGISTRY[n.op].torch_outputs
+        if any(o is not None and i >= computed and (users.get(id(o)) or id(o) in outs)
+               for i, o in enumerate(n.outputs)):
+            continue
+        ok.update(id(o) for o in n.outputs[:computed] if o is not None)
+        taken.append(n)
+    from_input = dependents(taken, given)
+    keep: set[int] = {id(n) for n in taken if any(v is not None and id(v) in from_input for v in n.inputs)}
+    needed: set[int] = {id(v) for n in taken if id(n) in keep for v in n.inputs if v is not None}
+    for n in reversed(taken):
+        if id(n) not in keep and any(o is not None and id(o) in needed for o in n.outputs):
+            keep.add(id(n))
+            needed.update(id(v) for v in n.inputs if v is not None)
+    return keep
 
 
 def _candidates(n: Node, backends, supports, dep) -> list[str]:
@@ -128,11 +185,13 @@ def _assign_eager(order, cands, backend) -> dict[int, str]:
     return {id(n): backend if backend in cands[id(n)] else ALWAYS for n in order}
 
 
-def _fix_views(order, assign) -> None:
-    """A view runs where its input lives (it moves no data)."""
-    where = {}
+def _fix_views(order, assign, fixed) -> None:
+    """A view runs where its input lives (it moves no data), unless that is a prefix
+    backend, which takes only its prefix nodes (`fixed`)."""
+    where, prefix = {}, set(fixed.values())
     for n in order:
-        if OPS[n.op].view and n.inputs[0] is not None and id(n.inputs[0]) in where:
+        if OPS[n.op].view and n.inputs[0] is not None and id(n.inputs[0]) in where and id(n) not in fixed \
+                and where[id(n.inputs[0])] not in prefix:
             assign[id(n)] = where[id(n.inputs[0])]
         for o in n.outputs:
             if o is not None:
@@ -161,11 +220,15 @@ def _estimate(order, assign, cost: CostModel) -> float:
 
 
 def partition(order: list[Node], g: Graph, backends, supports: dict | None = None, cost: CostModel | None = None,
-              prefer: str | None = None) -> Partition:
-    """order: the scheduled step of g; supports: {backend: callable(node) -> bool}
-    (default: each registered backend's `supports`; the cost model's default: their devices).
+              prefer: str | None = None, frozen: set[str] | None = None, within: set[int] | None = None) -> Partition:
+    """order: the scheduled step of g (or the inference pass); supports: {backend: callable(node) -> bool}
+    (default: each registered backend's `supports`; the cost model's default: their devices);
+    frozen: the state a prefix backend may read (default frozen_state(g); the inference
+    graph's split passes the training step's, since only the step writes state);
+    within: id(node)s a prefix backend may take at most (default: any; see prefix_nodes).
 
-    The cost model picks the assignment unless `prefer` names a backend: then
+    A prefix backend among `backends` takes its prefix_nodes whatever the costs.  The cost
+    model picks the rest of the assignment unless `prefer` names a backend: then
     every node it can run goes there (what prog.build(backends=["vulkan", "cpu"])
     promises: the trainable part on Vulkan, whatever a small model's costs say)."""
     backends = list(backends)
@@ -174,12 +237,23 @@ def partition(order: list[Node], g: Graph, backends, supports: dict | None = Non
     cost = cost or CostModel()
     if supports is None:
         supports = {r.name: r.supports for r in registered() if r.name in backends and r.name != ALWAYS}
+    prefixes = [b for b in backends if _prefix_role(b)]
+    if len(prefixes) > 1:
+        raise PockError(f"backends {backends} name {len(prefixes)} prefix backends ({', '.join(prefixes)}); "
+                        "the frozen prefix runs on one")
+    fixed: dict[int, str] = {}
+    if prefixes:
+        b = prefixes[0]
+        can = supports.get(b) or (lambda n: False)
+        fixed = dict.fromkeys(prefix_nodes(order, g, can, frozen_state(g) if frozen is None else frozen, within), b)
     dep = trained_dependents(order)
-    cands = {id(n): _candidates(n, backends, supports, dep) for n in order}
+    steps = [b for b in backends if b not in prefixes]  # a prefix backend takes its prefix_nodes only
+    cands = {id(n): [fixed[id(n)]] if id(n) in fixed else _candidates(n, steps, supports, dep) for n in order}
     options = [_assign_greedy(order, cands, cost), _assign_eager(order, cands, ALWAYS)]
     options += [_assign_eager(order, cands, b) for b in backends if b != ALWAYS]
     for a in options:
-        _fix_views(order, a)
+        a.update(fixed)
+        _fix_views(order, a, fixed)
     scored = [(_estimate(order, a, cost), i, a) for i, a in enumerate(options)]
     if prefer is not None:
         if prefer not in backends:
@@ -200,6 +274,7 @@ def _materialize(order, g: Graph, assign, backends, est) -> Partition:
     pg._names = set(g._names)
     pg.state = g.state
     clone: dict[int, Value] = {}
+    origin: dict[int, Node] = {}
 
     def copy_value(v: Value) -> Value:
         c = Value(v.name, v.shape, v.dtype, v.kind)
@@ -266,6 +341,7 @@ def _materialize(order, g: Graph, assign, backends, est) -> Partition:
         ins = [None if v is None else on(v, b) for v in n.inputs]
         node = add(Node(n.op, ins, [None if o is None else copy_value(o) for o in n.outputs], dict(n.attrs),
                         n.source, n.phase), b)
+        origin[id(node)] = n
         for m in n.mutates:
             state_on.difference_update({(m.name, other) for other in backends if other != b})
             if b == ALWAYS:
@@ -277,7 +353,7 @@ def _materialize(order, g: Graph, assign, backends, est) -> Partition:
     for name in list(dirty):
         download(name)
     verify(pg, "partition")
-    return Partition(pg, backend, space, backends, est)
+    return Partition(pg, backend, space, backends, est, origin)
 
 
 def plan_spaces(part: Partition, keep_to_end=()) -> dict[str, MemoryPlan]:

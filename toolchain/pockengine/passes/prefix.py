@@ -5,16 +5,19 @@ frozen state (parameters the update scheme leaves alone, buffers nothing
 writes, constants), so they need no backward and an inference-only
 accelerator (the Hexagon NPU through QNN, Core ML) can run them:
 
-    prefix, suffix = split_prefix(prog)
+    prefix, suffix = split_prefix(prog, "htp")
     prefix.module(*inputs)   # torch.nn.Module: the cut values, in eval semantics
     suffix.build_cpu()       # the same step with the cut values as inputs
 
-A prefix node is a forward node that
+The partitioner decides the prefix (passes/partition.prefix_nodes, over the prefix
+backend and "cpu"): a prefix node is a forward node that
   - reads only model inputs, frozen state and other prefix outputs,
   - writes no state and draws no random numbers (train-mode BatchNorm and
     dropout stop it), and
-  - has a torch reference (its op record's `torch`, `TORCH_OPS` here) (so the prefix exports to ONNX and
-    converts with coremltools).
+  - the backend's record `supports`; for htp and coreml that is `torch_supports`: a
+    torch reference (its op record's `torch`, `TORCH_OPS` here), so the prefix exports
+    to ONNX and converts with coremltools.  An op the backend cannot run ends the
+    prefix there.
 Nodes that read only frozen state (a slice of a frozen positional table) join
 the prefix only when a prefix node reads them.  The cut values are the prefix
 outputs the rest of the step (or the inference pass) reads.
@@ -31,10 +34,11 @@ import torch
 import torch.nn as nn
 
 from ..errors import PockError
-from ..ir.graph import Graph, Node, Value, dependents, index_ranges
+from ..ir.graph import Graph, Node, Value, index_ranges
 from ..ir.verify import verify
 from ..ops import REGISTRY
 from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
+from .partition import ALWAYS, frozen_state, partition
 
 # ops that only move data: a prefix of nothing else is not worth splitting off
 LAYOUT_OPS = {name for name, r in REGISTRY.items() if r.layout}
@@ -45,40 +49,27 @@ TORCH_OPS = {name: (r.torch, r.torch_outputs) for name, r in REGISTRY.items() if
 
 
 # ---- choosing the prefix ---------------------------------------------------------------
-def frozen_state(g: Graph) -> set[str]:
-    """Names of the state tensors no node of the training step writes."""
-    written = {m.name for n in g.nodes for m in n.mutates}
-    return {name for name, v in g.state.items() if v.kind in ("param", "buffer", "const") and name not in written}
+def torch_supports(n: Node) -> bool:
+    """What the prefix's torch module (exported to ONNX, traced for coremltools) runs: an op
+    with a torch reference, with no fused activation other than ReLU/ReLU6.  The htp and
+    coreml backends declare it as their `supports`; passes/partition.prefix_nodes decides
+    the prefix with it."""
+    return n.op in TORCH_OPS and n.attrs.get("act") in (None, "relu", "relu6")
 
 
-def _prefix_nodes(g: Graph, frozen: set[str]) -> list[Node]:
-    users = g.users()
-    ok: set[int] = {id(v) for v in g.inputs} | {id(g.state[n]) for n in frozen if n in g.state}
-    candidates = []
-    for n in g.nodes:
-        if n.phase != "forward" or n.mutates or n.op not in TORCH_OPS:
-            continue
-        if not all(v is None or id(v) in ok for v in n.inputs):
-            continue
-        computed = TORCH_OPS[n.op][1]
-        if any(o is not None and i >= computed and (users.get(id(o)) or o in g.outputs)
-               for i, o in enumerate(n.outputs)):
-            continue
-        if n.attrs.get("act") not in (None, "relu", "relu6"):
-            continue
-        outs = [o for o in n.outputs[:computed] if o is not None]
-        ok.update(id(o) for o in outs)
-        candidates.append(n)
-    # the candidates that read a model input (transitively: ir.graph.dependents) form the prefix;
-    # state-only nodes join only when one of those (transitively) reads them
-    from_input = dependents(candidates, {id(v) for v in g.inputs})
-    keep: set[int] = {id(n) for n in candidates if any(v is not None and id(v) in from_input for v in n.inputs)}
-    needed: set[int] = {id(v) for n in candidates if id(n) in keep for v in n.inputs if v is not None}
-    for n in reversed(candidates):
-        if id(n) not in keep and any(o is not None and id(o) in needed for o in n.outputs):
-            keep.add(id(n))
-            needed.update(id(v) for v in n.inputs if v is not None)
-    return [n for n in candidates if id(n) in keep]
+def prefix_partitions(prog, backend: str = "htp"):
+    """The partitions of the training step and of the inference pass over [backend, "cpu"]:
+    the nodes on `backend` are each graph's frozen prefix (passes/partition.prefix_nodes; both
+    read the state the training step leaves frozen)."""
+    frozen = frozen_state(prog.graph)
+    return (partition(prog.order, prog.graph, [backend, ALWAYS], frozen=frozen),
+            partition(prog.forward_order, prog.forward_graph, [backend, ALWAYS], frozen=frozen))
+
+
+def _nodes_on(part, g: Graph, backend: str) -> list[Node]:
+    """g's nodes the partition puts on `backend`, in g's order."""
+    mine = {id(part.origin[id(n)]) for n in part.nodes_on(backend)}
+    return [n for n in g.nodes if id(n) in mine]
 
 
 def _node_sig(n: Node, sig: dict[int, tuple]) -> tuple:
@@ -298,20 +289,26 @@ def _embedding_ranges(g: Graph, nodes: list[Node], input_index: list[int]) -> di
     return {k: ranges[id(g.inputs[i])][1] for k, i in enumerate(input_index) if id(g.inputs[i]) in ranges}
 
 
-def split_prefix(prog):
-    """(FrozenPrefix, suffix Program), or (None, prog) when the prefix is empty or only moves data."""
+def split_prefix(prog, backend: str = "htp"):
+    """(FrozenPrefix, suffix Program), or (None, prog) when the prefix is empty or only moves data.
+
+    The prefix is what the partitioner puts on the prefix `backend` (its record's `supports`
+    says what it runs) in the training step and in the inference pass; this checks the two
+    agree and cuts both graphs there."""
     g, fg = prog.graph, prog.forward_graph
-    frozen = frozen_state(g)
-    tnodes, fnodes = _prefix_nodes(g, frozen), _prefix_nodes(fg, frozen)
+    tpart, fpart = prefix_partitions(prog, backend)
+    tnodes, fnodes = _nodes_on(tpart, g, backend), _nodes_on(fpart, fg, backend)
     if not any(n.op not in LAYOUT_OPS for n in tnodes) and not any(n.op not in LAYOUT_OPS for n in fnodes):
         return None, prog
     fsig, fval = _signatures(fg, fnodes)
-    tnodes, _, tval = _match(g, tnodes, fsig)
+    tnodes, extra, tval = _match(g, tnodes, fsig)
     done = {tval[id(n.outputs[0])][1] for n in tnodes if n.outputs and n.outputs[0] is not None}
     done |= {k for k, n in enumerate(fnodes) if not any(o is not None for o in n.outputs)}
     missing = [k for k in range(len(fnodes)) if k not in done]
     if missing:
         raise _mismatch(g, fnodes, missing)
+    if extra:  # forward work only the step does (on the targets, slicing a saved prefix output) stays on the CPU
+        tpart = partition(prog.order, g, [backend, ALWAYS], frozen=frozen_state(g), within={id(n) for n in tnodes})
     # one set of cut values serves both graphs (each suffix ignores those it does not read)
     by_sig = {fval[id(v)]: v for v in _cut_values(fg, fnodes)}
     train_by_sig = {tval[id(v)]: v for v in _cut_values(g, tnodes)}
@@ -337,6 +334,7 @@ def split_prefix(prog):
     suffix = prog.with_graphs(train, forward)
     prefix = FrozenPrefix(fg, fnodes, fcut, names, input_index, kept, _embedding_ranges(fg, fnodes, input_index))
     prefix.frozen_state = {name: fg.state[name].data for name in prefix.state_names()}
+    prefix.backend, prefix.partition = backend, tpart  # format_partition(prefix.partition): the step's split
     return prefix, suffix
 
 
@@ -400,7 +398,7 @@ def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
     prefix's (run, bundle manifest entry) on that backend.  With no frozen prefix to move, the
     step is built on the other backends alone."""
     backends = list(other_backends or ["cpu"])
-    prefix, suffix = split_prefix(prog)
+    prefix, suffix = split_prefix(prog, name)
     if prefix is None:
         return prog.build(backends=backends, out_dir=out_dir)
     run, manifest = prepare(prefix)
@@ -411,4 +409,4 @@ def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
 
 
 __all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "TORCH_OPS", "frozen_state",
-           "torch_runner"]
+           "prefix_partitions", "torch_runner", "torch_supports"]
