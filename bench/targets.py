@@ -137,8 +137,9 @@ def arm64_lines(insns: dict | None) -> list[str]:
     """The phone-ISA proxy: aarch64 instructions per step, ours vs the same step without auto-vectorization."""
     if not insns or not insns.get("rows"):
         return ["aarch64 instruction counts: not measured (bench/arm64/insns.py did not run)."]
-    lines = ["aarch64 instructions per step under qemu (bench/arm64/insns.py; "
-             f"{'real' if insns.get('full') else 'miniature'} workloads):", "",
+    full = insns.get("full")
+    sizes = "real" if full in ("all", True) else "miniature" + (f" (real size: {full})" if full else "")
+    lines = [f"aarch64 instructions per step under qemu (bench/arm64/insns.py; {sizes} workloads):", "",
              "| model | scheme | ours (M) | no auto-vectorization (M) | ratio | vectorization disabled (M) | ratio |",
              "|---|---|---:|---:|---:|---:|---:|"]
     for r in insns["rows"]:
