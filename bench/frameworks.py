@@ -36,6 +36,7 @@ from models import resolve_partial, workloads  # noqa: E402
 
 LR, MOMENTUM = 0.01, 0.9
 FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager", "eager-1t",
+              "eager-v3", "eager-v3-1t",
               "torch.compile", "executorch", "onnxruntime"]
 N_BATCHES = 4
 
@@ -265,6 +266,34 @@ class TorchRunner1T(TorchRunner):
         super().__init__(dataclasses.replace(ctx, threads=1), prep)
 
 
+# PyTorch held to AVX2 + FMA, as it runs on a machine without AVX-512 (the reference of the -v3
+# rows: issue 17's targets are ratios on an AVX2 machine, where PyTorch's kernels are AVX2 too).
+# ATen's dispatch, MKL and oneDNN each read their cap from the environment when they load, so the
+# eager-v3 workers fork from a zygote started with these set (bench/run.py).
+AVX2_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+
+def framework_env(framework: str) -> dict:
+    """Environment a framework's processes need beyond the bench's own (the eager-v3 ISA cap)."""
+    return AVX2_ENV if framework.startswith("eager-v3") else {}
+
+
+class TorchRunnerAVX2(TorchRunner):
+    """PyTorch eager with its kernels capped at AVX2 (framework_env), all threads."""
+
+    def __init__(self, ctx: Ctx, prep: dict | None):
+        super().__init__(ctx, prep)
+        cap = torch.backends.cpu.get_cpu_capability()
+        if cap.upper() not in ("AVX2", "DEFAULT"):
+            raise RuntimeError(f"eager-v3: PyTorch runs {cap} kernels although ATEN_CPU_CAPABILITY=avx2")
+        self.notes = [f"PyTorch kernels capped at AVX2 (ATen {cap}, MKL, oneDNN)", *self.notes]
+
+
+class TorchRunnerAVX2_1T(TorchRunnerAVX2):
+    def __init__(self, ctx: Ctx, prep: dict | None):
+        super().__init__(dataclasses.replace(ctx, threads=1), prep)
+
+
 def prepare_compiled(ctx: Ctx) -> dict:
     """Compile once in the prepare phase, so that the worker's compile hits inductor's on-disk
     caches (FX graph and AOTAutograd) instead of taking the machine for a minute per model."""
@@ -457,7 +486,8 @@ class OrtRunner:
 PREPARE = {"pockengine": prepare_pockengine, "pockengine-vulkan": prepare_pockengine_vulkan, "torch.compile": prepare_compiled, "executorch": prepare_executorch,
            "onnxruntime": prepare_onnxruntime,
            **{fw: (lambda ctx, fw=fw: prepare_pockengine_variant(ctx, fw)) for fw in PE_VARIANTS}}
-RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "eager-1t": TorchRunner1T, "torch.compile": CompiledRunner,
+RUNNERS = {"pockengine": PockEngineRunner, "pockengine-vulkan": PockEngineVulkanRunner, "eager": TorchRunner, "eager-1t": TorchRunner1T,
+           "eager-v3": TorchRunnerAVX2, "eager-v3-1t": TorchRunnerAVX2_1T, "torch.compile": CompiledRunner,
            "executorch": ExecuTorchRunner, "onnxruntime": OrtRunner, **{fw: PockEngineRunner for fw in PE_VARIANTS}}
 
 

@@ -41,12 +41,13 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 # pockengine-1t / -v3 / -v3-1t: the same step on one thread and built for -march=x86-64-v3
-# (bench/frameworks.py); eager-1t: PyTorch eager on one thread; pockengine-ref[-1t] (not run by default) builds against the runtime in
+# (bench/frameworks.py); eager-1t: PyTorch eager on one thread; eager-v3[-1t]: PyTorch eager with its
+# kernels capped at AVX2 (ATen, MKL, oneDNN), the reference of the -v3 rows; pockengine-ref[-1t] (not run by default) builds against the runtime in
 # $POCK_BENCH_REF_RUNTIME for a before/after comparison in one run; pockengine-fused-v3-1t (not run by
 # default) compiles with exact_skip=False, so each update runs as its gradient completes and a
 # linear weight's update is fused into its weight-gradient GEMM.
 ALL_FRAMEWORKS = ["pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "eager",
-                  "eager-1t", "torch.compile", "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t",
+                  "eager-1t", "eager-v3", "eager-v3-1t", "torch.compile", "executorch", "onnxruntime", "pockengine-ref", "pockengine-ref-1t",
                   "pockengine-ref-v3", "pockengine-ref-v3-1t", "pockengine-fused-v3-1t"]
 DEFAULT_FRAMEWORKS = [f for f in ALL_FRAMEWORKS if not f.startswith(("pockengine-ref", "pockengine-fused"))]
 PREPARED = {"pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-vulkan", "torch.compile",
@@ -122,7 +123,7 @@ def probe(framework: str) -> tuple[bool, str]:
         "onnxruntime": "import importlib.metadata as m; import onnxruntime.training.api, onnx; "
                        "print(m.version('onnxruntime-training'), 'onnx', onnx.__version__)",
     }["pockengine" if framework.startswith("pockengine-") and framework != "pockengine-vulkan"
-      else "eager" if framework == "eager-1t" else framework]
+      else "eager" if framework.startswith("eager-") else framework]
     py = env_python(framework)
     if not Path(py).exists():
         return False, f"not installed ({Path(py).parent.parent.name} missing; `make bench` installs it)"
@@ -272,12 +273,12 @@ def prepare_all(jobs, args, versions, art_root, logs):
 class Zygote:
     """A `worker.py zygote` for one interpreter: forks serve workers with torch already imported."""
 
-    def __init__(self, python, args, logf):
+    def __init__(self, python, args, logf, extra_env=None):
         self.ctl, child = socket.socketpair()
         self.log = open(logf, "w")
         self.p = subprocess.Popen([python, "-u", str(HERE / "worker.py"), "zygote", "--sock", str(child.fileno())],
                                   pass_fds=[child.fileno()], stdin=subprocess.DEVNULL, stdout=self.log,
-                                  stderr=self.log, env=worker_env(args.threads), cwd=str(HERE))
+                                  stderr=self.log, env={**worker_env(args.threads), **(extra_env or {})}, cwd=str(HERE))
         child.close()
         self.rf = self.ctl.makefile("r")
         self.lock = threading.Lock()
@@ -364,6 +365,23 @@ class Worker:
 
 
 # ============================================================================ one (model, scheme)
+def zygote_key(fw: str):
+    """(interpreter, extra environment) of the zygote a framework's workers fork from."""
+    from frameworks import env_python, framework_env
+    return env_python(fw), tuple(sorted(framework_env(fw).items()))
+
+
+def reference_ms(fw: str, res: dict) -> float | None:
+    """The PyTorch eager time a row's speed ratio is taken against: the same thread count (eager-1t
+    for a -1t row) and, for a -march=x86-64-v3 row, PyTorch held to AVX2 (eager-v3[-1t]) when those ran."""
+    def ms(name):
+        return res.get(name, {}).get("ms") if res.get(name, {}).get("status") == "ok" else None
+    one = fw.endswith("-1t")
+    if "-v3" in fw and fw.startswith("pockengine") and ms("eager-v3-1t" if one else "eager-v3"):
+        return ms("eager-v3-1t" if one else "eager-v3")
+    return (ms("eager-1t") if one else None) or ms("eager")
+
+
 def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
     """Run every framework on one (model, scheme) in interleaved rounds; -> {fw: result}."""
     from frameworks import env_python
@@ -372,7 +390,7 @@ def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
     for fw in fws:
         spec = {"framework": fw, "workload": wl, "scheme": scheme, "quick": args.quick, "threads": args.threads,
                 "warmup": args.warmup, "warmup_budget_s": args.warmup_budget, "prep": preps.get(fw)}
-        workers[fw] = Worker(zygotes[env_python(fw)], spec, logs / f"serve-{wl}-{scheme}-{fw}.log")
+        workers[fw] = Worker(zygotes[zygote_key(fw)], spec, logs / f"serve-{wl}-{scheme}-{fw}.log")
     # all workers load and warm up concurrently (nothing is timed yet)
     for fw, w in workers.items():
         ready = w.read(args.load_timeout)
@@ -501,8 +519,9 @@ def main(argv=None):
     # ---- prepare artifacts, two processes at a time (the machine's cores; nothing is timed yet)
     jobs = [(w.key, s, fw) for w, s in configs for fw in fws if fw in PREPARED and fw in versions]
     from frameworks import env_python
-    zygotes = {py: Zygote(py, args, logs / f"zygote-{Path(py).parent.parent.name}.log")
-               for py in {env_python(fw) for fw in versions}}
+    zygotes = {key: Zygote(key[0], args, logs / f"zygote-{Path(key[0]).parent.parent.name}{'-avx2' if key[1] else ''}.log",
+                           dict(key[1]))
+               for key in {zygote_key(fw) for fw in versions}}
     log(f"preparing {len(jobs)} artifacts ...")
     preps = prepare_all(jobs, args, versions, art_root, logs)
 
@@ -528,7 +547,6 @@ def main(argv=None):
         stats = pe_prep.get("prep", {}).get("stats") if pe_prep.get("ok") else None
         flops = stats["flops_per_step"] if stats else None
         eager_ms = res.get("eager", {}).get("ms")
-        eager1_ms = res.get("eager-1t", {}).get("ms")
         parts = []
         for fw in fws:
             r = res[fw]
@@ -538,9 +556,10 @@ def main(argv=None):
                 row.update({k: r.get(k) for k in ("ms", "ms_min", "ms_max", "n", "warmup", "mem_mib", "first_loss", "final_loss",
                                                   "loss", "load_s", "rss_loaded_mib", "peak_rss_mib", "hwm_method")})
                 row["notes"] = r.get("notes", [])
-                # the 1-thread rows against PyTorch on one thread when eager-1t ran
-                ref_ms = eager1_ms if fw.endswith("-1t") and eager1_ms else eager_ms
+                # the 1-thread rows against PyTorch on one thread, the -v3 rows against PyTorch on AVX2
+                ref_ms = reference_ms(fw, res)
                 row["ratio"] = ref_ms / r["ms"] if ref_ms else None
+                row["ratio_vs_eager"] = eager_ms / r["ms"] if eager_ms else None
                 row["gflops"] = flops / (r["ms"] / 1000) / 1e9 if flops else None
                 row["gflops_for_pct"] = True
                 parts.append(f"{fw} {r['ms']:.4g} ms" + (f" (x{row['ratio']:.2f})" if row["ratio"] else ""))
