@@ -137,6 +137,7 @@ def setup_row(row: str, threads: int, kind: str):
     extra["arena_mib"] = round(st["arena_bytes"] / 2**20, 1)
     extra["state_mib"] = round(st["state_bytes"] / 2**20, 1)
     extra["trained_params"] = st["trainable_elements"]
+    extra["flops_per_step"] = st["flops_per_step"]
     return (lambda i: trainer.step(*data[i % len(data)])), extra
 
 
@@ -210,12 +211,26 @@ def main(argv=None):
     write(results, a)
 
 
+def fma_peak(threads: int) -> float | None:
+    """The machine's fp32 FMA peak (GFLOP/s, bench/fma_peak.cpp, -march=native) on `threads` cores: the
+    ceiling of a row's speed (bench/targets.py: how fast a step of these FLOPs could be at all)."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    try:
+        from gemm_llm import fma_peak as measure
+        import subprocess as sp
+        measure("native")  # builds /tmp/pock_fma_peak_native once
+        out = json.loads(sp.run(["/tmp/pock_fma_peak_native"], capture_output=True, text=True, check=True).stdout)
+        return out["single_gflops"] if threads == 1 else out["all_gflops"]
+    except (OSError, ValueError, KeyError, subprocess.SubprocessError):
+        return None
+
+
 def write(results: dict, a) -> None:
     """The table to stdout and --out, and its rows as JSON next to it (bench/targets.py reads them)."""
     print(report(results, a))
     Path(a.out).write_text(report(results, a))
     meta = {"model": a.model, "steps": a.steps, "threads": a.threads, "interleave": bool(a.interleave),
-            "load_start": round(a.load[0], 1), "date": time.strftime("%Y-%m-%d %H:%M")}
+            "load_start": round(a.load[0], 1), "date": time.strftime("%Y-%m-%d %H:%M"), "fma_peak": fma_peak(a.threads)}
     Path(a.out).with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": results}, indent=1))
 
 

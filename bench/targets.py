@@ -35,6 +35,10 @@ class Target:
     met_if: str = ">="         # ">=" or "<="
     bound: float = 0.0
     detail: str = ""
+    # speed targets: the ratio our step would reach at 100% of the machine's fp32 FMA peak (its FLOPs
+    # / the peak, against the same reference time), and the reference's own % of that peak
+    ceiling: float | None = None
+    ref_pct_peak: float | None = None
 
     @property
     def met(self) -> bool | None:
@@ -45,7 +49,21 @@ class Target:
     def row(self) -> str:
         shown = "not measured" if self.value is None else f"{self.value:.3g}{self.unit}"
         verdict = {None: "n/a", True: "met", False: "**not met**"}[self.met]
-        return f"| {self.issue} | {self.what} | {self.met_if} {self.bound:g}{self.unit} | {shown} | {verdict} | {self.detail} |"
+        detail = self.detail
+        if self.ceiling is not None:
+            detail = "; ".join(filter(None, [detail, f"fp32 ceiling {self.ceiling:.2f}x (PyTorch at {self.ref_pct_peak:.0f}% "
+                                             "of the FMA peak)" + (": **beyond 100% of peak**" if self.ceiling < self.bound
+                                                                   else "")]))
+        return f"| {self.issue} | {self.what} | {self.met_if} {self.bound:g}{self.unit} | {shown} | {verdict} | {detail} |"
+
+
+def ceiling(ref_ms: float | None, flops: float | None, peak_gflops: float | None) -> tuple[float | None, float | None]:
+    """(the speed-up over a reference of ref_ms that a step of `flops` would reach at 100% of the FMA
+    peak, the reference's % of that peak): a ratio target above the first cannot be met in fp32."""
+    if not ref_ms or not flops or not peak_gflops:
+        return None, None
+    at_peak_ms = flops / (peak_gflops * 1e6)
+    return ref_ms / at_peak_ms, 100 * at_peak_ms / ref_ms
 
 
 def _load(path: Path) -> dict | None:
@@ -63,10 +81,17 @@ def _ratio(rows, workload: str, scheme: str, framework: str) -> float | None:
     return None
 
 
+def _row(rows, workload: str, scheme: str, framework: str) -> dict | None:
+    return next((r for r in rows if r["workload"].startswith(workload) and r["scheme"] == scheme
+                 and r["framework"] == framework and r.get("status") == "ok"), None)
+
+
 def step_targets(results: dict | None) -> list[Target]:
     """Issue 17's step targets (bench/run.py's rows)."""
     rows = (results or {}).get("rows", [])
+    meta = (results or {}).get("meta", {})
     fw = "pockengine-v3"
+    peak_v3 = (meta.get("peak_v3") or {}).get("single_gflops" if meta.get("threads") == 1 else "all_gflops")
     out = []
     for workload, title, scheme, bound in (("transformer", "transformer LM", "full", 1.5),
                                             ("transformer", "transformer LM", "sparse", 1.5),
@@ -74,8 +99,12 @@ def step_targets(results: dict | None) -> list[Target]:
                                             ("lstm_b1", "LSTM LM batch 1", "sparse", 3.0),
                                             ("mobilenetv2", "MobileNetV2", "full", 2.5),
                                             ("mobilenetv2", "MobileNetV2", "sparse", 3.0)):
-        out.append(Target(17, f"{title} {scheme}, AVX2 build vs eager",
-                          _ratio(rows, workload, scheme, fw), bound=bound))
+        ours = _row(rows, workload, scheme, fw)
+        ref = _row(rows, workload, scheme, "eager-v3") or _row(rows, workload, scheme, "eager")
+        cap, pct = ceiling(ref and ref["ms"], ours and ours.get("flops_per_step"), peak_v3)
+        vs = "eager-v3 (PyTorch on AVX2)" if ref and ref["framework"] == "eager-v3" else "eager"
+        out.append(Target(17, f"{title} {scheme}, AVX2 build vs {vs}",
+                          _ratio(rows, workload, scheme, fw), bound=bound, ceiling=cap, ref_pct_peak=pct))
     gemm = [r.get("pct_peak") for r in rows if r["workload"].startswith("transformer") and r["framework"] == fw
             and r.get("status") == "ok" and r.get("pct_peak") is not None]
     out.append(Target(17, "GEMM-heavy steps (transformer LM, AVX2 build) % of FMA peak",
@@ -101,8 +130,16 @@ def llm_targets(llm: dict | None) -> list[Target]:
     """Issue 16's targets (bench/llm.py --model smollm2)."""
     rows = (llm or {}).get("rows", {}) if (llm or {}).get("meta", {}).get("model") == "smollm2" else {}
 
+    peak = (llm or {}).get("meta", {}).get("fma_peak")
+
     def speed(ours, theirs):
         return rows[theirs]["ms_per_step"] / rows[ours]["ms_per_step"] if ours in rows and theirs in rows else None
+
+    def cap(ours, theirs):
+        if ours not in rows or theirs not in rows:
+            return {}
+        c, pct = ceiling(rows[theirs]["ms_per_step"], rows[ours].get("flops_per_step"), peak)
+        return {"ceiling": c, "ref_pct_peak": pct}
 
     def mem(row):
         if row not in rows or "pytorch-full" not in rows or (llm or {}).get("meta", {}).get("interleave"):
@@ -114,12 +151,14 @@ def llm_targets(llm: dict | None) -> list[Target]:
             return None
         return 100 * abs(rows[ours]["loss_last"] - rows[ref]["loss_last"]) / abs(rows[ref]["loss_last"])
 
-    out = [Target(16, "SmolLM2 full vs PyTorch full", speed("pockengine-full", "pytorch-full"), bound=2.0),
+    out = [Target(16, "SmolLM2 full vs PyTorch full", speed("pockengine-full", "pytorch-full"), bound=2.0,
+                  **cap("pockengine-full", "pytorch-full")),
            Target(16, "SmolLM2 sparse vs PyTorch same-scheme sparse",
-                  speed("pockengine-sparse", "pytorch-sparse"), bound=1.5),
+                  speed("pockengine-sparse", "pytorch-sparse"), bound=1.5, **cap("pockengine-sparse", "pytorch-sparse")),
            Target(16, "SmolLM2 sparse vs PyTorch full", speed("pockengine-sparse", "pytorch-full"),
-                  bound=3.5),
-           Target(16, "SmolLM2 LoRA vs PyTorch LoRA", speed("pockengine-lora", "pytorch-lora"), bound=1.5),
+                  bound=3.5, **cap("pockengine-sparse", "pytorch-full")),
+           Target(16, "SmolLM2 LoRA vs PyTorch LoRA", speed("pockengine-lora", "pytorch-lora"), bound=1.5,
+                  **cap("pockengine-lora", "pytorch-lora")),
            Target(16, "sparse + bf16 frozen: training memory / PyTorch full peak",
                   mem("pockengine-sparse-bf16"), unit="", met_if="<=", bound=0.2),
            Target(16, "sparse + int8 frozen: training memory / PyTorch full peak",
@@ -155,6 +194,10 @@ def render(targets: list[Target], insns: dict | None, sources: dict) -> str:
     lines = ["# `make bench` targets", "",
              f"{met} of {measured} measured targets met ({len(targets) - measured} not measured). Inputs: "
              + ", ".join(f"`{k}` ({v})" for k, v in sources.items()) + ".", "",
+             "A speed target's *fp32 ceiling* is the ratio our step would reach if it ran at 100% of the "
+             "machine's measured fp32 FMA peak (bench/fma_peak.cpp; the AVX2 peak for the AVX2 build): its "
+             "FLOPs / the peak, against the same PyTorch time. A target above its ceiling cannot be met by "
+             "fp32 arithmetic on this machine, only by doing fewer FLOPs or lower-precision ones.", "",
              "| issue | target | goal | measured | verdict | detail |", "|---|---|---|---|---|---|"]
     lines += [t.row() for t in targets]
     return "\n".join(lines + [""] + arm64_lines(insns)) + "\n"

@@ -58,3 +58,30 @@ def test_arm64_counts_are_tabled_with_the_vectorization_disabled_build():
     rows = [{"workload": "lstm_b1s16", "scheme": "full", "ours": 2e6, "no-autovec": 2.2e6, "scalar": 6e6}]
     text = "\n".join(targets.arm64_lines({"full": True, "rows": rows}))
     assert "| lstm_b1s16 | full | 2.00 | 2.20 | 1.10x | 6.00 | 3.00x |" in text
+
+
+def test_avx2_rows_are_judged_against_pytorch_on_avx2_with_their_fp32_ceiling(tmp_path):
+    """A -v3 row's target names eager-v3 (PyTorch capped at AVX2) when that ran, and the table gives
+    the ratio a step of its FLOPs would reach at 100% of the AVX2 FMA peak: 16 GFLOP at 80 GFLOP/s
+    is 200 ms, so against PyTorch's 280 ms no fp32 step can be more than 1.4x faster."""
+    rows = [{**_row("transformer_b8s64", "full", "pockengine-v3", 250, 1.12), "flops_per_step": 16e9},
+            _row("transformer_b8s64", "full", "eager-v3", 280), _row("transformer_b8s64", "full", "eager", 160)]
+    meta = {"date": "d", "threads": 2, "peak_v3": {"single_gflops": 50.0, "all_gflops": 80.0}}
+    (tmp_path / "results.json").write_text(json.dumps({"meta": meta, "rows": rows}))
+    assert targets.main(["--bench", str(tmp_path)]) == 0
+    line = next(ln for ln in (tmp_path / "targets.md").read_text().splitlines()
+                if "transformer LM full, AVX2 build vs eager-v3 (PyTorch on AVX2)" in ln)
+    assert "| 1.12x | **not met** |" in line
+    assert "fp32 ceiling 1.40x (PyTorch at 71% of the FMA peak): **beyond 100% of peak**" in line
+
+
+def test_the_reference_of_a_row_is_pytorch_on_its_threads_and_isa():
+    run = _bench_module("run")
+    ok = {"status": "ok"}
+    res = {"eager": {**ok, "ms": 100}, "eager-1t": {**ok, "ms": 180}, "eager-v3": {**ok, "ms": 150},
+           "eager-v3-1t": {**ok, "ms": 260}}
+    assert run.reference_ms("pockengine", res) == 100
+    assert run.reference_ms("pockengine-1t", res) == 180
+    assert run.reference_ms("pockengine-v3", res) == 150
+    assert run.reference_ms("pockengine-v3-1t", res) == 260
+    assert run.reference_ms("pockengine-v3-1t", {"eager": {**ok, "ms": 100}}) == 100  # eager-v3 did not run
