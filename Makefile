@@ -7,7 +7,8 @@ STAMP  := $(VENV)/.installed
 # C++ and arm64 (qemu), the JDK for the Kotlin SDK, node/npm for kotlinc, Vulkan on the CPU (lavapipe)
 # (npm for kotlinc: Debian's nodejs + npm only where no npm is installed; NodeSource's nodejs bundles npm)
 APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user openjdk-17-jdk-headless clang-14 libclang-rt-14-dev \
-	mesa-vulkan-drivers libvulkan-dev glslc fortunes
+	mesa-vulkan-drivers libvulkan-dev glslc vulkan-tools fortunes
+# (vulkan-tools: vulkaninfo, with which `make bench` finds the Vulkan device for its pockengine-vulkan rows)
 # (fortunes: the generic English text demo-apps/keyboard/model/pretrain.py pretrains the keyboard model on)
 # (clang-14 + libclang-rt-14-dev: libFuzzer for tests/codegen/runtime/fuzz, the checkpoint parser)
 KOTLIN_VERSION := 2.4.20
