@@ -56,6 +56,7 @@ PREPARED = {"pockengine", "pockengine-1t", "pockengine-v3", "pockengine-v3-1t", 
 CACHED = {"executorch", "onnxruntime"}  # their artifacts depend only on bench/ and the package versions
 
 T0 = time.perf_counter()
+SETTLE_S = 0.25  # idle time before each framework's share of a round (measure_config)
 LOADS: list[float] = []
 
 
@@ -406,6 +407,10 @@ def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
         for fw in order:
             if results[fw]["status"] != "ok":
                 continue
+            # let the previous framework's spin-waiting threads (OpenMP, ONNX Runtime's pool, ours)
+            # go idle first: spinning on the other core, they would push this framework's thread
+            # pool into its busy-machine back-off (a 2-thread row timed as if on one core)
+            time.sleep(SETTLE_S)
             workers[fw].send({"run": n})
             ans = workers[fw].read(args.step_timeout * n + 60)
             if not ans.get("ok"):

@@ -54,6 +54,9 @@ int pool_size(const ThreadPool* pool);      // 1 for nullptr
 // the pool backed off on a busy machine); 0 for nullptr.
 int64_t pool_regions(const ThreadPool* pool);
 int64_t pool_dispatches(const ThreadPool* pool);
+// Backs the pool off as a busy machine would (every region on the caller) for `ns`
+// nanoseconds from now: how tests reach the back-off path without loading the machine.
+void pool_back_off_for(ThreadPool* pool, int64_t ns);
 // Makes `pool` the current thread's pool (pk::parallel_for uses it) while alive.
 class PoolScope {
  public:

@@ -114,6 +114,11 @@ class ThreadPool {
   bool backed_off() const {
     return backoff_.load(std::memory_order_relaxed) && now_ns() < backoff_until_.load(std::memory_order_relaxed);
   }
+  // Backed off for ns from now, as a busy machine would do it (a test's way there).
+  void back_off_for(int64_t ns) {
+    backoff_until_.store(now_ns() + ns, std::memory_order_relaxed);
+    backoff_.store(true, std::memory_order_relaxed);
+  }
   int64_t regions() const { return regions_.load(std::memory_order_relaxed); }
   int64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
 
@@ -313,6 +318,9 @@ void pool_destroy(ThreadPool* pool) { delete pool; }
 int pool_size(const ThreadPool* pool) { return pool ? pool->size() : 1; }
 int64_t pool_regions(const ThreadPool* pool) { return pool ? pool->regions() : 0; }
 int64_t pool_dispatches(const ThreadPool* pool) { return pool ? pool->dispatches() : 0; }
+void pool_back_off_for(ThreadPool* pool, int64_t ns) {
+  if (pool) pool->back_off_for(ns);
+}
 
 PoolScope::PoolScope(ThreadPool* pool) : prev_(tl_pool) { tl_pool = pool; }
 PoolScope::~PoolScope() { tl_pool = prev_; }

@@ -470,7 +470,11 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
       }
     return;
   }
-  const int threads = M * N * K >= kParallelMinFlops ? num_threads() : 1;
+  // planned for the threads that will really run it: while the pool is backed off on a busy
+  // machine (parallel_now() false) every unit runs on the caller, and a plan cut for several
+  // threads (narrower column blocks, B packed once per row block) is slower there than the
+  // one-thread plan. Either plan gives every element the same FMA chain.
+  const int threads = M * N * K >= kParallelMinFlops && parallel_now() ? num_threads() : 1;
   // Column blocks of nc (a multiple of kNR, at most kNCMax) and row blocks of
   // whole strips. Several threads: about 4 units per thread (parallel_for's
   // chunks), from narrower column blocks first (down to kNCMinSplit), then from

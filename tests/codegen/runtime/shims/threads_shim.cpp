@@ -38,6 +38,11 @@ int shim_num_threads() { return pk::num_threads(); }
 // The pool's debug counters: parallel regions that reached it, and those handed to its workers.
 i64 shim_pool_regions(void* pool) { return pock_rt::pool_regions(static_cast<ThreadPool*>(pool)); }
 i64 shim_pool_dispatches(void* pool) { return pock_rt::pool_dispatches(static_cast<ThreadPool*>(pool)); }
+void shim_pool_back_off_for(void* pool, i64 ns) { pock_rt::pool_back_off_for(static_cast<ThreadPool*>(pool), ns); }
+int shim_parallel_now(void* pool) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  return pk::parallel_now() ? 1 : 0;
+}
 
 // relu_fwd over n floats on `pool` (as inside a step).
 void shim_relu_pool(void* pool, const float* x, float* y, i64 n) {
