@@ -212,17 +212,14 @@ def main(argv=None):
 
 
 def fma_peak(threads: int) -> float | None:
-    """The machine's fp32 FMA peak (GFLOP/s, bench/fma_peak.cpp, -march=native) on `threads` cores: the
+    """The machine's fp32 FMA peak (GFLOP/s, bench/run.py's fma_peak, -march=native) on `threads` cores: the
     ceiling of a row's speed (bench/targets.py: how fast a step of these FLOPs could be at all)."""
+    import tempfile
     sys.path.insert(0, str(ROOT / "bench"))
-    try:
-        from gemm_llm import fma_peak as measure
-        import subprocess as sp
-        measure("native")  # builds /tmp/pock_fma_peak_native once
-        out = json.loads(sp.run(["/tmp/pock_fma_peak_native"], capture_output=True, text=True, check=True).stdout)
-        return out["single_gflops"] if threads == 1 else out["all_gflops"]
-    except (OSError, ValueError, KeyError, subprocess.SubprocessError):
-        return None
+    from run import fma_peak as measure
+    with tempfile.TemporaryDirectory() as tmp:
+        peak = measure(threads, Path(tmp))
+    return peak.get("single_gflops" if threads == 1 else "all_gflops")
 
 
 def write(results: dict, a) -> None:

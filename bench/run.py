@@ -385,7 +385,6 @@ def reference_ms(fw: str, res: dict) -> float | None:
 
 def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
     """Run every framework on one (model, scheme) in interleaved rounds; -> {fw: result}."""
-    from frameworks import env_python
     results = {}
     workers = {}
     for fw in fws:
@@ -523,7 +522,6 @@ def main(argv=None):
 
     # ---- prepare artifacts, two processes at a time (the machine's cores; nothing is timed yet)
     jobs = [(w.key, s, fw) for w, s in configs for fw in fws if fw in PREPARED and fw in versions]
-    from frameworks import env_python
     zygotes = {key: Zygote(key[0], args, logs / f"zygote-{Path(key[0]).parent.parent.name}{'-avx2' if key[1] else ''}.log",
                            dict(key[1]))
                for key in {zygote_key(fw) for fw in versions}}

@@ -73,17 +73,13 @@ def _load(path: Path) -> dict | None:
         return None
 
 
-def _ratio(rows, workload: str, scheme: str, framework: str) -> float | None:
-    for r in rows:
-        if (r["workload"].startswith(workload) and r["scheme"] == scheme and r["framework"] == framework
-                and r.get("status") == "ok"):
-            return r.get("ratio")
-    return None
-
-
 def _row(rows, workload: str, scheme: str, framework: str) -> dict | None:
     return next((r for r in rows if r["workload"].startswith(workload) and r["scheme"] == scheme
                  and r["framework"] == framework and r.get("status") == "ok"), None)
+
+
+def _ratio(rows, workload: str, scheme: str, framework: str) -> float | None:
+    return (_row(rows, workload, scheme, framework) or {}).get("ratio")
 
 
 def step_targets(results: dict | None) -> list[Target]:
@@ -91,7 +87,9 @@ def step_targets(results: dict | None) -> list[Target]:
     rows = (results or {}).get("rows", [])
     meta = (results or {}).get("meta", {})
     fw = "pockengine-v3"
-    peak_v3 = (meta.get("peak_v3") or {}).get("single_gflops" if meta.get("threads") == 1 else "all_gflops")
+    sys.path.insert(0, str(HERE))
+    from run import pct_reference  # the peak run.py's "% of peak" of this row is taken against
+    peak_v3 = pct_reference(fw, meta.get("threads") or 0, {}, meta.get("peak_v3") or {})
     out = []
     for workload, title, scheme, bound in (("transformer", "transformer LM", "full", 1.5),
                                             ("transformer", "transformer LM", "sparse", 1.5),
@@ -117,7 +115,6 @@ def step_targets(results: dict | None) -> list[Target]:
                       worst["pct_bandwidth"] if worst else None, unit="%", bound=60.0,
                       detail=f"lowest: {worst['kernel']}" if worst else ""))
     slower = None
-    sys.path.insert(0, str(HERE))
     from report import slower_on_more_threads, thread_pairs
     if rows and any(fw.startswith("pockengine") for _, _, fw, _, _ in thread_pairs(rows)):
         slower = slower_on_more_threads(rows)
