@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
        [&] { pk::adamw_update(A, B, C, D, region, 1e-3f, 0.9f, 0.999f, 1e-8f, 0.01f, 3); }},
       {"layer_norm_fwd (8000 cols)", 8, true,
        [&] { pk::layer_norm_fwd(B, w.data(), bias.data(), A, mean.data(), rstd.data(), rows, cols, 1e-5f); }},
+      {"rms_norm_fwd (8000 cols)", 8, true, [&] { pk::rms_norm_fwd(B, w.data(), A, rstd.data(), rows, cols, 1e-6f); }},
       {"bias_bwd (8000 cols)", 4, true, [&] { pk::bias_bwd(B, A, rows, cols); }},
       {"gelu_fwd (erf)", 8, false, [&] { pk::gelu_fwd(B, A, n, false); }},
       {"gelu_bwd (erf)", 12, false, [&] { pk::gelu_bwd(C, B, A, n, false); }},

@@ -94,42 +94,51 @@ bool linear_bwd_weight_adamw(const float* dy, const float* x, float* dw, i64 M, 
   });
 }
 
-// db[N] = column sums of dy[M,N]: simd.h vectors of float lanes over blocks of
-// kRows rows, the blocks added in double (64 columns at a time, so the
-// accumulators live on the stack); the column tail (< kW columns) takes the same
-// order in scalar floats.  Threaded over columns, so the sums (and their
-// rounding) do not depend on the number of threads.
+// db[N] = column sums of dy[M,N]: each column summed in float over blocks of kRows
+// rows (row order), the blocks added in double.  The rows stream through memory in
+// order, kCols columns at a time: a block's float partial sums live in `part` (L1)
+// and are added there one row at a time (simd.h vectors; the column tail, < kW
+// columns, in scalar floats, same order), so dy is read once, sequentially (a
+// 64-column strip per pass read each row's cache lines from a different page and
+// ran at a third of the memory bandwidth).  Threaded over columns, so the sums (and
+// their rounding) do not depend on the number of threads.
 void bias_bwd(const float* dy, float* db, i64 M, i64 N) {
   using namespace simd;
-  constexpr i64 kCols = 64, kRows = 64;
-  constexpr int kNV = static_cast<int>(kCols / kW);
+  constexpr i64 kCols = 1024, kRows = 64, kGrainCols = 64;  // kGrainCols: a thread's fewest columns
   auto run = [&](i64 c0, i64 c1) {
+    alignas(64) float part[kCols];
+    double acc[kCols];
     for (i64 j0 = c0; j0 < c1; j0 += kCols) {
       const i64 nb = c1 - j0 < kCols ? c1 - j0 : kCols;
       const i64 nv = nb / kW;  // full vectors
-      double acc[kCols] = {};
+      for (i64 j = 0; j < nb; ++j) acc[j] = 0.0;
       for (i64 r0 = 0; r0 < M; r0 += kRows) {
         const i64 r1 = M - r0 < kRows ? M : r0 + kRows;
-        float part[kCols] = {};
-        V f[kNV];
-        for (int v = 0; v < kNV; ++v) f[v] = vzero();
-        for (i64 i = r0; i < r1; ++i) {
-          const float* row = dy + i * N + j0;
-          if (nv == kNV) {
-            for (int v = 0; v < kNV; ++v) f[v] = vadd(f[v], vload(row + v * kW));
-          } else {
-            for (i64 v = 0; v < nv; ++v) f[v] = vadd(f[v], vload(row + v * kW));
+        for (i64 j = 0; j < nb; ++j) part[j] = 0.f;
+        i64 i = r0;
+        for (; i + 4 <= r1; i += 4) {  // four rows per pass over part, still added in row order
+          const float* r = dy + i * N + j0;
+          for (i64 v = 0; v < nv; ++v) {
+            const i64 o = v * kW;
+            V p = vadd(vload(part + o), vload(r + o));
+            p = vadd(p, vload(r + N + o));
+            p = vadd(p, vload(r + 2 * N + o));
+            vstore(part + o, vadd(p, vload(r + 3 * N + o)));
           }
+          for (i64 j = nv * kW; j < nb; ++j) part[j] = (((part[j] + r[j]) + r[N + j]) + r[2 * N + j]) + r[3 * N + j];
+        }
+        for (; i < r1; ++i) {
+          const float* row = dy + i * N + j0;
+          for (i64 v = 0; v < nv; ++v) vstore(part + v * kW, vadd(vload(part + v * kW), vload(row + v * kW)));
           for (i64 j = nv * kW; j < nb; ++j) part[j] += row[j];
         }
-        for (i64 v = 0; v < nv; ++v) vstore(part + v * kW, f[v]);
         for (i64 j = 0; j < nb; ++j) acc[j] += part[j];
       }
       for (i64 j = 0; j < nb; ++j) db[j0 + j] = static_cast<float>(acc[j]);
     }
   };
   if (M * N >= (i64(1) << 16))
-    parallel_for(N, kCols, run);
+    parallel_for(N, kGrainCols, run);
   else
     run(0, N);
 }

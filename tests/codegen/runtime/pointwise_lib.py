@@ -51,7 +51,7 @@ def load(shim_builder):
     }
     for kernel in ["unary", "pow_scalar_bwd", "binary", "where", "reduce_sum", "cross_entropy_fwd",
                    "cross_entropy_bwd", "nll_loss_fwd", "nll_loss_bwd", "mse_loss_fwd", "mse_loss_bwd", "dropout_fwd",
-                   "dropout_bwd", "layer_norm_fwd", "layer_norm_bwd"]:  # the same arguments as the kernel's shim
+                   "dropout_bwd", "layer_norm_fwd", "layer_norm_bwd", "rms_norm_fwd", "rms_norm_bwd", "bias_bwd"]:  # the same arguments as the kernel's shim
         short = kernel.replace("cross_entropy", "ce").replace("_loss", "").replace("pow_scalar_bwd", "pow_bwd")
         helpers[f"pw_{short}"] = getattr(L, f"shim_{kernel}")
     L.shim_use_threads.argtypes, L.shim_use_threads.restype = [cint], None

@@ -569,6 +569,58 @@ def test_layer_norm(lib, rows, cols, affine):
     bufs.check_guards()
 
 
+def test_layer_norm_far_from_zero(lib):
+    """Rows whose mean is far larger than their spread (the one-pass block moments keep the
+    variance exact) and rows spanning several 256-column blocks with a tail."""
+    rng = np.random.default_rng(7)
+    rows, cols = 5, 1000
+    x = (rand(rng, rows, cols) * 0.01 + 3000.0).astype(np.float32)
+    x[1] = 7.0  # constant row: variance 0, never negative
+    x[2] = rand(rng, cols) + 3000.0  # spread 1: y within float rounding of the mean
+    bufs = Buffers()
+    y, mean, rstd = bufs(rows, cols), bufs(rows), bufs(rows)
+    lib.shim_layer_norm_fwd(P(x), None, None, P(y), P(mean), P(rstd), rows, cols, 1e-8)
+    ty, tmean, trstd = torch.native_layer_norm(T(x).double(), [cols], None, None, 1e-8)
+    close(mean, tmean.reshape(rows), rtol=1e-7)
+    close(rstd, trstd.reshape(rows), rtol=1e-5)
+    close(y[2], ty[2], atol=1e-3)
+    assert (y[1] == 0).all() and np.isfinite(rstd).all()
+    bufs.check_guards()
+
+
+# ----------------------------------------------------------------------------- rms_norm
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (3, 7), (16, 64), (4, 600), (2, 1537)])
+@pytest.mark.parametrize("weighted", [True, False])
+def test_rms_norm(lib, rows, cols, weighted):
+    rng = np.random.default_rng(rows * cols + 1)
+    x = rand(rng, rows, cols) * 2 + 0.5
+    w = rand(rng, cols) if weighted else None
+    dy = rand(rng, rows, cols)
+    eps = 1e-6
+    tx = T(x, True)
+    tw = T(w, True) if weighted else None
+    r = torch.rsqrt(tx.pow(2).mean(-1, keepdim=True) + eps)
+    ty = tx * r * (tw if weighted else 1.0)
+    ty.backward(T(dy))
+    bufs = Buffers()
+    y, rstd, dx = bufs(rows, cols), bufs(rows), bufs(rows, cols)
+    lib.shim_rms_norm_fwd(P(x), P(w), P(y), P(rstd), rows, cols, eps)
+    close(y, ty, atol=2e-5)
+    close(rstd, r.reshape(rows))
+    dw = bufs(cols) if weighted else None
+    lib.shim_rms_norm_bwd(P(dy), P(x), P(rstd), P(w), P(dx), P(dw), rows, cols)
+    close(dx, tx.grad, atol=2e-5)
+    if weighted:
+        close(dw, tw.grad, atol=2e-5)
+        for want in ("dx", "dw"):  # nullable outputs: each gradient alone
+            outs = {"dx": bufs(rows, cols) if want == "dx" else None, "dw": bufs(cols) if want == "dw" else None}
+            lib.shim_rms_norm_bwd(P(dy), P(x), P(rstd), P(w), P(outs["dx"]), P(outs["dw"]), rows, cols)
+            close(outs[want], {"dx": tx.grad, "dw": tw.grad}[want], atol=2e-5)
+    bufs.check_guards()
+
+
 # ----------------------------------------------------------------------------- batch_norm
 
 BN_SHAPES = [(4, 3, 1), (2, 5, 7), (3, 4, 36), (8, 2, 100)]

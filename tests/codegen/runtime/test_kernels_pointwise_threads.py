@@ -160,6 +160,27 @@ def _thread_cases(rng):
             outs += [y, mean, rstd, dx, dw, db]
         return outs
     cases.append(("layer_norm", layer_norm))
+
+    def rms_norm(lib):
+        outs = []
+        for rows, cols in [(700, 300), (40, 5000)]:
+            xx, w, g = rnd(rng, rows, cols), rnd(rng, cols), rnd(rng, rows, cols)
+            y, rstd = np.empty_like(xx), np.empty(rows, np.float32)
+            lib.pw_rms_norm_fwd(P(xx), P(w), P(y), P(rstd), rows, cols, 1e-6)
+            dx, dw = np.empty_like(xx), np.empty_like(w)
+            lib.pw_rms_norm_bwd(P(g), P(xx), P(rstd), P(w), P(dx), P(dw), rows, cols)
+            outs += [y, rstd, dx, dw]
+        return outs
+    cases.append(("rms_norm", rms_norm))
+
+    def bias_bwd(lib):
+        outs = []
+        for rows, cols in [(700, 300), (37, 5003)]:
+            g, db = rnd(rng, rows, cols), np.empty(cols, np.float32)
+            lib.pw_bias_bwd(P(g), P(db), rows, cols)
+            outs.append(db)
+        return outs
+    cases.append(("bias_bwd", bias_bwd))
     return cases
 
 

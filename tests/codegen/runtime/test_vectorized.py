@@ -36,7 +36,10 @@ CHECKS = {
     "loss.cpp": {"cross_entropy_fwd|row_logsumexp": "exp", "cross_entropy_bwd": "exp"},
     "softmax.cpp": {"softmax_impl": "exp", "log_softmax_bwd": "exp"},
     "attention.cpp": {"sdpa_fwd": "exp", "sdpa_bwd": "vec"},  # its products are gemm.cpp micro-kernels
-    "layer_norm.cpp": {"layer_norm_fwd": "fma", "layer_norm_bwd": "fma"},
+    "layer_norm.cpp": {"layer_norm_fwd|layer_norm_row": "fma", "layer_norm_bwd": "fma"},
+    "rms_norm.cpp": {"rms_norm_fwd|rms_norm_row": "fma", "rms_norm_bwd|rms_norm_row_bwd": "fma"},
+    "swiglu.cpp": {"swiglu_fwd": "exp", "swiglu_bwd": "exp"},
+    "rope.cpp": {r"rope<\w+>|rotate_row<\w+>": "fma"},
     "optimizer.cpp": {"sgd_update": "fma", "adamw_update": "fma"},
     "linear.cpp": {"bias_bwd": "vec"},
     "gemm.cpp": {"micro_kernel<[^>]*>": "fma", "gemm_dot_rows<[^>]*>": "fma", "gemv_block<[^>]*>": "fma"},
