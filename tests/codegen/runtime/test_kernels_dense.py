@@ -78,7 +78,9 @@ def close(actual, expected, rtol=RTOL, atol=ATOL):
 
 GEMM_SHAPES = [(1, 1, 1), (7, 13, 5), (12, 32, 128), (37, 65, 129), (50, 200, 300), (13, 97, 1), (1, 300, 40),
                # M <= 4: the GEMV (row-major op(B)) and dot (op(B) = W^T) paths, column tails
-               (1, 670, 96), (2, 96, 700), (3, 83, 37), (4, 1100, 300), (1, 15, 7), (2, 4, 17)]
+               (1, 670, 96), (2, 96, 700), (3, 83, 37), (4, 1100, 300), (1, 15, 7), (2, 4, 17),
+               # either side of the dot path's row limit (8), W in several of its L2 blocks
+               (8, 1500, 96), (9, 1500, 96)]
 
 
 @pytest.mark.parametrize("ta", [False, True])
