@@ -2,6 +2,11 @@
 one thread; run by bench/run.py (`make bench`) and on its own:
 
     .venv/bin/python bench/kernels_bw.py [--mib 64] [--march native|x86-64-v3]
+    .venv/bin/python bench/kernels_bw.py --update bench/results.json
+
+--update re-measures both builds' tables into an existing `make bench` results.json (dated, with
+the commit, apart from the run's own date), then rewrites the results.md beside it and
+targets.md: a kernel change re-measured without the whole 45-minute run.
 
 The runtime's threadpool and kernels are compiled in (g++ -O3, the runtime's flags) with no pool,
 so every kernel runs on the calling thread.  Target: memory-bound kernels >= 60% of the
@@ -46,11 +51,31 @@ def table_lines(res: dict) -> list[str]:
     return lines
 
 
+def update(results: Path, mib: int = 64) -> None:
+    """Re-measure meta["kernels_bw"] of a results.json; rewrite its results.md and targets.md."""
+    import time
+    data = json.loads(results.read_text())
+    meta = data["meta"]
+    meta["kernels_bw"] = [measure(mib, m) for m in ("native", "x86-64-v3")]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
+    meta["kernels_bw_measured"] = f"{time.strftime('%Y-%m-%d %H:%M')} at commit {commit.strip() or '?'}"
+    results.write_text(json.dumps(data, indent=1))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from report import write_markdown
+    import targets
+    write_markdown(results.parent / "results.md", meta, data["rows"])
+    targets.main(["--bench", str(results.parent)])
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--march", default="native")
+    ap.add_argument("--update", metavar="RESULTS_JSON", help="re-measure the kernel tables of a make bench run")
     a = ap.parse_args(argv)
+    if a.update:
+        update(Path(a.update), a.mib)
+        return 0
     print("\n".join(table_lines(measure(a.mib, a.march))))
     return 0
 

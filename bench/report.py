@@ -135,6 +135,9 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
     out.append("")
     out += table_lines(rows, meta.get("loss_step"))
     out += thread_lines(rows)
+    if meta.get("kernels_bw_measured"):
+        out += ["", f"The kernel tables below were measured again on {meta['kernels_bw_measured']} "
+                    "(bench/kernels_bw.py --update), after the run above."]
     for res in meta.get("kernels_bw") or []:
         from kernels_bw import table_lines as bw_lines
         out += [""] + bw_lines(res)

@@ -1,5 +1,6 @@
 """bench/targets.py: the `make bench` targets read from the benchmarks' JSON (synthetic results here)."""
 import json
+from pathlib import Path
 
 from test_harness import _bench_module
 
@@ -85,3 +86,23 @@ def test_the_reference_of_a_row_is_pytorch_on_its_threads_and_isa():
     assert run.reference_ms("pockengine-v3", res) == 150
     assert run.reference_ms("pockengine-v3-1t", res) == 260
     assert run.reference_ms("pockengine-v3-1t", {"eager": {**ok, "ms": 100}}) == 100  # eager-v3 did not run
+
+
+def test_kernel_tables_measured_again_into_a_run(tmp_path):
+    """bench/kernels_bw.py --update: both builds' kernel tables re-measured into an existing
+    results.json (dated apart from the run), results.md and targets.md rewritten from it."""
+    kbw = _bench_module("kernels_bw")
+    run = json.loads((Path(kbw.__file__).parent / "results.json").read_text())  # the committed make bench run
+    run["meta"]["kernels_bw"] = [{"march": "x86-64-v3", "bandwidth_gbs": 1.0, "elements": 1,
+                                  "kernels": [{"kernel": "stale", "memory_bound": True, "gbs": 0.1,
+                                               "pct_bandwidth": 1.0, "elems_per_ns": 0.1}]}]
+    run["meta"].pop("kernels_bw_measured", None)
+    (tmp_path / "results.json").write_text(json.dumps(run))
+    assert kbw.main(["--update", str(tmp_path / "results.json"), "--mib", "2"]) == 0
+    meta = json.loads((tmp_path / "results.json").read_text())["meta"]
+    assert [r["march"] for r in meta["kernels_bw"]] == ["native", "x86-64-v3"]
+    assert {k["kernel"] for k in meta["kernels_bw"][1]["kernels"]} >= {"bias_bwd (8000 cols)", "rms_norm_fwd (8000 cols)"}
+    assert meta["date"] == run["meta"]["date"] and "at commit" in meta["kernels_bw_measured"]
+    assert "measured again on" in (tmp_path / "results.md").read_text()
+    memory = [ln for ln in (tmp_path / "targets.md").read_text().splitlines() if "memory-bound kernels" in ln][0]
+    assert "stale" not in memory and "measured again" in memory
