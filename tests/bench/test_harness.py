@@ -121,3 +121,15 @@ def test_thread_check_flags_only_pockengine_rows_slower_on_more_threads():
     assert len(slow) == 1 and "pockengine-v3" in slow[0], slow
     text = "\n".join(thread_lines(rows))
     assert "| m | full | eager | 20.0 | 30.0 | 0.67x (slower) |" in text, text
+
+
+def test_slow_cpu_vulkan_rows_are_not_timed():
+    """A Vulkan row on lavapipe whose warm-up step took seconds is reported n/a, not timed 20 times;
+    a fast one, a GPU one and every other framework are timed whatever their step time."""
+    run = _bench_module("run")
+    cpu_vk = {"notes": ["Vulkan on llvmpipe (LLVM 15.0.6, 256 bits) (CPU Vulkan: a sanity check, not a GPU timing)"]}
+    slow = run.CPU_VULKAN_MAX_STEP_S + 1
+    assert "not timed" in run.untimed_reason("pockengine-vulkan", {**cpu_vk, "warmup_s": [slow + 3, slow]})
+    assert run.untimed_reason("pockengine-vulkan", {**cpu_vk, "warmup_s": [slow, 0.4]}) is None
+    assert run.untimed_reason("pockengine-vulkan", {"notes": ["Vulkan on Adreno 740"], "warmup_s": [slow]}) is None
+    assert run.untimed_reason("executorch", {"notes": [], "warmup_s": [17.0]}) is None
