@@ -415,8 +415,8 @@ def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
         if not ready.get("ok"):
             results[fw] = {"status": "n/a", "reason": first_line(ready.get("error", "?"))}
             w.kill()
-        elif untimed_reason(fw, ready):
-            results[fw] = {"status": "n/a", "reason": untimed_reason(fw, ready)}
+        elif (why := untimed_reason(fw, ready)) is not None:
+            results[fw] = {"status": "n/a", "reason": why}
             w.kill()
         else:
             results[fw] = {"status": "ok", "ready": ready, "times": []}

@@ -24,6 +24,7 @@ namespace {
 using namespace simd;
 using vrows::block_sum;
 using vrows::kBlk;
+using vrows::load_or;
 using vrows::row_sum;
 
 constexpr i64 kGrain = kMinChunkElems;  // elements per chunk, at least (pock_parallel.h)
@@ -33,7 +34,6 @@ constexpr i64 kRowBlock = 64;    // dw/db rows summed in float before the double
 
 inline i64 rows_grain(i64 cols) { return cols >= kGrain ? 1 : kGrain / (cols > 0 ? cols : 1); }
 
-inline V load_or(const float* p, i64 n, float dflt) { return p ? load_part(p, n) : vbcast(dflt); }
 
 // v with the lanes from n on set to 0 (a row's padded tail)
 inline V zero_past(V v, i64 n) {

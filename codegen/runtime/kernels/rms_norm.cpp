@@ -19,10 +19,10 @@ namespace pk {
 
 namespace {
 using namespace simd;
+using vrows::load_or;
 using vrows::row_sum;
 
 inline i64 grain(i64 cols) { return grain_for_work(cols, kMinChunkElems); }
-inline V load_w(const float* w, i64 c, i64 n) { return w != nullptr ? load_part(w + c, n) : vbcast(1.0f); }
 
 constexpr i64 kColChunk = 256;  // dw columns summed at once (stack accumulators; a multiple of kW)
 constexpr i64 kColAlign = 64;   // dw thread splits fall on multiples of this many columns
@@ -47,7 +47,7 @@ float rms_norm_row(const float* __restrict xr, const float* __restrict w, float*
     }
   for (; c < cols; c += kW) {
     const i64 n = cols - c < kW ? cols - c : kW;
-    store_part(yr + c, vmul(load_w(w, c, n), vmul(load_part(xr + c, n), vinv)), n);
+    store_part(yr + c, vmul(load_or(w ? w + c : nullptr, n, 1.f), vmul(load_part(xr + c, n), vinv)), n);
   }
   return inv;
 }
@@ -57,13 +57,14 @@ void rms_norm_row_bwd(const float* __restrict g, const float* __restrict xr, con
                       float* __restrict dxr, i64 cols) {
   const V vinv = vbcast(inv);
   const double dot = row_sum(cols, [&](i64 c, i64 n) {  // padded lanes: dy = 0
-    return vmul(vmul(load_part(g + c, n), load_w(w, c, n)), vmul(load_part(xr + c, n), vinv));
+    return vmul(vmul(load_part(g + c, n), load_or(w ? w + c : nullptr, n, 1.f)), vmul(load_part(xr + c, n), vinv));
   });
   const V vm = vbcast(static_cast<float>(dot / static_cast<double>(cols)));
   for (i64 c = 0; c < cols; c += kW) {
     const i64 n = cols - c < kW ? cols - c : kW;
     const V h = vmul(load_part(xr + c, n), vinv);
-    store_part(dxr + c, vmul(vinv, vsub(vmul(load_part(g + c, n), load_w(w, c, n)), vmul(h, vm))), n);
+    const V dh = vmul(load_part(g + c, n), load_or(w ? w + c : nullptr, n, 1.f));
+    store_part(dxr + c, vmul(vinv, vsub(dh, vmul(h, vm))), n);
   }
 }
 }  // namespace

@@ -1,4 +1,4 @@
-// vec_rows.h — internal to the kernels (not part of the public runtime API): sums along
+// vec_rows.h — internal to the kernels (not part of the public runtime API): load_or and sums along
 // a contiguous row over the native vector V of simd.h, for the norms (layer_norm.cpp,
 // rms_norm.cpp).  Float lanes within blocks of kBlk columns, the blocks added in
 // double: accurate (at most kBlk / kW terms per float lane) and a fixed order, so a
@@ -15,6 +15,10 @@ using simd::kW;
 using simd::V;
 
 constexpr i64 kBlk = 256;  // columns summed in float lanes before the double sum
+
+// The n <= kW floats at p (zero-padded), or dflt in every lane when p is null (an absent
+// weight or bias).
+inline V load_or(const float* p, i64 n, float dflt) { return p ? simd::load_part(p, n) : simd::vbcast(dflt); }
 
 // Sum of f(c, n) over the vectors of columns [c0, e) (n < kW only for the last one;
 // f must give 0 in the lanes past n) in float lanes: four accumulators, vectors
