@@ -8,21 +8,26 @@
 //     conv2d_plane3x3.cpp), parallel over N*C planes;
 //   * 1x1, stride 1, pad 0: one GEMM per image and group (pk::gemm, the
 //     images of a parallel chunk batched in one call); the weight gradient
-//     splits the output channels over the threads;
+//     is threaded over pieces fixed by the shape (sum_over_images);
 //   * other convolutions whose GEMM would have at least kGemmMinRows rows
 //     (output channels per group; input channels per group for the input
 //     gradient): an implicit GEMM per image and group, where the im2col
 //     (resp. col2im) matrix is generated block by block straight into the
-//     GEMM's bounded packing buffers — no scratch memory — parallel over images;
+//     GEMM's bounded packing buffers — no scratch memory — parallel over images
+//     (the weight gradient: over sum_over_images's pieces);
 //   * 3x3 (as above) with few channels per group: sums of the same plane
 //     kernels (e.g. the input gradient of a 3-channel stem);
 //   * everything else: a direct loop over kernel taps, each tap a run of
 //     contiguous (stride 1) or strided multiply-adds over an output row whose
 //     valid range is computed up front.
 // conv2d_fwd_act applies relu / relu6 as y is written (in the plane kernels)
-// or right after each image's GEMM.  No kernel allocates.  The vector code
+// or right after each image's GEMM.  No kernel allocates, but for the
+// weight gradient's image-group sums: a per-thread buffer of at most
+// 3 x 64K floats, made on first use (as gemm.cpp's packing buffer).  The vector code
 // uses the native width (conv_common.h: AVX-512 / AVX2+FMA / NEON intrinsics
 // behind #if guards, a plain 4-float struct otherwise).
+#include <vector>
+
 #include "conv_common.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
@@ -35,6 +40,10 @@ namespace detail {
 using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
 void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, const void* b_ctx, float* C,
                   i64 ldc, i64 M, i64 N, i64 K, bool accumulate);
+// C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs],
+// op(B)[k][j] = B[k*b_rs + j*b_cs].
+void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
+                  i64 M, i64 N, i64 K, bool accumulate);
 }  // namespace detail
 
 using conv::act_inplace;
@@ -329,6 +338,75 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
   });
 }
 
+
+// ---- the weight gradient as a sum over images of per-image products
+//
+// product(n, r0, r1, c0, c1, d, ld, acc) writes rows [r0, r1) x columns [c0, c1) of image n's
+// product into d (row stride ld), overwriting (acc false) or adding.  The work is cut into
+// pieces fixed by the shape, never by the thread count, so every element is the same chain
+// of operations on any number of threads:
+//   * a small gradient (<= kGroupMaxOut floats): the images in kImageGroups groups, each
+//     group summed on one thread into its own buffer (group 0 into dw), the buffers then
+//     added in group order;
+//   * a larger one: column blocks of kPieceCols (cols_ok; else row blocks of at least
+//     kPieceRows rows), each summed over every image on one thread, so its tiles stay in
+//     that core's cache (a GEMM threaded inside, image after image, moved them between
+//     the cores' caches every image, repacked B once per row block, and the 4x4-plane
+//     layers and the stem ran slower on 2 threads than on 1).
+// Within a piece each element is summed in image order exactly as one whole-gradient GEMM
+// per image would sum it (the GEMM's chains do not depend on its tiling), so the pieces
+// only change where the work runs.
+constexpr i64 kGroupMaxOut = i64(1) << 16;
+constexpr i64 kImageGroups = 4;
+constexpr i64 kPieceCols = 96;  // a multiple of every build's GEMM tile width (12, 16, 32)
+constexpr i64 kPieceRows = 24;  // above the GEMM's dot-product rows (<= 8): one path per piece
+
+// Per calling thread: the partial sums of image groups 1.. (allocated on first use).
+float* group_buffer(i64 n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<i64>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
+
+template <class Product>
+void sum_over_images(i64 N, i64 rows, i64 cols, i64 depth, bool cols_ok, float* dw, Product&& product) {
+  const i64 out = rows * cols;
+  const bool big = N * out * depth >= 2 * kMinChunkMacs;  // else every piece on the caller
+  if (N >= 2 && out <= kGroupMaxOut) {
+    const i64 G = N < kImageGroups ? N : kImageGroups;
+    float* part = group_buffer((G - 1) * out);
+    parallel_for(G, big ? 1 : G, [&](i64 g0, i64 g1) {
+      for (i64 g = g0; g < g1; ++g) {
+        float* d = g == 0 ? dw : part + (g - 1) * out;
+        for (i64 n = N * g / G; n < N * (g + 1) / G; ++n) product(n, 0, rows, 0, cols, d, cols, n > N * g / G);
+      }
+    });
+    for (i64 g = 1; g < G; ++g) {
+      const float* s = part + (g - 1) * out;
+      for (i64 i = 0; i < out; ++i) dw[i] += s[i];
+    }
+    return;
+  }
+  const i64 threads = big && parallel_now() ? num_threads() : 1;
+  const bool by_cols = cols_ok && cols >= 2 * kPieceCols;
+  i64 pieces = by_cols ? (cols + kPieceCols - 1) / kPieceCols : rows / kPieceRows;
+  if (threads <= 1 || pieces < 2) pieces = 1;
+  if (!by_cols && pieces > 4 * threads) pieces = 4 * threads;
+  parallel_for(pieces, 1, [&](i64 b0, i64 b1) {
+    for (i64 b = b0; b < b1; ++b) {
+      i64 r0 = 0, r1 = rows, c0 = 0, c1 = cols;
+      if (pieces > 1 && by_cols) {
+        c0 = b * kPieceCols;
+        c1 = cols - c0 < kPieceCols ? cols : c0 + kPieceCols;
+      } else if (pieces > 1) {
+        r0 = rows * b / pieces;
+        r1 = rows * (b + 1) / pieces;
+      }
+      for (i64 n = 0; n < N; ++n) product(n, r0, r1, c0, c1, dw, cols, n > 0);
+    }
+  });
+}
+
 }  // namespace
 
 // y[n,o] = b[o] + sum over the group's input channels and taps of w * x.
@@ -449,35 +527,28 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     return;
   }
   if (is_pointwise(p)) {
-    // dw[g] [Og, k] = sum_n dy_n[g] [Og, HW] @ x_n[g, 0:k]^T [HW, k]: one GEMM over all Og rows, threaded
-    // inside (whole strips and column blocks), so every element is the same FMA chain on any thread count.
-    // (Splitting the rows here gave a thread-count-dependent row count per call, and calls of <= 16 rows
-    // take the GEMM's dot-product path, which sums in another order: 1- and 2-thread steps differed.)
+    // dw[g] [Og, k] = sum_n dy_n[g] [Og, HW] @ x_n[g, 0:k]^T [HW, k]
     for (i64 g = 0; g < G; ++g) {
       const float* dyg = dy + g * Og * HW;
       const float* xg = x + g * x_group_channels * HW;
-      float* dwg = dw + g * Og * k;
-      GemmParams gp{1, Og, k, HW, false, true, p.O * HW, xc * HW, 0, 0.0f};
-      gemm(dyg, xg, dwg, gp);  // image 0 overwrites
-      if (p.N > 1) {
-        gp.batch = p.N - 1;
-        gp.beta = 1.0f;  // the other images accumulate into the same dw (sc = 0), in image order
-        gemm(dyg + p.O * HW, xg + xc * HW, dwg, gp);
-      }
+      sum_over_images(p.N, Og, k, HW, true, dw + g * Og * k,
+                      [&](i64 n, i64 r0, i64 r1, i64 c0, i64 c1, float* d, i64 ld, bool acc) {
+                        detail::gemm_strided(dyg + n * p.O * HW + r0 * HW, HW, 1, xg + n * xc * HW + c0 * HW, 1, HW,
+                                             d + r0 * ld + c0, ld, r1 - r0, c1 - c0, HW, acc);
+                      });
     }
     return;
   }
   if (Og >= kGemmMinRows) {
     // dw[g] [Og, k*KHW] = sum_n dy_n[g] [Og, OHW] @ im2col(x_n[g, 0:k])^T [OHW, k*KHW]
     for (i64 g = 0; g < G; ++g)
-      parallel_for(Og, grain_for(p.N * k * KHW * OHW), [&](i64 o0, i64 o1) {
-        for (i64 n = 0; n < p.N; ++n) {
-          const ConvCtx ctx{&p, x + (n * xc + g * x_group_channels) * HW, nullptr, nullptr};
-          const TransposedCtx dyt{dy + (n * p.O + g * Og + o0) * OHW, OHW};
-          detail::gemm_readers(read_transposed, &dyt, read_im2col_t, &ctx, dw + (g * Og + o0) * k * KHW, k * KHW,
-                               o1 - o0, k * KHW, OHW, n > 0);
-        }
-      });
+      sum_over_images(p.N, Og, k * KHW, OHW, false, dw + g * Og * k * KHW,
+                      [&](i64 n, i64 r0, i64 r1, i64, i64, float* d, i64 ld, bool acc) {
+                        const ConvCtx ctx{&p, x + (n * xc + g * x_group_channels) * HW, nullptr, nullptr};
+                        const TransposedCtx dyt{dy + (n * p.O + g * Og + r0) * OHW, OHW};
+                        detail::gemm_readers(read_transposed, &dyt, read_im2col_t, &ctx, d + r0 * ld, ld, r1 - r0,
+                                             k * KHW, OHW, acc);
+                      });
     return;
   }
   parallel_for(p.O, grain_for(k * KHW * p.N * OHW), [&](i64 o0, i64 o1) {

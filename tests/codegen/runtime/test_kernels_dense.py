@@ -301,6 +301,53 @@ def test_conv2d_bwd_weight_partial_channels(lib, case):
         bufs.check_guards()
 
 
+# conv2d_bwd_weight's pieces (conv2d.cpp, sum_over_images): image groups for a small gradient (at
+# most 64K floats), column blocks or row blocks of a larger one, the implicit-GEMM (im2col) path
+# likewise; each sized to be threaded.
+# N, C, H, W, O, (KH, KW), (sh, sw), (ph, pw), (dh, dw), groups
+BWD_WEIGHT_PIECE_CASES = [
+    (8, 16, 32, 32, 96, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # small gradient: 4 groups of 2 images
+    (3, 24, 16, 16, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # fewer images than groups
+    (3, 32, 8, 8, 48, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped
+    (5, 256, 4, 4, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 82K floats: column blocks (96, 96, 64)
+    (3, 64, 4, 4, 1100, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 70K floats, 64 columns: row blocks
+    (8, 3, 32, 32, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # the stem: image groups through im2col
+    (2, 64, 6, 6, 128, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # 74K floats through im2col: row blocks
+]
+
+
+@pytest.fixture(scope="module")
+def threads_lib(shim_builder):
+    from pointwise_lib import load
+    return load(shim_builder)
+
+
+@pytest.mark.parametrize("case", BWD_WEIGHT_PIECE_CASES)
+def test_conv2d_bwd_weight_pieces_same_bits_on_any_threads(threads_lib, case):
+    """The weight gradient's pieces are fixed by the shape: 1, 2 and 3 threads give the same bits,
+    and torch's float64 gradient (sums of thousands of terms: judged against the largest element)."""
+    params, x, w, b, dy = conv_setup(case, 7)
+    C, G = case[1], case[-1]
+    tx, tw = torch.from_numpy(x).double(), torch.from_numpy(w).double().requires_grad_(True)
+    F.conv2d(tx, tw, None, stride=case[6], padding=case[7], dilation=case[8], groups=G).backward(
+        torch.from_numpy(dy).double())
+    got = {}
+    try:
+        for threads in (1, 2, 3):
+            threads_lib.pw_use_threads(threads)
+            bufs = Buffers()
+            dw = bufs(*w.shape)
+            threads_lib.shim_conv2d_bwd_weight(P(dy), P(x), P(dw), *params.tolist(), C // G, C)
+            bufs.check_guards()
+            got[threads] = dw.copy()
+    finally:
+        threads_lib.pw_use_threads(1)
+    want = tw.grad.numpy()
+    assert np.abs(got[1] - want).max() <= 1e-6 * np.abs(want).max()
+    for threads in (2, 3):
+        assert got[threads].tobytes() == got[1].tobytes(), f"{threads} threads"
+
+
 # The fast paths of conv2d.cpp: 3x3 depthwise planes (flat form for planes that
 # fit a stack buffer, row form otherwise / for wide stride-2 rows, edges and
 # vector tails at odd sizes), 3x3 with few channels per group (plane sums),

@@ -245,9 +245,10 @@ def test_trainer_same_losses_with_two_threads(name, kwargs):
 
 
 def test_pointwise_conv_step_bit_identical_on_two_threads():
-    """A 1x1 conv's weight gradient (96 x 16 over 2 x 64 x 64 pixels) is one GEMM threaded inside,
-    not rows split outside: split rows took the GEMM's <= 16-row dot-product path on 2 threads
-    only, and MobileNetV2's steps drifted apart (1.86773 vs 1.86910 after 3 steps)."""
+    """A 1x1 conv's weight gradient (96 x 16 over 2 x 64 x 64 pixels) is threaded over pieces fixed
+    by the shape, never by the thread count: rows split by the thread count once took the GEMM's
+    <= 16-row dot-product path on 2 threads only, and MobileNetV2's steps drifted apart (1.86773
+    vs 1.86910 after 3 steps)."""
     import pockengine as pe
 
     torch.manual_seed(0)
