@@ -22,10 +22,11 @@
 //     valid range is computed up front.
 // conv2d_fwd_act applies relu / relu6 as y is written (in the plane kernels)
 // or right after each image's GEMM.  No kernel allocates, but for the
-// weight gradient's image-group sums: a per-thread buffer of at most
-// 3 x 64K floats, made on first use (as gemm.cpp's packing buffer).  The vector code
+// weight gradient's image-group sums and side-by-side images: a per-thread
+// buffer, made on first use (as gemm.cpp's packing buffer).  The vector code
 // uses the native width (conv_common.h: AVX-512 / AVX2+FMA / NEON intrinsics
 // behind #if guards, a plain 4-float struct otherwise).
+#include <cstring>
 #include <vector>
 
 #include "conv_common.h"
@@ -349,7 +350,8 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
 //     group summed on one thread into its own buffer (group 0 into dw), the buffers then
 //     added in group order;
 //   * a larger one: column blocks of kPieceCols (cols_ok; else row blocks of at least
-//     kPieceRows rows), each summed over every image on one thread, so its tiles stay in
+//     kPieceRows rows; a 1x1 convolution on small planes does not get here, see
+//     kConcatMaxDepth), each summed over every image on one thread, so its tiles stay in
 //     that core's cache (a GEMM threaded inside, image after image, moved them between
 //     the cores' caches every image, repacked B once per row block, and the 4x4-plane
 //     layers and the stem ran slower on 2 threads than on 1).
@@ -360,6 +362,9 @@ constexpr i64 kGroupMaxOut = i64(1) << 16;
 constexpr i64 kImageGroups = 4;
 constexpr i64 kPieceCols = 96;  // a multiple of every build's GEMM tile width (12, 16, 32)
 constexpr i64 kPieceRows = 24;  // above the GEMM's dot-product rows (<= 8): one path per piece
+// A 1x1 convolution's larger gradient from products this shallow (e.g. 4x4 and 8x8 planes)
+// is one GEMM over the images laid side by side (conv2d_bwd_weight).
+constexpr i64 kConcatMaxDepth = 64;
 
 // Per calling thread: the partial sums of image groups 1.. (allocated on first use).
 float* group_buffer(i64 n) {
@@ -531,6 +536,21 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     for (i64 g = 0; g < G; ++g) {
       const float* dyg = dy + g * Og * HW;
       const float* xg = x + g * x_group_channels * HW;
+      if (p.N > 1 && HW <= kConcatMaxDepth && Og * k > kGroupMaxOut) {
+        // a large gradient from shallow products (small planes): the images side by side in
+        // the depth of one GEMM, [Og, N*HW] @ [N*HW, k], instead of N passes over dw
+        const i64 depth = p.N * HW;
+        float* a = group_buffer((Og + k) * depth);
+        float* b = a + Og * depth;
+        parallel_for(p.N, grain_for_work(HW * (Og + k), kMinChunkElems), [&](i64 n0, i64 n1) {
+          for (i64 n = n0; n < n1; ++n) {
+            for (i64 o = 0; o < Og; ++o) std::memcpy(a + o * depth + n * HW, dyg + (n * p.O + o) * HW, HW * 4);
+            for (i64 c = 0; c < k; ++c) std::memcpy(b + c * depth + n * HW, xg + (n * xc + c) * HW, HW * 4);
+          }
+        });
+        detail::gemm_strided(a, depth, 1, b, 1, depth, dw + g * Og * k, k, Og, k, depth, false);
+        continue;
+      }
       sum_over_images(p.N, Og, k, HW, true, dw + g * Og * k,
                       [&](i64 n, i64 r0, i64 r1, i64 c0, i64 c1, float* d, i64 ld, bool acc) {
                         detail::gemm_strided(dyg + n * p.O * HW + r0 * HW, HW, 1, xg + n * xc * HW + c0 * HW, 1, HW,

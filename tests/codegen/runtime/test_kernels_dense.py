@@ -302,15 +302,18 @@ def test_conv2d_bwd_weight_partial_channels(lib, case):
 
 
 # conv2d_bwd_weight's pieces (conv2d.cpp, sum_over_images): image groups for a small gradient (at
-# most 64K floats), column blocks or row blocks of a larger one, the implicit-GEMM (im2col) path
-# likewise; each sized to be threaded.
+# most 64K floats), column blocks or row blocks of a larger one (a 1x1 convolution's on small
+# planes: its images side by side in one GEMM), the implicit-GEMM (im2col) path likewise; each
+# sized to be threaded.
 # N, C, H, W, O, (KH, KW), (sh, sw), (ph, pw), (dh, dw), groups
 BWD_WEIGHT_PIECE_CASES = [
     (8, 16, 32, 32, 96, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # small gradient: 4 groups of 2 images
     (3, 24, 16, 16, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # fewer images than groups
     (3, 32, 8, 8, 48, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped
-    (5, 256, 4, 4, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 82K floats: column blocks (96, 96, 64)
-    (3, 64, 4, 4, 1100, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 70K floats, 64 columns: row blocks
+    (3, 256, 9, 9, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 82K floats: column blocks (96, 96, 64)
+    (2, 64, 9, 9, 1100, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 70K floats, 64 columns: row blocks
+    (5, 256, 4, 4, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 82K floats, 4x4 planes: images side by side
+    (3, 200, 8, 8, 400, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped, side by side
     (8, 3, 32, 32, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # the stem: image groups through im2col
     (2, 64, 6, 6, 128, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # 74K floats through im2col: row blocks
 ]
