@@ -339,7 +339,6 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
   });
 }
 
-
 // ---- the weight gradient as a sum over images of per-image products
 //
 // product(n, r0, r1, c0, c1, d, ld, acc) writes rows [r0, r1) x columns [c0, c1) of image n's
@@ -363,11 +362,14 @@ constexpr i64 kImageGroups = 4;
 constexpr i64 kPieceCols = 96;  // a multiple of every build's GEMM tile width (12, 16, 32)
 constexpr i64 kPieceRows = 24;  // above the GEMM's dot-product rows (<= 8): one path per piece
 // A 1x1 convolution's larger gradient from products this shallow (e.g. 4x4 and 8x8 planes)
-// is one GEMM over the images laid side by side (conv2d_bwd_weight).
+// is one GEMM over the images laid side by side (conv2d_bwd_weight), when they fit in
+// kConcatMaxFloats of scratch.
 constexpr i64 kConcatMaxDepth = 64;
+constexpr i64 kConcatMaxFloats = i64(1) << 20;
 
-// Per calling thread: the partial sums of image groups 1.. (allocated on first use).
-float* group_buffer(i64 n) {
+// Per calling thread: the weight gradient's scratch (image groups' partial sums, images
+// side by side), grown on first use.
+float* scratch_buffer(i64 n) {
   thread_local std::vector<float> buf;
   if (static_cast<i64>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
   return buf.data();
@@ -379,7 +381,7 @@ void sum_over_images(i64 N, i64 rows, i64 cols, i64 depth, bool cols_ok, float* 
   const bool big = N * out * depth >= 2 * kMinChunkMacs;  // else every piece on the caller
   if (N >= 2 && out <= kGroupMaxOut) {
     const i64 G = N < kImageGroups ? N : kImageGroups;
-    float* part = group_buffer((G - 1) * out);
+    float* part = scratch_buffer((G - 1) * out);
     parallel_for(G, big ? 1 : G, [&](i64 g0, i64 g1) {
       for (i64 g = g0; g < g1; ++g) {
         float* d = g == 0 ? dw : part + (g - 1) * out;
@@ -536,11 +538,11 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     for (i64 g = 0; g < G; ++g) {
       const float* dyg = dy + g * Og * HW;
       const float* xg = x + g * x_group_channels * HW;
-      if (p.N > 1 && HW <= kConcatMaxDepth && Og * k > kGroupMaxOut) {
+      if (p.N > 1 && HW <= kConcatMaxDepth && Og * k > kGroupMaxOut && (Og + k) * p.N * HW <= kConcatMaxFloats) {
         // a large gradient from shallow products (small planes): the images side by side in
         // the depth of one GEMM, [Og, N*HW] @ [N*HW, k], instead of N passes over dw
         const i64 depth = p.N * HW;
-        float* a = group_buffer((Og + k) * depth);
+        float* a = scratch_buffer((Og + k) * depth);
         float* b = a + Og * depth;
         parallel_for(p.N, grain_for_work(HW * (Og + k), kMinChunkElems), [&](i64 n0, i64 n1) {
           for (i64 n = n0; n < n1; ++n) {
