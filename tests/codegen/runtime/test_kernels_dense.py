@@ -313,7 +313,7 @@ BWD_WEIGHT_PIECE_CASES = [
     (3, 256, 9, 9, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 82K floats: column blocks (96, 96, 64)
     (2, 64, 9, 9, 1100, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 70K floats, 64 columns: row blocks
     (5, 256, 4, 4, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # 82K floats, 4x4 planes: images side by side
-    (3, 200, 8, 8, 400, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped, side by side
+    (3, 400, 8, 8, 800, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped (80K floats per group), side by side
     (8, 3, 32, 32, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # the stem: image groups through im2col
     (2, 64, 6, 6, 128, (3, 3), (1, 1), (1, 1), (1, 1), 1),  # 74K floats through im2col: row blocks
 ]
