@@ -33,13 +33,9 @@
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 #include "vec_math.h"
+#include "gemm_detail.h"
 
 namespace pk {
-
-namespace detail {  // gemm.cpp
-void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                  i64 M, i64 N, i64 K, bool accumulate);
-}  // namespace detail
 
 namespace {
 

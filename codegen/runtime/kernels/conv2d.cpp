@@ -32,20 +32,9 @@
 #include "conv_common.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "gemm_detail.h"
 
 namespace pk {
-namespace detail {
-// Defined in gemm.cpp (implicit GEMM): C[M,N] (row stride ldc) = A @ B
-// (+ C when accumulate); read_at fills out[r*ld + c] with A^T[r0+r][c0+c]
-// ([K, M]), read_b with B[r0+r][c0+c] ([K, N]).
-using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
-void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, const void* b_ctx, float* C,
-                  i64 ldc, i64 M, i64 N, i64 K, bool accumulate);
-// C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs],
-// op(B)[k][j] = B[k*b_rs + j*b_cs].
-void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                  i64 M, i64 N, i64 K, bool accumulate);
-}  // namespace detail
 
 using conv::act_inplace;
 using conv::is_3x3_plane;
@@ -349,8 +338,8 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
 //     group summed on one thread into its own buffer (group 0 into dw), the buffers then
 //     added in group order;
 //   * a larger one: column blocks of kPieceCols (cols_ok; else row blocks of at least
-//     kPieceRows rows; a 1x1 convolution on small planes does not get here, see
-//     kConcatMaxDepth), each summed over every image on one thread, so its tiles stay in
+//     kPieceRows rows; a 1x1 convolution on small planes gets here only when its images
+//     side by side would pass kConcatMaxFloats), each summed over every image on one thread, so its tiles stay in
 //     that core's cache (a GEMM threaded inside, image after image, moved them between
 //     the cores' caches every image, repacked B once per row block, and the 4x4-plane
 //     layers and the stem ran slower on 2 threads than on 1).
@@ -544,10 +533,11 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
         const i64 depth = p.N * HW;
         float* a = scratch_buffer((Og + k) * depth);
         float* b = a + Og * depth;
+        const size_t row_bytes = HW * sizeof(float);
         parallel_for(p.N, grain_for_work(HW * (Og + k), kMinChunkElems), [&](i64 n0, i64 n1) {
           for (i64 n = n0; n < n1; ++n) {
-            for (i64 o = 0; o < Og; ++o) std::memcpy(a + o * depth + n * HW, dyg + (n * p.O + o) * HW, HW * 4);
-            for (i64 c = 0; c < k; ++c) std::memcpy(b + c * depth + n * HW, xg + (n * xc + c) * HW, HW * 4);
+            for (i64 o = 0; o < Og; ++o) std::memcpy(a + o * depth + n * HW, dyg + (n * p.O + o) * HW, row_bytes);
+            for (i64 c = 0; c < k; ++c) std::memcpy(b + c * depth + n * HW, xg + (n * xc + c) * HW, row_bytes);
           }
         });
         detail::gemm_strided(a, depth, 1, b, 1, depth, dw + g * Og * k, k, Og, k, depth, false);

@@ -33,6 +33,7 @@
 #include "pock_parallel.h"
 #include "simd.h"
 #include "update_math.h"
+#include "gemm_detail.h"
 
 namespace pk {
 
@@ -182,10 +183,9 @@ struct MatView {
   i64 rs, cs;
 };
 
-// Reader-based operands (implicit GEMM): `read` fills out[r*ld + c] with rows
-// [r0, r0+rows) x columns [c0, c0+cols) of a logical matrix.  The A reader
-// reads op(A)^T ([K, M]); the B reader reads op(B) ([K, N]).
-using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
+// Reader-based operands (implicit GEMM, gemm_detail.h): the A reader reads op(A)^T
+// ([K, M]); the B reader reads op(B) ([K, N]).
+using detail::BlockReadFn;
 
 // Pack depth [k0, k0+kc) x columns [j0, j0+cols) (cols <= kNR) of op(B) into one
 // zero-padded kNR-wide panel (row k at out + k*kNR).

@@ -34,7 +34,6 @@ constexpr i64 kRowBlock = 64;    // dw/db rows summed in float before the double
 
 inline i64 rows_grain(i64 cols) { return cols >= kGrain ? 1 : kGrain / (cols > 0 ? cols : 1); }
 
-
 // v with the lanes from n on set to 0 (a row's padded tail)
 inline V zero_past(V v, i64 n) {
   float t[kW];

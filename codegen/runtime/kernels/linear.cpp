@@ -7,19 +7,9 @@
 #include "pock_parallel.h"
 #include "simd.h"
 #include "update_math.h"
+#include "gemm_detail.h"
 
 namespace pk {
-namespace detail {
-// Defined in gemm.cpp: C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when
-// accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
-void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                  i64 M, i64 N, i64 K, bool accumulate);
-// As gemm_strided (overwriting C), then C[i][j] = act(C[i][j] + bias[j]) as each tile is stored.
-void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
-                           i64 ldc, i64 M, i64 N, i64 K, const float* bias, Act act);
-bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                         i64 M, i64 N, i64 K, const UpdateEpilogue& upd);
-}  // namespace detail
 
 // y[M,N] = act(x[M,K] @ w[N,K]^T + b[N]); op(B) = w^T: (k, j) at w[j*K + k].
 void linear_fwd_act(const float* x, const float* w, const float* b, float* y, i64 M, i64 N, i64 K, Act act) {

@@ -20,16 +20,12 @@
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 #include "simd.h"
+#include "gemm_detail.h"
 #if defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
 namespace pk {
-namespace detail {
-using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
-void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, const void* b_ctx, float* C, i64 ldc,
-                      i64 M, i64 N, i64 K, float beta, const float* bias, Act act);
-}  // namespace detail
 
 namespace {
 

@@ -1,21 +1,15 @@
 // rnn_math.h — internal to lstm.cpp and gru.cpp (not part of the public
 // runtime API): the gate activations, the small row helpers both recurrent
-// kernels use, and the strided GEMM (defined in gemm.cpp) they multiply with.
+// kernels use, and (gemm_detail.h) the strided GEMM they multiply with.
 #pragma once
 
 #include <cmath>
 #include <cstring>
 
+#include "gemm_detail.h"
 #include "pock_kernels.h"
 
 namespace pk {
-namespace detail {
-// Defined in gemm.cpp: C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when
-// accumulate), op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
-void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
-                  i64 M, i64 N, i64 K, bool accumulate);
-}  // namespace detail
-
 namespace rnn {
 
 // c[0:n] += x[0:n]

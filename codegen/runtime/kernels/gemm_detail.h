@@ -1,0 +1,36 @@
+// gemm_detail.h — internal to the kernels (not part of the public runtime API): the entry
+// points gemm.cpp defines for the other kernels (linear, conv2d, attention, lowp, the RNNs),
+// declared once here.
+#pragma once
+
+#include "pock_kernels.h"
+
+namespace pk {
+struct UpdateEpilogue;  // update_math.h
+
+namespace detail {
+// C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when accumulate),
+// op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
+void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
+                  i64 M, i64 N, i64 K, bool accumulate);
+// As gemm_strided (overwriting C), then C[i][j] = act(C[i][j] + bias[j]) as each tile is stored.
+void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
+                           i64 ldc, i64 M, i64 N, i64 K, const float* bias, Act act);
+// As gemm_strided with beta 0, the last depth block handing each finished row of a tile to
+// upd.apply (an optimizer update) instead of storing it; false (nothing done) where
+// gemm_strided would not take the blocked path.
+bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
+                         i64 M, i64 N, i64 K, const UpdateEpilogue& upd);
+
+// Reader-based operands (implicit GEMM): a reader fills out[r*ld + c] with rows [r0, r0+rows)
+// x columns [c0, c0+cols) of a logical matrix; it may be called from several threads at once.
+using BlockReadFn = void (*)(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld);
+// C[M,N] = A @ B (+ C when accumulate); read_at reads A^T ([K, M]), read_b reads B ([K, N]).
+void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, const void* b_ctx, float* C,
+                  i64 ldc, i64 M, i64 N, i64 K, bool accumulate);
+// op(A) a strided view (as gemm_strided), op(B) [K, N] from a reader:
+// C = op(A) @ op(B) + beta*C, then bias (nullable) and act per tile.
+void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, const void* b_ctx, float* C, i64 ldc,
+                      i64 M, i64 N, i64 K, float beta, const float* bias, Act act);
+}  // namespace detail
+}  // namespace pk
