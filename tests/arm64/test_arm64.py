@@ -188,10 +188,12 @@ CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
     (3, 6, 4, 4, 6, 3, 3, (1, 1), (1, 1), (1, 1), 6, 1, 6, True),
     (2, 9, 8, 8, 9, 3, 3, (2, 2), (1, 1), (1, 1), 9, 1, 9, True),
     (1, 7, 3, 5, 7, 3, 3, (2, 2), (1, 1), (1, 1), 7, 1, 7, False),
+    # depthwise stride 2 on a larger plane: the forward on split rows (conv2d_plane3x3.cpp)
+    (1, 3, 20, 41, 3, 3, 3, (2, 2), (1, 1), (1, 1), 3, 1, 3, True),
 ]
 CONV_FIELDS = ("N", "C", "H", "W", "O", "KH", "KW", "OH", "OW", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h",
                "dil_w", "groups")  # pk::Conv2dParams
-CONV_ACT = [(0, 1), (2, 2), (3, 1), (4, 2), (8, 2), (11, 1), (14, 2), (15, 1)]  # (CONV index, act) for conv2d_fwd_act
+CONV_ACT = [(0, 1), (2, 2), (3, 1), (4, 2), (8, 2), (11, 1), (14, 2), (15, 1), (17, 2)]  # (CONV index, act) for conv2d_fwd_act
 
 
 def conv_case(N, C, H, W, O, KH, KW, stride, pad, dil, groups, bias=True):

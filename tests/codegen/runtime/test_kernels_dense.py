@@ -352,14 +352,18 @@ def test_conv2d_bwd_weight_pieces_same_bits_on_any_threads(threads_lib, case):
 
 
 # The fast paths of conv2d.cpp: 3x3 depthwise planes (flat form for planes that
-# fit a stack buffer, row form otherwise / for wide stride-2 rows, edges and
-# vector tails at odd sizes), 3x3 with few channels per group (plane sums),
-# 1x1 GEMMs, and the stem (3 -> many, stride 2).
+# fit a stack buffer, row form otherwise; wide stride-2 rows: split rows forward,
+# row form gradients; edges and vector tails at odd sizes), 3x3 with few channels
+# per group (plane sums), 1x1 GEMMs, and the stem (3 -> many, stride 2).
 FAST_CONV_CASES = [
     (2, 5, 64, 64, 5, (3, 3), (1, 1), (1, 1), (1, 1), 5),  # depthwise s1, flat
-    (2, 4, 64, 64, 4, (3, 3), (2, 2), (1, 1), (1, 1), 4),  # depthwise s2, row form (OW = 32)
-    (2, 3, 66, 70, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # s2 row form, even/odd sizes
-    (1, 3, 67, 69, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # s2 row form, odd sizes, vector tails
+    (2, 4, 64, 64, 4, (3, 3), (2, 2), (1, 1), (1, 1), 4),  # depthwise s2, split rows / row form (OW = 32)
+    (2, 3, 66, 70, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # s2 wide rows, even/odd sizes
+    (1, 3, 67, 69, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),  # s2 wide rows, odd sizes, vector tails
+    (1, 2, 5, 1101, 2, (3, 3), (2, 2), (1, 1), (1, 1), 2),  # s2, OW = 551: split rows in three column chunks
+    (1, 2, 9, 81, 2, (3, 3), (2, 2), (0, 0), (1, 1), 2),  # s2 wide rows, no padding
+    (1, 2, 10, 80, 2, (3, 3), (2, 2), (2, 2), (1, 1), 2),  # s2 wide rows, padding 2
+    (1, 4, 12, 70, 2, (3, 3), (2, 2), (1, 1), (1, 1), 2),  # s2 wide rows, 2 channels per group (accumulated)
     (1, 2, 130, 131, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),  # too big for the flat form: s1 row form
     (1, 2, 101, 99, 2, (3, 3), (1, 1), (0, 0), (1, 1), 2),  # row form, no padding
     (1, 2, 100, 100, 2, (3, 3), (1, 1), (2, 2), (1, 1), 2),  # row form, padding 2
