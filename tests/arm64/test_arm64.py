@@ -190,6 +190,8 @@ CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
     (1, 7, 3, 5, 7, 3, 3, (2, 2), (1, 1), (1, 1), 7, 1, 7, False),
     # depthwise stride 2 on a larger plane: the forward on split rows (conv2d_plane3x3.cpp)
     (1, 3, 20, 41, 3, 3, 3, (2, 2), (1, 1), (1, 1), 3, 1, 3, True),
+    # 1x1 on small planes, more than 64 input channels: the input gradient's images side by side
+    (3, 80, 4, 4, 24, 1, 1, (1, 1), (0, 0), (1, 1), 1, 80, 80, True),
 ]
 CONV_FIELDS = ("N", "C", "H", "W", "O", "KH", "KW", "OH", "OW", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h",
                "dil_w", "groups")  # pk::Conv2dParams

@@ -8,7 +8,8 @@
 //     conv2d_plane3x3.cpp), parallel over N*C planes;
 //   * 1x1, stride 1, pad 0: one GEMM per image and group (pk::gemm, the
 //     images of a parallel chunk batched in one call); the weight gradient
-//     is threaded over pieces fixed by the shape (sum_over_images);
+//     is threaded over pieces fixed by the shape (sum_over_images); on small
+//     planes the gradients take the images side by side in one GEMM;
 //   * other convolutions whose GEMM would have at least kGemmMinRows rows
 //     (output channels per group; input channels per group for the input
 //     gradient): an implicit GEMM per image and group, where the im2col
@@ -22,8 +23,8 @@
 //     valid range is computed up front.
 // conv2d_fwd_act applies relu / relu6 as y is written (in the plane kernels)
 // or right after each image's GEMM.  No kernel allocates, but for the
-// weight gradient's image-group sums and side-by-side images: a per-thread
-// buffer, made on first use (as gemm.cpp's packing buffer).  The vector code
+// weight gradient's image-group sums and the gradients' side-by-side images: a
+// per-thread buffer, made on first use (as gemm.cpp's packing buffer).  The vector code
 // uses the native width (conv_common.h: AVX-512 / AVX2+FMA / NEON intrinsics
 // behind #if guards, a plain 4-float struct otherwise).
 #include <cstring>
@@ -355,6 +356,11 @@ constexpr i64 kPieceRows = 24;  // above the GEMM's dot-product rows (<= 8): one
 // kConcatMaxFloats of scratch.
 constexpr i64 kConcatMaxDepth = 64;
 constexpr i64 kConcatMaxFloats = i64(1) << 20;
+// A 1x1 convolution's input gradient on such planes is likewise one GEMM over the images
+// side by side when w^T [Cg, Og] has more columns than this: gemm.cpp reads a column-major
+// op(A) in place up to a stride of 64 and packs it beyond, and a GEMM per image packed all
+// of w^T for an image's few output columns (MobileNetV2's 4x4 projections and head).
+constexpr i64 kPackedWtCols = 64;
 
 // Per calling thread: the weight gradient's scratch (image groups' partial sums, images
 // side by side), grown on first use.
@@ -428,6 +434,28 @@ void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dPa
       for (i64 pl = b0; pl < b1; ++pl)
         plane3_bwd_input(p.stride_h, dy + pl * OHW, w + pl % p.C * 9, dx + pl * HW, g, false);
     });
+    return;
+  }
+  if (is_pointwise(p) && p.N > 1 && HW <= kConcatMaxDepth && Cg > kPackedWtCols &&
+      (Og + Cg) * p.N * HW <= kConcatMaxFloats) {
+    // small planes: the images side by side, dx[g] [Cg, N*HW] = w[g]^T @ dy[g] [Og, N*HW] in
+    // scratch, so w^T is packed once, not once per image (the same sums, bit for bit)
+    const i64 cols = p.N * HW;
+    float* dys = scratch_buffer((Og + Cg) * cols);
+    float* dxs = dys + Og * cols;
+    const size_t row_bytes = HW * sizeof(float);
+    const i64 grain = grain_for_work(HW * (Og + Cg), kMinChunkElems);
+    for (i64 g = 0; g < G; ++g) {
+      parallel_for(p.N, grain, [&](i64 n0, i64 n1) {
+        for (i64 n = n0; n < n1; ++n)
+          for (i64 o = 0; o < Og; ++o) std::memcpy(dys + o * cols + n * HW, dy + (n * p.O + g * Og + o) * HW, row_bytes);
+      });
+      detail::gemm_strided(w + g * Og * Cg, 1, Cg, dys, cols, 1, dxs, cols, Cg, cols, Og, false);
+      parallel_for(p.N, grain, [&](i64 n0, i64 n1) {
+        for (i64 n = n0; n < n1; ++n)
+          for (i64 c = 0; c < Cg; ++c) std::memcpy(dx + (n * p.C + g * Cg + c) * HW, dxs + c * cols + n * HW, row_bytes);
+      });
+    }
     return;
   }
   if (is_pointwise(p)) {

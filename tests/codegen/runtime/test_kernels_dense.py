@@ -351,6 +351,35 @@ def test_conv2d_bwd_weight_pieces_same_bits_on_any_threads(threads_lib, case):
         assert got[threads].tobytes() == got[1].tobytes(), f"{threads} threads"
 
 
+@pytest.mark.parametrize("case", [
+    (5, 256, 4, 4, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # MobileNetV2-like 4x4 projection
+    (3, 400, 8, 8, 160, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped, 8x8 planes
+])
+def test_conv2d_bwd_input_side_by_side_same_bits(threads_lib, case):
+    """A 1x1 input gradient on small planes is one GEMM over the images side by side: the same
+    bits as a GEMM per image (each image on its own), on 1, 2 and 3 threads."""
+    params, x, w, b, dy = conv_setup(case, 11)
+    N, C, H, W = case[:4]
+    one = params.copy()
+    one[0] = 1
+    try:
+        threads_lib.pw_use_threads(1)
+        bufs = Buffers()
+        ref = bufs(*x.shape)
+        for n in range(N):
+            dyn, dxn = np.ascontiguousarray(dy[n:n + 1]), bufs(1, C, H, W)
+            threads_lib.shim_conv2d_bwd_input(P(dyn), P(w), P(dxn), *one.tolist())
+            ref[n] = dxn[0]
+        for threads in (1, 2, 3):
+            threads_lib.pw_use_threads(threads)
+            dx = bufs(*x.shape)
+            threads_lib.shim_conv2d_bwd_input(P(dy), P(w), P(dx), *params.tolist())
+            assert dx.tobytes() == ref.tobytes(), f"{threads} threads"
+        bufs.check_guards()
+    finally:
+        threads_lib.pw_use_threads(1)
+
+
 # The fast paths of conv2d.cpp: 3x3 depthwise planes (flat form for planes that
 # fit a stack buffer, row form otherwise; wide stride-2 rows: split rows forward,
 # row form gradients; edges and vector tails at odd sizes), 3x3 with few channels
@@ -382,6 +411,9 @@ FAST_CONV_CASES = [
     (2, 3, 64, 64, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # MobileNetV2 stem
     (3, 16, 12, 12, 24, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # pointwise
     (3, 24, 5, 5, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),
+    (3, 80, 4, 4, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # small planes, wide w^T: images side by side
+    (2, 160, 3, 5, 60, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # the same, 2 groups of 80 input channels
+    (1, 80, 4, 4, 40, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # one image: a GEMM per image
     # depthwise, padding 1, small planes (conv2d_dw_small.cpp's masked flat form on AVX-512)
     (2, 20, 4, 4, 20, (3, 3), (1, 1), (1, 1), (1, 1), 20),  # a plane per vector
     (2, 17, 8, 8, 17, (3, 3), (2, 2), (1, 1), (1, 1), 17),  # s2 -> 4x4
