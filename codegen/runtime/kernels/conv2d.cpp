@@ -362,12 +362,29 @@ constexpr i64 kConcatMaxFloats = i64(1) << 20;
 // of w^T for an image's few output columns (MobileNetV2's 4x4 projections and head).
 constexpr i64 kPackedWtCols = 64;
 
-// Per calling thread: the weight gradient's scratch (image groups' partial sums, images
-// side by side), grown on first use.
+// Per calling thread: the gradients' scratch (image groups' partial sums, images side by
+// side), grown on first use.
 float* scratch_buffer(i64 n) {
   thread_local std::vector<float> buf;
   if (static_cast<i64>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
   return buf.data();
+}
+
+// Images side by side: planes [r] of image n (HW floats at img[n] + r * HW, img[n] = base +
+// n * stride) <-> columns [n*HW, (n+1)*HW) of row r of side [rows, N*HW]; parallel over images.
+void gather_images(const float* base, i64 stride, i64 rows, i64 N, i64 HW, float* side) {
+  parallel_for(N, grain_for_work(HW * rows, kMinChunkElems), [&](i64 n0, i64 n1) {
+    for (i64 n = n0; n < n1; ++n)
+      for (i64 r = 0; r < rows; ++r)
+        std::memcpy(side + r * N * HW + n * HW, base + n * stride + r * HW, HW * sizeof(float));
+  });
+}
+void scatter_images(const float* side, i64 rows, i64 N, i64 HW, float* base, i64 stride) {
+  parallel_for(N, grain_for_work(HW * rows, kMinChunkElems), [&](i64 n0, i64 n1) {
+    for (i64 n = n0; n < n1; ++n)
+      for (i64 r = 0; r < rows; ++r)
+        std::memcpy(base + n * stride + r * HW, side + r * N * HW + n * HW, HW * sizeof(float));
+  });
 }
 
 template <class Product>
@@ -443,18 +460,10 @@ void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dPa
     const i64 cols = p.N * HW;
     float* dys = scratch_buffer((Og + Cg) * cols);
     float* dxs = dys + Og * cols;
-    const size_t row_bytes = HW * sizeof(float);
-    const i64 grain = grain_for_work(HW * (Og + Cg), kMinChunkElems);
     for (i64 g = 0; g < G; ++g) {
-      parallel_for(p.N, grain, [&](i64 n0, i64 n1) {
-        for (i64 n = n0; n < n1; ++n)
-          for (i64 o = 0; o < Og; ++o) std::memcpy(dys + o * cols + n * HW, dy + (n * p.O + g * Og + o) * HW, row_bytes);
-      });
+      gather_images(dy + g * Og * HW, p.O * HW, Og, p.N, HW, dys);
       detail::gemm_strided(w + g * Og * Cg, 1, Cg, dys, cols, 1, dxs, cols, Cg, cols, Og, false);
-      parallel_for(p.N, grain, [&](i64 n0, i64 n1) {
-        for (i64 n = n0; n < n1; ++n)
-          for (i64 c = 0; c < Cg; ++c) std::memcpy(dx + (n * p.C + g * Cg + c) * HW, dxs + c * cols + n * HW, row_bytes);
-      });
+      scatter_images(dxs, Cg, p.N, HW, dx + g * Cg * HW, p.C * HW);
     }
     return;
   }
@@ -561,13 +570,8 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
         const i64 depth = p.N * HW;
         float* a = scratch_buffer((Og + k) * depth);
         float* b = a + Og * depth;
-        const size_t row_bytes = HW * sizeof(float);
-        parallel_for(p.N, grain_for_work(HW * (Og + k), kMinChunkElems), [&](i64 n0, i64 n1) {
-          for (i64 n = n0; n < n1; ++n) {
-            for (i64 o = 0; o < Og; ++o) std::memcpy(a + o * depth + n * HW, dyg + (n * p.O + o) * HW, row_bytes);
-            for (i64 c = 0; c < k; ++c) std::memcpy(b + c * depth + n * HW, xg + (n * xc + c) * HW, row_bytes);
-          }
-        });
+        gather_images(dyg, p.O * HW, Og, p.N, HW, a);
+        gather_images(xg, xc * HW, k, p.N, HW, b);
         detail::gemm_strided(a, depth, 1, b, 1, depth, dw + g * Og * k, k, Og, k, depth, false);
         continue;
       }
