@@ -340,8 +340,8 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
 //     added in group order;
 //   * a larger one: column blocks of kPieceCols (cols_ok; else row blocks of at least
 //     kPieceRows rows; a 1x1 convolution on small planes gets here only when its images
-//     side by side would pass kConcatMaxFloats), each summed over every image on one thread, so its tiles stay in
-//     that core's cache (a GEMM threaded inside, image after image, moved them between
+//     side by side would pass kConcatMaxFloats), each summed over every image on one
+//     thread, so its tiles stay in that core's cache (a GEMM threaded inside, image after image, moved them between
 //     the cores' caches every image, repacked B once per row block, and the 4x4-plane
 //     layers and the stem ran slower on 2 threads than on 1).
 // Within a piece each element is summed in image order exactly as one whole-gradient GEMM
@@ -353,14 +353,18 @@ constexpr i64 kPieceCols = 96;  // a multiple of every build's GEMM tile width (
 constexpr i64 kPieceRows = 24;  // above the GEMM's dot-product rows (<= 8): one path per piece
 // A 1x1 convolution's larger gradient from products this shallow (e.g. 4x4 and 8x8 planes)
 // is one GEMM over the images laid side by side (conv2d_bwd_weight), when they fit in
-// kConcatMaxFloats of scratch.
+// kConcatMaxFloats of scratch.  Its input gradient on such planes likewise, when w^T
+// [Cg, Og] is wider than gemm.cpp reads in place (detail::kColMajorInPlace): a GEMM per
+// image packed all of w^T for an image's few output columns (MobileNetV2's 4x4
+// projections and head).
 constexpr i64 kConcatMaxDepth = 64;
 constexpr i64 kConcatMaxFloats = i64(1) << 20;
-// A 1x1 convolution's input gradient on such planes is likewise one GEMM over the images
-// side by side when w^T [Cg, Og] has more columns than this: gemm.cpp reads a column-major
-// op(A) in place up to a stride of 64 and packs it beyond, and a GEMM per image packed all
-// of w^T for an image's few output columns (MobileNetV2's 4x4 projections and head).
-constexpr i64 kPackedWtCols = 64;
+
+// Whether N images of HW pixels go side by side: shallow per-image products whose `rows`
+// planes per image (both operands' together) fit the scratch.
+inline bool side_by_side(i64 N, i64 HW, i64 rows) {
+  return N > 1 && HW <= kConcatMaxDepth && rows * N * HW <= kConcatMaxFloats;
+}
 
 // Per calling thread: the gradients' scratch (image groups' partial sums, images side by
 // side), grown on first use.
@@ -453,8 +457,7 @@ void conv2d_bwd_input(const float* dy, const float* w, float* dx, const Conv2dPa
     });
     return;
   }
-  if (is_pointwise(p) && p.N > 1 && HW <= kConcatMaxDepth && Cg > kPackedWtCols &&
-      (Og + Cg) * p.N * HW <= kConcatMaxFloats) {
+  if (is_pointwise(p) && Cg > detail::kColMajorInPlace && side_by_side(p.N, HW, Og + Cg)) {
     // small planes: the images side by side, dx[g] [Cg, N*HW] = w[g]^T @ dy[g] [Og, N*HW] in
     // scratch, so w^T is packed once, not once per image (the same sums, bit for bit)
     const i64 cols = p.N * HW;
@@ -564,7 +567,7 @@ void conv2d_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dP
     for (i64 g = 0; g < G; ++g) {
       const float* dyg = dy + g * Og * HW;
       const float* xg = x + g * x_group_channels * HW;
-      if (p.N > 1 && HW <= kConcatMaxDepth && Og * k > kGroupMaxOut && (Og + k) * p.N * HW <= kConcatMaxFloats) {
+      if (Og * k > kGroupMaxOut && side_by_side(p.N, HW, Og + k)) {
         // a large gradient from shallow products (small planes): the images side by side in
         // the depth of one GEMM, [Og, N*HW] @ [N*HW, k], instead of N passes over dw
         const i64 depth = p.N * HW;

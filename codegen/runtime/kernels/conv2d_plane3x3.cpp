@@ -31,14 +31,13 @@ inline Range interior_cols(i64 S, i64 pw, i64 W, i64 OW) {
 // (stride 2: split3_fwd_s2 below).
 void plane3_fwd(const float* __restrict x, const float* w9, float* __restrict y, const Plane& g, float bias,
                 bool acc, Act act) {
-  constexpr i64 S = 1;
-  const Range ir = interior_cols(S, g.pw, g.W, g.OW);
+  const Range ir = interior_cols(1, g.pw, g.W, g.OW);
   for (i64 oh = 0; oh < g.OH; ++oh) {
     const float* rows[3];
     const float* wr[3];
     int nr = 0;
     for (int kh = 0; kh < 3; ++kh) {
-      const i64 ih = oh * S - g.ph + kh;
+      const i64 ih = oh - g.ph + kh;
       if (ih >= 0 && ih < g.H) {
         rows[nr] = x + ih * g.W;
         wr[nr] = w9 + 3 * kh;
@@ -50,7 +49,7 @@ void plane3_fwd(const float* __restrict x, const float* w9, float* __restrict y,
       float s = 0.0f;
       for (int r = 0; r < nr; ++r)
         for (int kw = 0; kw < 3; ++kw) {
-          const i64 iw = ow * S - g.pw + kw;
+          const i64 iw = ow - g.pw + kw;
           if (iw >= 0 && iw < g.W) s += wr[r][kw] * rows[r][iw];
         }
       yr[ow] = act1((acc ? yr[ow] : bias) + s, act);

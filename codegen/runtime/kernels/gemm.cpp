@@ -227,12 +227,6 @@ void pack_a_panel(const MatView& a, i64 i0, i64 rows, i64 k0, i64 kc, float* __r
       out[k * kMR + r] = r < rows ? a.base[(i0 + r) * a.rs + (k0 + k) * a.cs] : 0.0f;
 }
 
-// A column-major op(A) (element (r, k) at a[k*cs + r]) is read in place up to this
-// stride; beyond it a strip's kKC rows of kMR floats each sit in a new cache line at a
-// large power-of-two-ish stride (dy^T in dw = dy^T x: the stride is the layer width),
-// so they collide in a few L1 sets and every micro-kernel pass refetches them from L2.
-constexpr i64 kColMajorInPlace = 64;
-
 // Pack a column-major strip (rows <= kMR, element (r, k) at a[k*cs + r]) into a
 // zero-padded kMR-row panel: out[k*kMR + r].
 void pack_a_cols(const float* __restrict a, i64 cs, i64 rows, i64 kc, float* __restrict out) {
@@ -255,7 +249,7 @@ struct ViewOps {
       row_mode = true, ars = a.rs, acs = 1;
       return a.base + i0 * a.rs + k0;
     }
-    if (a.rs == 1 && a.cs <= kColMajorInPlace) {
+    if (a.rs == 1 && a.cs <= detail::kColMajorInPlace) {
       row_mode = false, ars = 1, acs = a.cs;
       return a.base + i0 + k0 * a.cs;
     }

@@ -9,6 +9,13 @@ namespace pk {
 struct UpdateEpilogue;  // update_math.h
 
 namespace detail {
+// A column-major op(A) (element (r, k) at a[k*cs + r]) is read in place up to this stride
+// and packed beyond it (per strip, on every call): beyond it a strip's kKC rows of kMR
+// floats each sit in a new cache line at a large power-of-two-ish stride (dy^T in
+// dw = dy^T x: the stride is the layer width), so they collide in a few L1 sets and every
+// micro-kernel pass refetches them from L2.
+constexpr i64 kColMajorInPlace = 64;
+
 // C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when accumulate),
 // op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
 void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
