@@ -262,6 +262,8 @@ struct ViewOps {
     row_mode = false, ars = 1, acs = kMR;
     return buf;
   }
+  // Whether a_strip copies (packs) op(A): then every column block packs it again.
+  bool a_packed() const { return a.cs != 1 && !(a.rs == 1 && a.cs <= detail::kColMajorInPlace); }
   bool b_direct(i64 cols) const { return b.cs == 1 && cols == kNR; }
   const float* b_direct_ptr(i64 k0, i64 j0, i64& ldb) const {
     ldb = b.rs;
@@ -278,6 +280,7 @@ struct ReaderOps {
     row_mode = false, ars = 1, acs = kMR;
     return buf;
   }
+  bool a_packed() const { return true; }
   bool b_direct(i64) const { return false; }
   const float* b_direct_ptr(i64, i64, i64&) const { return nullptr; }
   void b_panel(i64 k0, i64 kc, i64 j0, i64 cols, float* out) const {
@@ -297,6 +300,7 @@ struct ViewReaderOps {
   const float* a_strip(i64 i0, i64 rows, i64 k0, i64 kc, float* buf, i64& ars, i64& acs, bool& row_mode) const {
     return view.a_strip(i0, rows, k0, kc, buf, ars, acs, row_mode);
   }
+  bool a_packed() const { return view.a_packed(); }
   bool b_direct(i64) const { return false; }
   const float* b_direct_ptr(i64, i64, i64&) const { return nullptr; }
   void b_panel(i64 k0, i64 kc, i64 j0, i64 cols, float* out) const {
@@ -505,10 +509,21 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
       const i64 most = (N + kNCMinSplit - 1) / kNCMinSplit;
       ncb = ncb > (want < most ? want : most) ? ncb : (want < most ? want : most);
     }
+    const i64 max_rb = strips / 2 < 1 ? 1 : strips / 2;
     if (ncb < want) {
       nrb = (want + ncb - 1) / ncb;
-      const i64 max_rb = strips / 2 < 1 ? 1 : strips / 2;
       if (nrb > max_rb) nrb = max_rb;
+    }
+    // A packed op(A) (e.g. dy^T of a weight gradient) is packed again by every column
+    // block, op(B) by every row block: where rows first (the fewest column blocks) packs
+    // fewer floats and still gives each thread two units, cut rows first.
+    if (ops.a_packed()) {
+      const i64 ncb_r = (N + kNCMax - 1) / kNCMax;
+      i64 nrb_r = (want + ncb_r - 1) / ncb_r;
+      if (nrb_r > max_rb) nrb_r = max_rb;
+      const i64 b_floats = direct_b ? 0 : K * N;
+      if (ncb_r * nrb_r >= 2 * threads && M * K * ncb_r + b_floats * nrb_r < M * K * ncb + b_floats * nrb)
+        ncb = ncb_r, nrb = nrb_r;
     }
   }
   const i64 pnc = (panels + ncb - 1) / ncb;  // panels per column block

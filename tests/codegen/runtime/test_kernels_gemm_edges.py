@@ -44,7 +44,8 @@ def test_gemm_edge_sizes(lib, pools, ta, tb):
 
 
 @pytest.mark.parametrize("M,N,K", [(128, 576, 576), (128, 192, 576), (128, 64, 128), (127, 1100, 300),
-                                   (25, 1030, 257), (300, 577, 129), (13, 40, 530)])
+                                   (25, 1030, 257), (300, 577, 129), (13, 40, 530),
+                                   (700, 130, 90)])  # ta: a packed op(A), threads cut rows first
 @pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
 def test_gemm_blocks_same_bits_on_any_threads(lib, pools, M, N, K, ta, tb):
     rng = np.random.default_rng(M + N + K)
