@@ -481,6 +481,9 @@ def data_cases():
         (dw,) = grads((y * dy).sum(), w)
         yield call("embedding_fwd", {"w": w, "idx": idx}, {"y": y}, n=n, V=V, D=D)
         yield call("embedding_bwd", {"dy": dy, "idx": idx}, {"dw": dw[:, :k]}, n=n, V=V, D=D, k=k, padding_idx=pidx)
+        base = rnd(V, k)
+        yield call("embedding_bwd_onto", {"dy": dy, "idx": idx, "base": base}, {"dw": base + dw[:, :k]}, n=n, V=V, D=D,
+                   k=k, padding_idx=pidx)
 
 
 def kernel_cases():

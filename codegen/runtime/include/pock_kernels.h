@@ -102,6 +102,10 @@ i64 embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i6
 // dw[V, k] = 0; dw[idx[i], 0:k] += dy[i, 0:k]  (skipping idx == padding_idx; -1 = none;
 // and skipping an idx outside [0, V): the first such i is returned, -1 if none)
 i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k, i64 padding_idx);
+// dw = base (another gradient of the table; base == dw: in place, only n rows touched),
+// then the same row sums as embedding_bwd
+i64 embedding_bwd_onto(const float* dy, const int64_t* idx, const float* base, float* dw, i64 n, i64 V, i64 D,
+                       i64 k, i64 padding_idx);
 
 // ---------------------------------------------------------------- rms_norm.cpp
 // y = w * x / sqrt(mean(x^2) + eps) per row of cols (w nullable); rstd [rows] saved.

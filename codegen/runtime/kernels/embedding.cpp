@@ -1,4 +1,4 @@
-// embedding.cpp — table lookup y[i] = w[idx[i]] and its (dense) weight gradient.
+// embedding.cpp — table lookup y[i] = w[idx[i]] and its weight gradient (dense, or onto another gradient).
 #include <cstring>
 
 #include "pock_kernels.h"
@@ -23,12 +23,9 @@ i64 embedding_fwd(const float* w, const int64_t* idx, float* y, i64 n, i64 V, i6
   return bad;
 }
 
-// dw[V, k] = 0, then dw[idx[i], 0:k] += dy[i, 0:k] in index order, skipping
-// rows whose index is padding_idx (-1 = no padding index) or outside [0, V)
-// (the first such i is returned, -1 when none).  dy rows are D long.
-i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k,
-                   i64 padding_idx) {
-  for (i64 i = 0; i < V * k; ++i) dw[i] = 0.0f;
+namespace {
+// dw[idx[i], 0:k] += dy[i, 0:k] in index order (the skips and the return of embedding_bwd).
+i64 scatter_rows(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k, i64 padding_idx) {
   i64 bad = -1;
   for (i64 i = 0; i < n; ++i) {
     const i64 row = idx[i];
@@ -42,6 +39,26 @@ i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, 
     for (i64 j = 0; j < k; ++j) dst[j] += src[j];
   }
   return bad;
+}
+}  // namespace
+
+// dw[V, k] = 0, then dw[idx[i], 0:k] += dy[i, 0:k] in index order, skipping
+// rows whose index is padding_idx (-1 = no padding index) or outside [0, V)
+// (the first such i is returned, -1 when none).  dy rows are D long.
+i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k,
+                   i64 padding_idx) {
+  std::memset(dw, 0, sizeof(float) * static_cast<size_t>(V * k));
+  return scatter_rows(dy, idx, dw, n, V, D, k, padding_idx);
+}
+
+// The same rows summed onto base (another gradient of the same table, e.g. a tied
+// output head's): dw = base, then the scatter above.  base may be dw itself (the
+// usual case: the memory plan gives the sum base's buffer), then nothing is copied
+// and only the n rows are touched, not the whole [V, k] table.
+i64 embedding_bwd_onto(const float* dy, const int64_t* idx, const float* base, float* dw, i64 n, i64 V, i64 D,
+                       i64 k, i64 padding_idx) {
+  if (base != dw) std::memcpy(dw, base, sizeof(float) * static_cast<size_t>(V * k));
+  return scatter_rows(dy, idx, dw, n, V, D, k, padding_idx);
 }
 
 }  // namespace pk

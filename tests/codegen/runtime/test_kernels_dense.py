@@ -617,6 +617,14 @@ def test_embedding(lib, n, V, D, k, padding_idx):
     close(dw, tw.grad[:, :k])
     if padding_idx >= 0:
         assert (dw[padding_idx] == 0).all()
+    # summed onto another gradient of the table (a tied head's): out of place, then in place
+    base = rand(rng, V, k)
+    onto, inplace = bufs(V, k), bufs(V, k)
+    inplace[...] = base
+    lib.shim_embedding_bwd_onto(P(dy), pidx, P(base), P(onto), n, V, D, k, padding_idx)
+    lib.shim_embedding_bwd_onto(P(dy), pidx, P(inplace), P(inplace), n, V, D, k, padding_idx)
+    close(onto, T(base) + tw.grad[:, :k])
+    assert np.array_equal(onto, inplace)
     bufs.check_guards()
 
 

@@ -4,7 +4,7 @@ Only what the update needs is built: a forward walk marks the values that
 depend on a trained parameter, a backward walk from the loss keeps the nodes
 on a path between them, and gradients are emitted for exactly those nodes.
 A parameter used several times (tied weights) receives the sum of its
-gradients. Partial updates (need = k) get gradients of shape
+gradients (sum_grads: an embedding's row scatter sums onto the other use's). Partial updates (need = k) get gradients of shape
 (shape[0], k, ...).
 """
 from __future__ import annotations
@@ -57,6 +57,20 @@ class GradBuilder:
         raise PockError(f"{what} is not supported (in {self.node.source or 'the model'})")
 
 
+def sum_grads(b: GradBuilder, old: Value, new: Value) -> Value:
+    """old + new: two uses' gradients of one value (tied weights). A table's row scatter just
+    emitted for the new use (embedding_bwd, e.g. a tied LM's input embedding, whose head use
+    came first in the backward walk) is re-emitted summing its rows onto `old` (its base
+    input): no zero-filled [vocab, dim] buffer of its own and no pass adding it, only its rows
+    touched."""
+    n = new.producer
+    if (n is not None and n.op == "embedding_bwd" and len(n.inputs) == 2 and b.g.nodes and b.g.nodes[-1] is n
+            and old.shape == new.shape and old.dtype == new.dtype):
+        b.g.nodes.pop()
+        return b.add("embedding_bwd", [*n.inputs, old], n.attrs)
+    return b.add("add", [old, new])
+
+
 def requires_grad(g: Graph, trained: set[int]) -> set[int]:
     """ids of the values that depend on a trained parameter (float ones, not past a
     stop_gradient): ir.graph.dependents."""
@@ -105,6 +119,6 @@ def build_backward(g: Graph, trained: dict[str, object]) -> dict[str, Value]:
                 if k is not FULL and gv.shape[1] != k:  # the rule computed it all: keep the slice
                     gv = b.add("slice", [gv], {"dim": 1, "start": 0, "end": k, "step": 1})
             if id(v) in grads:
-                gv = b.add("add", [grads[id(v)], gv])
+                gv = sum_grads(b, grads[id(v)], gv)
             grads[id(v)] = gv
     return {name: grads[pid] for pid, name in params.items() if pid in grads}

@@ -236,8 +236,8 @@ def _full(e, n):
 
 # ---- embedding, LayerNorm, cross-entropy: forward and backward side by side ---------------------------
 def embedding_dispatch(mode, count, w=NONE, idx=NONE, y=NONE, n=0, V=0, D=0, k=0, pad=-1, dy=NONE, dw=NONE,
-                       err=NONE):
-    return Dispatch("embedding", grid(count), [mode, w, idx, y, n, V, D, k, ibits(pad), dy, dw, err])
+                       err=NONE, base=NONE):
+    return Dispatch("embedding", grid(count), [mode, w, idx, y, n, V, D, k, ibits(pad), dy, dw, err, base])
 
 
 def index_word(e, n) -> int:
@@ -258,14 +258,14 @@ def _embedding(e, n):        # y[i] = w[idx[i]]
 
 
 @emitter("embedding_bwd")
-def _embedding_bwd(e, n):    # dw[v, :k] = sum over idx[i] == v of dy[i, :k]
-    dy, idx = n.inputs
+def _embedding_bwd(e, n):    # dw[v, :k] = (base[v, :k] +) sum over idx[i] == v of dy[i, :k]
+    dy, idx, *base = n.inputs
     a = n.attrs
     if idx.dtype != "i64":
         raise NotImplementedError("embedding indices must be int64 on Vulkan")
     V, k = a["num_weights"], a["k"]
     return [embedding_dispatch(1, V * k, idx=e.w(idx), n=_n(idx), V=V, D=dy.shape[-1], k=k, pad=a["padding_idx"],
-                               dy=e.w(dy), dw=e.w(n.outputs[0]))]
+                               dy=e.w(dy), dw=e.w(n.outputs[0]), base=e.w(base[0]) if base else NONE)]
 
 
 def _rows_cols(x: Value, nd: int):

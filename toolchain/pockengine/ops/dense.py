@@ -143,17 +143,22 @@ def _embedding_cpu(e, n, w, idx, y):
             f"pk::embedding_fwd({w}, {idx}, {y}, {_n(n.inputs[1])}, {V}, {D});"]
 
 
-def _embedding_bwd_cpu(e, n, dy, idx, dw):
+def _embedding_bwd_cpu(e, n, dy, idx, *rest):
+    *base, dw = rest  # base: the optional third input, another gradient the rows are summed onto
     a = n.attrs
     D = n.inputs[0].shape[-1]
-    return (f"pk::embedding_bwd({dy}, {idx}, {dw}, {_n(n.inputs[1])}, {a['num_weights']}, {D}, {a['k']}, "
-            f"{a['padding_idx']});")
+    tail = f"{_n(n.inputs[1])}, {a['num_weights']}, {D}, {a['k']}, {a['padding_idx']});"
+    if base:
+        return f"pk::embedding_bwd_onto({dy}, {idx}, {base[0]}, {dw}, {tail}"
+    return f"pk::embedding_bwd({dy}, {idx}, {dw}, {tail}"
 
 
 register(
     OpRecord("embedding", lambda i, a: [(i[1].shape + (i[0].shape[1],), "f32")], _ew, grad=_embedding_grad,
              partial=frozenset({0}), lowp_inputs=(0,), torch=lambda i, a: F.embedding(i[1], i[0]),
              cpu=_embedding_cpu),
+    # inputs (dy, idx[, base]): with base (autodiff.backward.sum_grads, e.g. a tied head's gradient)
+    # the rows are summed onto it, in its buffer when it dies here
     bwd("embedding_bwd", lambda i, a: [((a["num_weights"], a["k"]), "f32")], lambda i, o, a: numel(i[0]),
-        cpu=_embedding_bwd_cpu),
+        inplace=(2,), cpu=_embedding_bwd_cpu),
 )
