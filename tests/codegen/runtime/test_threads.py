@@ -216,6 +216,30 @@ def test_linear_fwd_act_and_bwd_threads(lib, pools, M, N, K, act, bias):
         np.testing.assert_allclose(db, dy.astype(np.float64).sum(0), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("M,N,K", [(16, 700, 96), (32, 300, 600), (24, 500, 40)])
+def test_small_m_against_w_transposed_same_bits(lib, pools, M, N, K):
+    """x @ w^T at a few rows (gemm.cpp's swapped form, C^T = w @ x^T in scratch where M fills
+    whole panels): the same bits as the product with w^T laid out row-major (packed directly),
+    on 1 and 2 threads, with the bias and activation epilogue as linear_fwd_act applies it."""
+    rng = np.random.default_rng(M * N)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = rng.standard_normal((N, K)).astype(np.float32)
+    w[3, 5] = np.nan  # propagates through the epilogue as the direct store does
+    wt = np.ascontiguousarray(w.T)
+    b = rng.standard_normal(N).astype(np.float32)
+    want = np.empty((M, N), np.float32)
+    lib.shim_gemm_pool(pools[1], ptr(x), ptr(wt), ptr(want), 1, M, N, K, 0, 0, 0, 0, 0, 0.0)
+    for threads in (1, 2):
+        c = np.full((M, N), np.inf, np.float32)
+        lib.shim_gemm_pool(pools[threads], ptr(x), ptr(w), ptr(c), 1, M, N, K, 0, 1, 0, 0, 0, 0.0)
+        np.testing.assert_array_equal(c, want)
+        for act, f in ((0, lambda v: v), (2, lambda v: np.where(v < 0, 0, np.where(v > 6, 6, v)))):
+            y = np.full((M, N), np.inf, np.float32)
+            lib.shim_linear_fwd_act_pool(pools[threads], ptr(x), ptr(w), ptr(b), ptr(y), M, N, K, act)
+            np.testing.assert_array_equal(y, f(want + b))
+    assert np.isnan(want[:, 3]).all()
+
+
 def test_relu_epilogue_propagates_nan(lib, pools):
     x = np.array([[np.nan, 1.0], [1.0, 1.0]], np.float32)
     w = np.eye(2, dtype=np.float32)
