@@ -368,11 +368,7 @@ inline bool side_by_side(i64 N, i64 HW, i64 rows) {
 
 // Per calling thread: the gradients' scratch (image groups' partial sums, images side by
 // side), grown on first use.
-float* scratch_buffer(i64 n) {
-  thread_local std::vector<float> buf;
-  if (static_cast<i64>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  return buf.data();
-}
+inline float* scratch_buffer(i64 n) { return detail::thread_scratch<struct ConvScratch>(n); }
 
 // Images side by side: planes [r] of image n (HW floats at img[n] + r * HW, img[n] = base +
 // n * stride) <-> columns [n*HW, (n+1)*HW) of row r of side [rows, N*HW]; parallel over images.

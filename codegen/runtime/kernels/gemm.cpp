@@ -557,19 +557,13 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
 constexpr i64 kSwapMaxRows = 32;
 constexpr i64 kSwapMaxFloats = i64(1) << 20;  // scratch for C^T (4 MB); larger C: direct
 
-float* swap_buffer(i64 n) {
-  thread_local std::vector<float> buf;
-  if (static_cast<i64>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
-  return buf.data();
-}
-
 bool views_use_swap(const MatView& a, const MatView& b, i64 M, i64 N, i64 K, const Epi& e) {
   return M > kDotMaxRows && M <= kSwapMaxRows && M % kNR == 0 && a.cs == 1 && b.rs == 1 && b.cs != 1 &&
          e.beta == 0.0f && !e.upd && N >= 4 * kNR && K > 0 && M * N <= kSwapMaxFloats;
 }
 
 void gemm_swapped(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi& e) {
-  float* t = swap_buffer(M * N);  // C^T [N, M]
+  float* t = detail::thread_scratch<struct SwapScratch>(M * N);  // C^T [N, M]
   const MatView w{b.base, b.cs, 1}, at{a.base, 1, a.rs};
   gemm_core(ViewOps{w, at}, t, M, N, M, K, Epi{0.0f, nullptr, Act::None}, false);
   constexpr i64 kJB = 64;  // columns of C per block: their rows of t (kJB * M floats) stay in L1

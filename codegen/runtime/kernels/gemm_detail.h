@@ -3,6 +3,8 @@
 // declared once here.
 #pragma once
 
+#include <vector>
+
 #include "pock_kernels.h"
 
 namespace pk {
@@ -15,6 +17,16 @@ namespace detail {
 // dw = dy^T x: the stride is the layer width), so they collide in a few L1 sets and every
 // micro-kernel pass refetches them from L2.
 constexpr i64 kColMajorInPlace = 64;
+
+// A per-thread buffer of at least n floats, grown on first use (never shrunk, freed at thread
+// exit). One buffer per Tag type, so a kernel's scratch and that of the GEMM it calls with
+// it (conv2d's images side by side, then gemm.cpp's swapped product) never share memory.
+template <class Tag>
+float* thread_scratch(i64 n) {
+  thread_local std::vector<float> buf;
+  if (static_cast<i64>(buf.size()) < n) buf.resize(static_cast<size_t>(n));
+  return buf.data();
+}
 
 // C[M,N] (row stride ldc) = op(A) @ op(B) (+ C when accumulate),
 // op(A)[i][k] = A[i*a_rs + k*a_cs], op(B)[k][j] = B[k*b_rs + j*b_cs].
