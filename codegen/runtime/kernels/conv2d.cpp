@@ -28,7 +28,6 @@
 // uses the native width (conv_common.h: AVX-512 / AVX2+FMA / NEON intrinsics
 // behind #if guards, a plain 4-float struct otherwise).
 #include <cstring>
-#include <vector>
 
 #include "conv_common.h"
 #include "pock_kernels.h"

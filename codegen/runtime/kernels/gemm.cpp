@@ -27,7 +27,6 @@
 //     order) whatever the tiling and the thread count: results do not depend
 //     on the number of threads.
 #include <cstring>
-#include <vector>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
@@ -309,11 +308,7 @@ struct ViewReaderOps {
 };
 
 // The packed block of op(B) (kKC x kNCMax floats): one buffer per thread, made on first use.
-float* b_pack_buffer() {
-  thread_local std::vector<float> buf;
-  if (buf.empty()) buf.resize(static_cast<size_t>(kKC * kNCMax) + 16);
-  return buf.data();
-}
+float* b_pack_buffer() { return detail::thread_scratch<struct PackScratch>(kKC * kNCMax + 16); }
 
 // ------------------------------------------------------------ blocked product
 // C[rows m0..m1, cols n0..n1] of C = op(A) @ op(B) (+ epilogue); n1 - n0 <= kNCMax.

@@ -4,8 +4,8 @@ Only what the update needs is built: a forward walk marks the values that
 depend on a trained parameter, a backward walk from the loss keeps the nodes
 on a path between them, and gradients are emitted for exactly those nodes.
 A parameter used several times (tied weights) receives the sum of its
-gradients (sum_grads: an embedding's row scatter sums onto the other use's). Partial updates (need = k) get gradients of shape
-(shape[0], k, ...).
+gradients (sum_grads: an embedding's row scatter sums onto the other use's).
+Partial updates (need = k) get gradients of shape (shape[0], k, ...).
 """
 from __future__ import annotations
 
