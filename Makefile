@@ -53,7 +53,9 @@ test-flavours: setup
 
 # `make bench`: the compiled training step against PyTorch eager, torch.compile, ExecuTorch
 # training and ONNX Runtime training (bench/run.py -> bench/results.md, bench/results.png), the
-# SmolLM2-135M rows (bench/llm.py -> bench/llm_results.md), aarch64 instruction counts under qemu
+# SmolLM2-135M rows (bench/llm.py -> bench/llm_results.md: each row in its own process, for its peak
+# RSS; then the speed rows again interleaved step by step in one process -> bench/llm_interleaved.md,
+# whose ms/step ratios the targets use: a shared machine's load changes between processes), aarch64 instruction counts under qemu
 # (bench/arm64/insns.py -> bench/arm64/results.md), and every target checked (bench/targets.md).
 # ExecuTorch goes into .venv (it brings no torch of its own); ONNX Runtime training needs
 # onnx 1.17, so it gets .venv-ort, which sees .venv's torch through a .pth file. A peer that
@@ -73,6 +75,9 @@ bench: setup
 	$(PY) bench/run.py
 	$(PY) bench/llm.py --model smollm2 --steps 4 --threads 1 \
 		|| echo "bench: the SmolLM2 rows (bench/llm.py) failed; their targets will read not measured"
+	$(PY) bench/llm.py --model smollm2 --steps 4 --threads 1 --interleave --out bench/llm_interleaved.md \
+		--rows pytorch-full,pockengine-full,pytorch-lora,pockengine-lora,pytorch-sparse,pockengine-sparse \
+		|| echo "bench: the interleaved SmolLM2 rows failed; the speed ratios fall back to llm_results.md"
 	$(PY) bench/arm64/insns.py --full lstm_b1 || echo "bench: aarch64 instruction counts (bench/arm64/insns.py) failed"
 	$(PY) bench/targets.py
 

@@ -133,3 +133,23 @@ def test_slow_cpu_vulkan_rows_are_not_timed():
     assert run.untimed_reason("pockengine-vulkan", {**cpu_vk, "warmup_s": [slow, 0.4]}) is None
     assert run.untimed_reason("pockengine-vulkan", {"notes": ["Vulkan on Adreno 740"], "warmup_s": [slow]}) is None
     assert run.untimed_reason("executorch", {"notes": [], "warmup_s": [17.0]}) is None
+
+
+def test_llm_speed_targets_prefer_the_interleaved_run():
+    targets = _bench_module("targets")
+
+    def run(rows, interleave):
+        return {"meta": {"model": "smollm2", "interleave": interleave, "fma_peak": 100.0},
+                "rows": {r: {"ms_per_step": ms, "flops_per_step": 1e9, "train_mem_mib": 10.0,
+                             "peak_rss_mib": 100.0, "loss_last": 2.0} for r, ms in rows.items()}}
+
+    apart = run({"pytorch-full": 1000.0, "pockengine-full": 1000.0, "pytorch-lora": 400.0,
+                 "pockengine-lora": 800.0, "pockengine-sparse-bf16": 1.0}, False)
+    inter = run({"pytorch-full": 1000.0, "pockengine-full": 500.0}, True)
+    by = {t.what: t for t in targets.llm_targets(apart, inter)}
+    full, lora = by["SmolLM2 full vs PyTorch full"], by["SmolLM2 LoRA vs PyTorch LoRA"]
+    assert full.value == 2.0 and "interleaved" in full.detail, full   # measured in one process
+    assert lora.value == 0.5 and "interleaved" not in lora.detail, lora  # only measured apart
+    # memory needs the per-process run (PyTorch full's own peak RSS)
+    assert by["sparse + bf16 frozen: training memory / PyTorch full peak"].value == 0.1
+    assert targets.llm_targets(None, inter)[4].value is None
