@@ -57,6 +57,16 @@ constexpr int kNR = kNV * kW;  // micro-tile: kMR rows x kNR columns
 #endif
 constexpr i64 kKC = PK_GEMM_KC;                                         // depth of one packed block
 constexpr i64 kNCMax = PK_GEMM_NC / kNR > 0 ? PK_GEMM_NC / kNR * kNR : kNR;  // most columns of B per block
+// A shallow product (K < kKC, e.g. a weight gradient over 128 tokens) packs blocks of
+// K x nc: the same kKC x kNCMax floats of L2 hold wider blocks, up to kNCCap columns, so
+// fewer column blocks pack op(A) again (a packed dy^T of SmolLM2's 49152 x 576 head
+// gradient: once instead of twice).
+constexpr i64 kNCCap = 4 * kNCMax;
+i64 nc_limit(i64 K) {
+  const i64 kc = K < 1 ? 1 : (K < kKC ? K : kKC);
+  const i64 nc = kKC * kNCMax / kc / kNR * kNR;
+  return nc > kNCCap ? kNCCap : nc;
+}
 // Several threads: columns are cut down to this width before rows are cut.
 constexpr i64 kNCMinSplit = 4 * kNR;
 // Work below this many multiply-adds stays on the calling thread.
@@ -311,14 +321,14 @@ struct ViewReaderOps {
 float* b_pack_buffer() { return detail::thread_scratch<struct PackScratch>(kKC * kNCMax + 16); }
 
 // ------------------------------------------------------------ blocked product
-// C[rows m0..m1, cols n0..n1] of C = op(A) @ op(B) (+ epilogue); n1 - n0 <= kNCMax.
+// C[rows m0..m1, cols n0..n1] of C = op(A) @ op(B) (+ epilogue); n1 - n0 <= nc_limit(K).
 template <class Ops>
 void gemm_unit(const Ops& ops, float* c, i64 ldc, i64 m0, i64 m1, i64 n0, i64 n1, i64 K, bool direct_b,
                const Epi& e) {
   float* b_pack = b_pack_buffer();
   alignas(64) float a_pack[kMR * kKC];
-  const float* bp[kNCMax / kNR];
-  i64 ldb[kNCMax / kNR];
+  const float* bp[kNCCap / kNR];
+  i64 ldb[kNCCap / kNR];
   const i64 npanels = (n1 - n0 + kNR - 1) / kNR;
   for (i64 k0 = 0; k0 < K; k0 += kKC) {
     const i64 kc = K - k0 < kKC ? K - k0 : kKC;
@@ -492,12 +502,13 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
   // threads (narrower column blocks, B packed once per row block) is slower there than the
   // one-thread plan. Either plan gives every element the same FMA chain.
   const int threads = M * N * K >= kParallelMinFlops && parallel_now() ? num_threads() : 1;
-  // Column blocks of nc (a multiple of kNR, at most kNCMax) and row blocks of
+  // Column blocks of nc (a multiple of kNR, at most nc_limit(K)) and row blocks of
   // whole strips. Several threads: about 4 units per thread (parallel_for's
   // chunks), from narrower column blocks first (down to kNCMinSplit), then from
   // row blocks of at least 2 strips (each row block packs its own B).
   const i64 strips = (M + kMR - 1) / kMR, panels = (N + kNR - 1) / kNR;
-  i64 ncb = (N + kNCMax - 1) / kNCMax, nrb = 1;
+  const i64 nc_max = nc_limit(K);
+  i64 ncb = (N + nc_max - 1) / nc_max, nrb = 1;
   if (threads > 1) {
     const i64 want = 4 * threads;
     if (ncb < want) {
@@ -513,7 +524,7 @@ void gemm_core(const Ops& ops, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi
     // block, op(B) by every row block: where rows first (the fewest column blocks) packs
     // fewer floats and still gives each thread two units, cut rows first.
     if (ops.a_packed()) {
-      const i64 ncb_r = (N + kNCMax - 1) / kNCMax;
+      const i64 ncb_r = (N + nc_max - 1) / nc_max;
       i64 nrb_r = (want + ncb_r - 1) / ncb_r;
       if (nrb_r > max_rb) nrb_r = max_rb;
       const i64 b_floats = direct_b ? 0 : K * N;
