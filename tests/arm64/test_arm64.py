@@ -242,6 +242,9 @@ def norm_cases():
         rm, rv = rnd(C), rnd(C, lo=0.5)
         new_rm, new_rv = rm.clone(), rv.clone()
         y = F.batch_norm(x, new_rm, new_rv, w, b, True, 0.1, eps)
+        act = 1 if S == 25 else 2
+        yact = F.relu(y) if act == 1 else F.relu6(y)
+        dxa, dwa, dba = torch.autograd.grad((yact * dy).sum(), (x, w, b), retain_graph=True)
         dx, dw, db = grads((y * dy).sum(), x, w, b)
         var, mean = torch.var_mean(x, (0, 2), unbiased=False)
         ins, invstd = {"x": x, "w": w, "b": b, "rm": rm, "rv": rv}, (var + eps).rsqrt()
@@ -249,10 +252,10 @@ def norm_cases():
                                                  "new_rv": new_rv}, N=N, C=C, S=S, momentum=0.1, eps=eps)
         yield call("batch_norm_train_bwd", {"dy": dy, "x": x, "save_mean": mean, "save_invstd": invstd, "w": w},
                    {"dx": dx, "dw": dw, "db": db}, N=N, C=C, S=S)
-        act = 1 if S == 25 else 2
-        yact = y.relu() if act == 1 else y.clamp(0, 6)
         yield call("batch_norm_train_fwd_act", ins, {"y": yact}, {k: (C,) for k in ("save_mean", "save_invstd",
                    "new_rm", "new_rv")}, N=N, C=C, S=S, momentum=0.1, eps=eps, act=act)
+        yield call("batch_norm_train_bwd_act", {"dy": dy, "y": yact, "x": x, "save_mean": mean, "save_invstd": invstd,
+                                                "w": w}, {"dx": dxa, "dw": dwa, "db": dba}, N=N, C=C, S=S, act=act)
     N, C, S = 2, 6, 10
     x, dy = rnd(N, C, S).requires_grad_(), rnd(N, C, S)
     w, b, rm, rv = rnd(C).requires_grad_(), rnd(C), rnd(C), rnd(C, lo=0.5)

@@ -44,7 +44,7 @@ from .ir.verify import verify
 from .memory.plan import MemoryPlan, plan_memory, state_layout
 from .optim.optimizers import SGD, Optimizer
 from .passes.dce import eliminate_dead_code
-from .passes.fuse import fuse_activations
+from .passes.fuse import fuse_activation_grads, fuse_activations
 from .passes.schedule import schedule
 
 
@@ -125,6 +125,7 @@ def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimize
     verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
     verify(fuse_activations(graph), "activation fusion")
     verify(fuse_activations(forward_graph), "activation fusion (inference)")
+    verify(fuse_activation_grads(graph), "activation-gradient fusion")
 
 
 @dataclass

@@ -150,6 +150,10 @@ void batch_norm_train_fwd_act(const float* x, const float* w, const float* b, co
                               i64 N, i64 C, i64 S, float momentum, float eps, Act act);
 void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mean, const float* save_invstd,
                           const float* w, float* dx, float* dw, float* db, i64 N, i64 C, i64 S);
+// The backward of the _act forward: dy masked by act's derivative at its output y, then as above.
+void batch_norm_train_bwd_act(const float* dy, const float* y, const float* x, const float* save_mean,
+                              const float* save_invstd, const float* w, float* dx, float* dw, float* db, i64 N,
+                              i64 C, i64 S, Act act);
 // Eval mode: running statistics.
 void batch_norm_eval_fwd(const float* x, const float* w, const float* b, const float* rm, const float* rv,
                          float* y, i64 N, i64 C, i64 S, float eps);

@@ -7,7 +7,8 @@
 // same vectors.  The forward writes y = (x - mean) * scale + shift, centered:
 // no cancellation when a channel's mean is large against its spread.  Every
 // kernel is parallel over channels (pk::parallel_for).  The *_act forward
-// variants apply relu / relu6 as y is written.
+// variants apply relu / relu6 as y is written, and batch_norm_train_bwd_act takes
+// the gradient back through that activation as it reads dy.
 #include <cmath>
 
 #include "pock_kernels.h"
@@ -92,27 +93,50 @@ inline void row_dev_sums(const float* __restrict p, i64 n, float m, Lanes& D, La
   }
 }
 
-// G += sum of dy, Q += sum of dy * (x - m), over [0:n)
-inline void row_dy_sums(const float* __restrict dy, const float* __restrict x, i64 n, float m, Lanes& G,
-                        Lanes& Q) {
+// The gradient reaching the batch norm's output: dy itself, or dy through the relu / relu6
+// fused into the forward (mask of its output y: y > 0, or 0 < y < 6; NaN y gives 0), the
+// same selects relu_bwd / hardtanh_bwd make, so the fused backward gives their bits.
+template <Act A>
+struct OutGrad {
+  const float* __restrict dy;
+  const float* __restrict y;  // the activation's output (A != None)
+  V at(i64 i) const {
+    const V g = vload(dy + i);
+    if (A == Act::None) return g;
+    const V v = vload(y + i);
+    if (A == Act::Relu) return vsel(vgt(v, vzero()), g, vzero());
+    return vsel(vgt(v, vzero()), vsel(vlt(v, vbcast(6.0f)), g, vzero()), vzero());
+  }
+  float one(i64 i) const {
+    if (A == Act::None) return dy[i];
+    const float v = y[i];
+    return v > 0.0f && (A == Act::Relu || v < 6.0f) ? dy[i] : 0.0f;
+  }
+  OutGrad row(i64 off) const { return {dy + off, A == Act::None ? nullptr : y + off}; }
+};
+
+// G += sum of g, Q += sum of g * (x - m), over [0:n) (g: the OutGrad)
+template <Act A>
+inline void row_dy_sums(const OutGrad<A>& dy, const float* __restrict x, i64 n, float m, Lanes& G, Lanes& Q) {
   const V vm = vbcast(m);
   i64 i = 0;
   for (; i + 2 * kW <= n; i += 2 * kW) {
-    const V g0 = vload(dy + i), g1 = vload(dy + i + kW);
+    const V g0 = dy.at(i), g1 = dy.at(i + kW);
     G.a0 = vadd(G.a0, g0);
     G.a1 = vadd(G.a1, g1);
     Q.a0 = vfma(g0, vsub(vload(x + i), vm), Q.a0);
     Q.a1 = vfma(g1, vsub(vload(x + i + kW), vm), Q.a1);
   }
   if (i + kW <= n) {
-    const V g0 = vload(dy + i);
+    const V g0 = dy.at(i);
     G.a0 = vadd(G.a0, g0);
     Q.a0 = vfma(g0, vsub(vload(x + i), vm), Q.a0);
     i += kW;
   }
   for (; i < n; ++i) {
-    G.t += dy[i];
-    Q.t += static_cast<double>(dy[i]) * (x[i] - m);
+    const float g = dy.one(i);
+    G.t += g;
+    Q.t += static_cast<double>(g) * (x[i] - m);
   }
 }
 
@@ -230,18 +254,19 @@ void batch_norm_train_fwd_act(const float* x, const float* w, const float* b, co
   train_fwd(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps, act);
 }
 
-// Train backward, with xhat = (x - mean) * invstd and cnt = N*S per channel:
-//   dx = w * invstd * (dy - sum(dy)/cnt - xhat * sum(dy*xhat)/cnt)
-//   dw = sum(dy * xhat),  db = sum(dy).
-// w nullable (= 1); dx, dw, db nullable (not wanted).
-void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mean, const float* save_invstd,
-                          const float* w, float* dx, float* dw, float* db, i64 N, i64 C, i64 S) {
+namespace {
+
+// The train backward over the output gradient dy (see batch_norm_train_bwd and _act).
+template <Act A>
+void train_bwd(const OutGrad<A>& dy, const float* x, const float* save_mean, const float* save_invstd,
+               const float* w, float* dx, float* dw, float* db, i64 N, i64 C, i64 S) {
   const i64 count = N * S;
   parallel_for(C, channel_grain(N, 2 * S), [&](i64 c0, i64 c1) {
     for (i64 c = c0; c < c1; ++c) {
       const float mu = save_mean[c], invstd = save_invstd[c];
       Lanes G, Q;
-      over_rows(N, S, [&](i64 n) { row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, mu, G, Q); }, G, Q);
+      over_rows(N, S, [&](i64 n) { row_dy_sums(dy.row((n * C + c) * S), x + (n * C + c) * S, S, mu, G, Q); }, G,
+                Q);
       const double sum_dy = G.t, sum_dy_xmu = Q.t;
       const double sum_dy_xhat = sum_dy_xmu * invstd;
       if (dw != nullptr) dw[c] = static_cast<float>(sum_dy_xhat);
@@ -254,16 +279,43 @@ void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mea
       const float gain = wc * invstd;
       const V vmu = vbcast(mu), vk = vbcast(k), vmdy = vbcast(mean_dy), vgain = vbcast(gain);
       for (i64 n = 0; n < N; ++n) {
-        const float* __restrict dyp = dy + (n * C + c) * S;
+        const OutGrad<A> g = dy.row((n * C + c) * S);
         const float* __restrict xp = x + (n * C + c) * S;
         float* __restrict dxp = dx + (n * C + c) * S;
         i64 s = 0;
         for (; s + kW <= S; s += kW)  // ((dy - mean_dy) + (mu - x) * k) * gain
-          vstore(dxp + s, vmul(vfma(vsub(vmu, vload(xp + s)), vk, vsub(vload(dyp + s), vmdy)), vgain));
-        for (; s < S; ++s) dxp[s] = (dyp[s] - mean_dy - (xp[s] - mu) * k) * gain;
+          vstore(dxp + s, vmul(vfma(vsub(vmu, vload(xp + s)), vk, vsub(g.at(s), vmdy)), vgain));
+        for (; s < S; ++s) dxp[s] = (g.one(s) - mean_dy - (xp[s] - mu) * k) * gain;
       }
     }
   });
+}
+
+}  // namespace
+
+// Train backward, with xhat = (x - mean) * invstd and cnt = N*S per channel:
+//   dx = w * invstd * (dy - sum(dy)/cnt - xhat * sum(dy*xhat)/cnt)
+//   dw = sum(dy * xhat),  db = sum(dy).
+// w nullable (= 1); dx, dw, db nullable (not wanted).
+void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mean, const float* save_invstd,
+                          const float* w, float* dx, float* dw, float* db, i64 N, i64 C, i64 S) {
+  train_bwd(OutGrad<Act::None>{dy, nullptr}, x, save_mean, save_invstd, w, dx, dw, db, N, C, S);
+}
+
+// The backward of y = act(batch_norm(x)) (the _act forward): batch_norm_train_bwd of
+// dy masked by act's derivative at y (y > 0 for relu, 0 < y < 6 for relu6), in one pass
+// over dy and y, the bits of relu_bwd / hardtanh_bwd followed by batch_norm_train_bwd.
+void batch_norm_train_bwd_act(const float* dy, const float* y, const float* x, const float* save_mean,
+                              const float* save_invstd, const float* w, float* dx, float* dw, float* db, i64 N,
+                              i64 C, i64 S, Act act) {
+  switch (act) {
+    case Act::None:
+      return train_bwd(OutGrad<Act::None>{dy, nullptr}, x, save_mean, save_invstd, w, dx, dw, db, N, C, S);
+    case Act::Relu:
+      return train_bwd(OutGrad<Act::Relu>{dy, y}, x, save_mean, save_invstd, w, dx, dw, db, N, C, S);
+    case Act::Relu6:
+      return train_bwd(OutGrad<Act::Relu6>{dy, y}, x, save_mean, save_invstd, w, dx, dw, db, N, C, S);
+  }
 }
 
 // Eval forward: y = (x - rm) * invstd * w + b with invstd = 1/sqrt(rv + eps).
@@ -298,7 +350,8 @@ void batch_norm_eval_bwd(const float* dy, const float* x, const float* rm, const
       }
       if (dw != nullptr || db != nullptr) {
         Lanes G, Q;
-        over_rows(N, S, [&](i64 n) { row_dy_sums(dy + (n * C + c) * S, x + (n * C + c) * S, S, rm[c], G, Q); }, G,
+        const OutGrad<Act::None> g{dy, nullptr};
+        over_rows(N, S, [&](i64 n) { row_dy_sums(g.row((n * C + c) * S), x + (n * C + c) * S, S, rm[c], G, Q); }, G,
                   Q);
         const double sum_dy = G.t, sum_dy_xmu = Q.t;
         if (dw != nullptr) dw[c] = static_cast<float>(sum_dy_xmu * invstd);

@@ -820,6 +820,23 @@ def test_batch_norm_fwd_act(lib, N, C, S, act):
     ye = bufs(N, C, S)
     lib.shim_batch_norm_eval_fwd_act(P(x), P(w), P(b), P(rm), P(rv), P(ye), N, C, S, eps, act)
     close(ye, fn(F.batch_norm(T(x), T(rm), T(rv), T(w), T(b), training=False, eps=eps)), atol=5e-5)
+    # the backward through the activation in one kernel: the bits of relu_bwd / hardtanh_bwd then
+    # batch_norm_train_bwd (y holds exact 0s and 6s at the clamps; a NaN output masks its dy)
+    y.reshape(-1)[::97] = np.nan
+    dy = rand(rng, N, C, S)
+    g = bufs(N, C, S)
+    if act == 1:
+        lib.shim_relu_bwd(P(dy), P(y), P(g), y.size)
+    elif act == 2:
+        lib.shim_hardtanh_bwd(P(dy), P(y), P(g), y.size, 0.0, 6.0)
+    else:
+        g[...] = dy
+    want = [bufs(N, C, S), bufs(C), bufs(C)]
+    lib.shim_batch_norm_train_bwd(P(g), P(x), P(smean), P(sinv), P(w), *map(P, want), N, C, S)
+    got = [bufs(N, C, S), bufs(C), bufs(C)]
+    lib.shim_batch_norm_train_bwd_act(P(dy), P(y), P(x), P(smean), P(sinv), P(w), *map(P, got), N, C, S, act)
+    for a_, b_ in zip(got, want):
+        np.testing.assert_array_equal(a_, b_)
     bufs.check_guards()
 
 

@@ -48,8 +48,10 @@ CHECKS = {
     "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
     "conv2d_dw_small.cpp": {"dw_small_fwd|taps_all": "fma", "dw_small_bwd_input": "fma",
                             "dw_small_bwd_weight": "fma"},
-    "batch_norm.cpp": {"train_fwd": "fma", "batch_norm_train_bwd": "fma", "channel_affine": "fma",
-                       "batch_norm_eval_bwd": "fma"},
+    "batch_norm.cpp": {"train_fwd": "fma", "channel_affine": "fma", "batch_norm_eval_bwd": "fma",
+                       # the train backward (dy plain, through relu, through relu6)
+                       r"train_bwd<\(pk::Act\)0>": "fma", r"train_bwd<\(pk::Act\)1>": "fma",
+                       r"train_bwd<\(pk::Act\)2>": "fma"},
 }
 
 TARGETS = {

@@ -56,11 +56,12 @@ def _conv_bb(e, n):          # db[O] = sum over N, OH, OW of dy
 
 # ---- batch norm: one workgroup per channel --------------------------------------------------------
 def bn_dispatch(mode, x, C, *, w=NONE, b=NONE, rm=NONE, rv=NONE, y=NONE, mean=NONE, invstd=NONE, nrm=NONE,
-                nrv=NONE, momentum=0.0, eps=0.0, act=0, dy=NONE, dw=NONE, db=NONE, shape=()):
+                nrv=NONE, momentum=0.0, eps=0.0, act=0, dy=NONE, dw=NONE, db=NONE, act_out=NONE, shape=()):
     if C > 65535:
         raise NotImplementedError("batch norm over more than 65535 channels")
     N, S = shape[0], math.prod(shape[2:])
-    push = [mode, x, w, b, rm, rv, y, mean, invstd, nrm, nrv, N, C, S, fbits(momentum), fbits(eps), act, dy, dw, db]
+    push = [mode, x, w, b, rm, rv, y, mean, invstd, nrm, nrv, N, C, S, fbits(momentum), fbits(eps), act, dy, dw, db,
+            act_out]
     return Dispatch("batch_norm", (C, 1, 1), push)
 
 
@@ -76,11 +77,12 @@ def _bn_train(e, n):         # batch statistics, running-stat update, y = act((x
 
 
 @emitter("batch_norm_train_bwd")
-def _bn_train_bwd(e, n):     # dx, dw, db from the saved mean and invstd
-    dy, x, mean, invstd, w = n.inputs
+def _bn_train_bwd(e, n):     # dx, dw, db from the saved mean and invstd (dy through a fused relu/relu6)
+    dy, x, mean, invstd, w, *act_out = n.inputs
     dx, dw, db = n.outputs
     return [bn_dispatch(1, e.w(x), x.shape[1], w=e.w(w), y=e.w(dx), mean=e.w(mean), invstd=e.w(invstd),
-                        dy=e.w(dy), dw=e.w(dw), db=e.w(db), shape=x.shape)]
+                        dy=e.w(dy), dw=e.w(dw), db=e.w(db), act=ACT[n.attrs.get("act")],
+                        act_out=e.w(act_out[0]) if act_out else NONE, shape=x.shape)]
 
 
 @emitter("batch_norm_eval")

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from ..ir.graph import Value
-from .cpp import _act, _n, fl
+from .cpp import ACT, _act, _n, fl
 from .record import OpRecord, bwd, register
 from .shape import numel, same as _same
 from .torchref import act as _torch_act
@@ -111,7 +111,11 @@ def _bn_eval_cpu(e, n, x, w, bias, rm, rv, y):
             f"{fl(n.attrs['eps'])}{arg});")
 
 
-def _bn_train_bwd_cpu(e, n, dy, x, mean, invstd, w, dx, dw, db):
+def _bn_train_bwd_cpu(e, n, dy, x, mean, invstd, w, *rest):
+    *y, dx, dw, db = rest  # y: the fused activation's output (passes.fuse.fuse_activation_grads), if any
+    if y:
+        return (f"pk::batch_norm_train_bwd_act({dy}, {y[0]}, {x}, {mean}, {invstd}, {w}, {dx}, {dw}, {db}, "
+                f"{_ncs(n.inputs[1])}, {ACT[n.attrs['act']]});")
     return f"pk::batch_norm_train_bwd({dy}, {x}, {mean}, {invstd}, {w}, {dx}, {dw}, {db}, {_ncs(n.inputs[1])});"
 
 

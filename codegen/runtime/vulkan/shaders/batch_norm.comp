@@ -5,7 +5,8 @@
 //   mode 0 train forward   mean / biased var over (N, S); y = act(x * scale + shift);
 //                          saves mean, invstd; running stats (momentum, unbiased var)
 //   mode 1 train backward  dx = w invstd (dy - sum(dy)/cnt - (x - mean) invstd^2 sum(dy (x-mean))/cnt);
-//                          dw = invstd sum(dy (x - mean)), db = sum(dy)
+//                          dw = invstd sum(dy (x - mean)), db = sum(dy); with act (p16) dy is first
+//                          masked by the fused relu / relu6's output (p20: y > 0, 0 < y < 6)
 //   mode 2 eval forward    y = act(x * scale + shift) with the running statistics
 //   mode 3 eval backward   dx = dy w invstd; dw = invstd sum(dy (x - rm)); db = sum(dy)
 #version 450
@@ -13,7 +14,7 @@
 layout(local_size_x = 64) in;
 // p: 0 mode, 1 x0, 2 w0|NONE, 3 b0|NONE, 4 rm0|NONE, 5 rv0|NONE, 6 y0|dx0|NONE, 7 mean0|NONE,
 //    8 invstd0|NONE, 9 new_rm0|NONE, 10 new_rv0|NONE, 11 N, 12 C, 13 S, 14 momentum, 15 eps,
-//    16 act (0 none, 1 relu, 2 relu6), 17 dy0, 18 dw0|NONE, 19 db0|NONE
+//    16 act (0 none, 1 relu, 2 relu6), 17 dy0, 18 dw0|NONE, 19 db0|NONE, 20 act_out0 (mode 1 with act)
 shared vec2 red_a[64];
 shared vec2 red_b[64];
 shared float bc[4];
@@ -41,6 +42,13 @@ float act(float v) {
   if (pc.p[16] == 1u) return max(v, 0.0);
   if (pc.p[16] == 2u) return clamp(v, 0.0, 6.0);
   return v;
+}
+
+float grad(uint k) {  // dy at word k, through the fused activation's derivative in mode 1
+  float g = ldf(pc.p[17] + k);
+  if (pc.p[0] != 1u || pc.p[16] == 0u) return g;
+  float v = ldf(pc.p[20] + k);
+  return v > 0.0 && (pc.p[16] == 1u || v < 6.0) ? g : 0.0;
 }
 
 void main() {
@@ -96,8 +104,8 @@ void main() {
   vec2 a = vec2(0.0), b = vec2(0.0);
   for (uint i = t; i < cnt; i += 64u) {
     uint k = at(i, c);
-    kadd(a, ldf(dy + k));
-    kadd(b, ldf(dy + k) * (ldf(x + k) - mu));
+    kadd(a, grad(k));
+    kadd(b, grad(k) * (ldf(x + k) - mu));
   }
   red_a[t] = a;
   red_b[t] = b;
@@ -117,6 +125,6 @@ void main() {
   float k = sum_dy_xmu / float(cnt) * invstd * invstd;
   for (uint i = t; i < cnt; i += 64u) {
     uint j = at(i, c);
-    stf(y + j, (ldf(dy + j) - mean_dy - (ldf(x + j) - mu) * k) * gain);
+    stf(y + j, (grad(j) - mean_dy - (ldf(x + j) - mu) * k) * gain);
   }
 }
