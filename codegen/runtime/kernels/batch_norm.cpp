@@ -233,29 +233,6 @@ void eval_fwd(const float* x, const float* w, const float* b, const float* rm, c
   });
 }
 
-}  // namespace
-
-// Train forward: mean / biased var over (N, S) per channel,
-//   y = (x - mean) * invstd * w + b,  invstd = 1/sqrt(var + eps);
-// saves save_mean/save_invstd and writes the updated running statistics
-//   new_rm = (1-m)*rm + m*mean,  new_rv = (1-m)*rv + m*var*cnt/(cnt-1).
-// w, b nullable; new_rm/new_rv may alias rm/rv.  Running statistics are
-// skipped when rm/rv or new_rm/new_rv are null (no tracked statistics).
-void batch_norm_train_fwd(const float* x, const float* w, const float* b, const float* rm, const float* rv,
-                          float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
-                          i64 N, i64 C, i64 S, float momentum, float eps) {
-  train_fwd(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps, Act::None);
-}
-
-// y = act(batch_norm(x)); everything else as batch_norm_train_fwd.
-void batch_norm_train_fwd_act(const float* x, const float* w, const float* b, const float* rm, const float* rv,
-                              float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
-                              i64 N, i64 C, i64 S, float momentum, float eps, Act act) {
-  train_fwd(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps, act);
-}
-
-namespace {
-
 // The train backward over the output gradient dy (see batch_norm_train_bwd and _act).
 template <Act A>
 void train_bwd(const OutGrad<A>& dy, const float* x, const float* save_mean, const float* save_invstd,
@@ -293,6 +270,25 @@ void train_bwd(const OutGrad<A>& dy, const float* x, const float* save_mean, con
 
 }  // namespace
 
+// Train forward: mean / biased var over (N, S) per channel,
+//   y = (x - mean) * invstd * w + b,  invstd = 1/sqrt(var + eps);
+// saves save_mean/save_invstd and writes the updated running statistics
+//   new_rm = (1-m)*rm + m*mean,  new_rv = (1-m)*rv + m*var*cnt/(cnt-1).
+// w, b nullable; new_rm/new_rv may alias rm/rv.  Running statistics are
+// skipped when rm/rv or new_rm/new_rv are null (no tracked statistics).
+void batch_norm_train_fwd(const float* x, const float* w, const float* b, const float* rm, const float* rv,
+                          float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
+                          i64 N, i64 C, i64 S, float momentum, float eps) {
+  train_fwd(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps, Act::None);
+}
+
+// y = act(batch_norm(x)); everything else as batch_norm_train_fwd.
+void batch_norm_train_fwd_act(const float* x, const float* w, const float* b, const float* rm, const float* rv,
+                              float* y, float* save_mean, float* save_invstd, float* new_rm, float* new_rv,
+                              i64 N, i64 C, i64 S, float momentum, float eps, Act act) {
+  train_fwd(x, w, b, rm, rv, y, save_mean, save_invstd, new_rm, new_rv, N, C, S, momentum, eps, act);
+}
+
 // Train backward, with xhat = (x - mean) * invstd and cnt = N*S per channel:
 //   dx = w * invstd * (dy - sum(dy)/cnt - xhat * sum(dy*xhat)/cnt)
 //   dw = sum(dy * xhat),  db = sum(dy).
@@ -303,8 +299,9 @@ void batch_norm_train_bwd(const float* dy, const float* x, const float* save_mea
 }
 
 // The backward of y = act(batch_norm(x)) (the _act forward): batch_norm_train_bwd of
-// dy masked by act's derivative at y (y > 0 for relu, 0 < y < 6 for relu6), in one pass
-// over dy and y, the bits of relu_bwd / hardtanh_bwd followed by batch_norm_train_bwd.
+// dy masked by act's derivative at y (y > 0 for relu, 0 < y < 6 for relu6) as dy is read,
+// so the masked gradient is never stored: the bits of relu_bwd / hardtanh_bwd followed by
+// batch_norm_train_bwd.
 void batch_norm_train_bwd_act(const float* dy, const float* y, const float* x, const float* save_mean,
                               const float* save_invstd, const float* w, float* dx, float* dw, float* db, i64 N,
                               i64 C, i64 S, Act act) {

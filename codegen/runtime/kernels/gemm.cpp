@@ -56,7 +56,7 @@ constexpr int kNR = kNV * kW;  // micro-tile: kMR rows x kNR columns
 #define PK_GEMM_NC 512
 #endif
 constexpr i64 kKC = PK_GEMM_KC;                                         // depth of one packed block
-constexpr i64 kNCMax = PK_GEMM_NC / kNR > 0 ? PK_GEMM_NC / kNR * kNR : kNR;  // most columns of B per block
+constexpr i64 kNCMax = PK_GEMM_NC / kNR > 0 ? PK_GEMM_NC / kNR * kNR : kNR;  // columns of B per block (K >= kKC)
 // A shallow product (K < kKC, e.g. a weight gradient over 128 tokens) packs blocks of
 // K x nc: the same kKC x kNCMax floats of L2 hold wider blocks, up to kNCCap columns, so
 // fewer column blocks pack op(A) again (a packed dy^T of SmolLM2's 49152 x 576 head
