@@ -53,10 +53,11 @@ test-flavours: setup
 
 # `make bench`: the compiled training step against PyTorch eager, torch.compile, ExecuTorch
 # training and ONNX Runtime training (bench/run.py -> bench/results.md, bench/results.png), the
-# SmolLM2-135M rows (bench/llm.py -> bench/llm_results.md: each row in its own process, for its peak
-# RSS; then the speed rows again interleaved step by step in one process -> bench/llm_interleaved.md,
-# whose ms/step ratios the targets use: a shared machine's load changes between processes), aarch64 instruction counts under qemu
-# (bench/arm64/insns.py -> bench/arm64/results.md), and every target checked (bench/targets.md).
+# SmolLM2-135M rows (bench/llm.py -> bench/llm_results.md: each row in its own process, for its
+# peak RSS; then the speed rows again, their steps interleaved in one process ->
+# bench/llm_interleaved.md, whose ms/step ratios the targets use: a shared machine's load changes
+# between processes), aarch64 instruction counts under qemu (bench/arm64/insns.py ->
+# bench/arm64/results.md), and every target checked (bench/targets.md).
 # ExecuTorch goes into .venv (it brings no torch of its own); ONNX Runtime training needs
 # onnx 1.17, so it gets .venv-ort, which sees .venv's torch through a .pth file. A peer that
 # does not install is reported as n/a, never skipped silently.
