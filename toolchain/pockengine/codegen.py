@@ -10,6 +10,7 @@ import jinja2
 
 from .backends import cpu
 from .backends.cpu import Emit
+from .ops import REGISTRY
 from .ops.cpp import CTYPE, MACRO, cstr
 from .ir.graph import Graph, Node, Value, index_ranges
 from .ir.ops import flops
@@ -179,6 +180,45 @@ def fusable_updates(order: list[Node]) -> dict[int, Node]:
     return out
 
 
+def kernel_checks(order: list[Node], checks: dict[int, list[Node]]) -> dict[int, Node]:
+    """{id(node): the update whose gradient's check its kernel makes} for the exact guard: a
+    checked gradient's producer whose record has a cpu_finite form tests the gradient as it
+    stores it instead of a second pass (all_finite) over it.  A producer that sums onto
+    another gradient (its `inplace` input: a tied head's gradient under an embedding's rows)
+    checks only what it wrote, so that input's producer checks its own output too (it must
+    have the form and no other reader); otherwise the gradient keeps the separate check."""
+    users: dict[int, int] = {}
+    for n in order:
+        for v in n.inputs:
+            if v is not None:
+                users[id(v)] = users.get(id(v), 0) + 1
+    by_id = {id(n): n for n in order}
+
+    def chain(n: Node) -> list[Node] | None:  # n and the producers of what it sums onto
+        rec = REGISTRY[n.op]
+        if rec.cpu_finite is None:
+            return None
+        out = [n]
+        for i in rec.inplace:
+            v = n.inputs[i] if i < len(n.inputs) else None
+            if v is None:
+                continue
+            below = chain(v.producer) if v.producer is not None and users.get(id(v)) == 1 else None
+            if below is None:
+                return None
+            out += below
+        return out
+
+    out: dict[int, Node] = {}
+    for pid, updates in checks.items():
+        n = by_id.get(pid)
+        if n is None or any(u.inputs[1] is not n.outputs[0] for u in updates):
+            continue
+        for m in chain(n) or ():
+            out[id(m)] = updates[0]
+    return out
+
+
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     blocks = []
     guarded = False
@@ -192,6 +232,8 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
             if n.op in ("sgd_update", "adamw_update"):
                 p = n.inputs[1].producer
                 checks.setdefault(id(p) if p is not None and id(p) in placed else 0, []).append(n)
+    # the exact guard's checks made by the kernels computing the gradients (kernel_checks)
+    by_kernel = kernel_checks(order, checks) if exact and hasattr(emit, "finite") else {}
     # the optimizer update fused into the weight gradient's GEMM (no exact guard, see fusable_updates)
     fused = fusable_updates(order) if not exact and getattr(emit, "fuse_updates", True) else {}
     fused_into = {id(u): n for n in order if id(n) in fused for u in (fused[id(n)],)}
@@ -203,9 +245,11 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
         else:
             lines = emit.node(n)
         kernel = kernel_name(lines)
+        if id(n) in by_kernel:
+            lines = cpu.checked_node(emit, n, by_kernel[id(n)])
         if exact and n.phase == "update" and 0 in checks:  # gradients computed by no node of the step
             lines = [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks.pop(0)] + lines
-        if exact and id(n) in checks:
+        if exact and id(n) in checks and id(n) not in by_kernel:
             lines = lines + [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks[id(n)]]
         # the loss guard runs once, before the first backward or update node
         guard_loss = not guarded and n.phase != "forward" and cpu.NONFINITE_GUARD

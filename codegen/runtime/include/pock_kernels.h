@@ -46,6 +46,9 @@ void linear_fwd_act(const float* x, const float* w, const float* b, float* y, i6
 void linear_bwd_input(const float* dy, const float* w, float* dx, i64 M, i64 N, i64 K);
 // dw[N,k] = dy[M,N]^T @ x[M, 0:k], x stored with row length ldx (ldx >= k)
 void linear_bwd_weight(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx);
+// linear_bwd_weight (the same dw, bit for bit), returning whether dw holds no NaN/inf: the
+// exact non-finite guard's check, made as the product stores dw (no second pass over it)
+bool linear_bwd_weight_finite(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx);
 // db[N] = sum over rows of dy[M,N]
 void bias_bwd(const float* dy, float* db, i64 M, i64 N);
 
@@ -106,6 +109,10 @@ i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, 
 // then the same row sums as embedding_bwd
 i64 embedding_bwd_onto(const float* dy, const int64_t* idx, const float* base, float* dw, i64 n, i64 V, i64 D,
                        i64 k, i64 padding_idx);
+// Whether the rows dw[idx[i], 0:k] that embedding_bwd(_onto) wrote hold no NaN/inf (rows at
+// padding_idx or outside [0, V) are skipped, as there): the exact guard's check of its
+// gradient, where every other row is zero (or base's rows, checked where base was made)
+bool embedding_rows_finite(const float* dw, const int64_t* idx, i64 n, i64 V, i64 k, i64 padding_idx);
 
 // ---------------------------------------------------------------- rms_norm.cpp
 // y = w * x / sqrt(mean(x^2) + eps) per row of cols (w nullable); rstd [rows] saved.

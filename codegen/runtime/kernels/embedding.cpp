@@ -61,4 +61,15 @@ i64 embedding_bwd_onto(const float* dy, const int64_t* idx, const float* base, f
   return scatter_rows(dy, idx, dw, n, V, D, k, padding_idx);
 }
 
+// The rows embedding_bwd(_onto) summed into (the same skips): whether they hold no NaN/inf.
+// A row indexed several times is tested again (n rows of k floats, no bookkeeping).
+bool embedding_rows_finite(const float* dw, const int64_t* idx, i64 n, i64 V, i64 k, i64 padding_idx) {
+  for (i64 i = 0; i < n; ++i) {
+    const i64 row = idx[i];
+    if ((padding_idx >= 0 && row == padding_idx) || row < 0 || row >= V) continue;
+    if (!all_finite(dw + row * k, k)) return false;
+  }
+  return true;
+}
+
 }  // namespace pk

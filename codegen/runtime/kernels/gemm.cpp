@@ -26,6 +26,7 @@
 //   * Every element of C is the same chain of FMAs over k (blocks of kKC, in
 //     order) whatever the tiling and the thread count: results do not depend
 //     on the number of threads.
+#include <atomic>
 #include <cstring>
 
 #include "pock_kernels.h"
@@ -92,6 +93,9 @@ struct Epi {
   // update of the weight this gradient belongs to) instead of storing it; beta 0, no bias/act
   const UpdateEpilogue* upd = nullptr;
   const float* c0 = nullptr;  // C's base (with upd: the tile's offset in C)
+  // nullable: the last block tests each stored row for a NaN/inf and sets *nonfinite
+  // (the exact guard's check of a gradient, with no second pass over it)
+  std::atomic<bool>* nonfinite = nullptr;
 };
 
 // The last block of a fused update: the finished row (acc, plus C's partial sums from
@@ -117,7 +121,7 @@ inline float act_scalar(float x, Act act) {
 // Stores one vector of a row of C (its first n <= kW lanes; n is the constant kW on the
 // full-tile path, so the partial loads fold away there) with the epilogue.
 // col: global column of c[0] (for the bias).
-__attribute__((always_inline)) inline void store_vec(float* c, V x, int n, i64 col, bool first, bool last,
+__attribute__((always_inline)) inline V store_vec(float* c, V x, int n, i64 col, bool first, bool last,
                                                   const Epi& e) {
   const bool full = n == kW;
   if (!first || e.beta == 1.0f)
@@ -131,21 +135,30 @@ __attribute__((always_inline)) inline void store_vec(float* c, V x, int n, i64 c
   }
   if (full) vstore(c, x);
   else store_part(c, x, n);
+  return x;
 }
 
 // Stores one row of acc (nr valid columns).  A partial tile (the last columns of C,
 // e.g. a 4x4 plane's 16 columns against AVX-512's 32) stores its full vectors and a
 // partial one through the same vector epilogue (scalar per column, it ran at half the
 // speed of the AVX2 build on a 1x1 convolution of 16 columns).
+// With e.nonfinite, the last block adds x - x of every stored full row into z (0 while
+// every value is finite, NaN from the first NaN/inf: micro_kernel tests it once per tile);
+// a partial row is tested as stored.
 __attribute__((always_inline)) inline void store_row(float* c, const V* acc, int nr, i64 col, bool first, bool last,
-                                                  const Epi& e) {
+                                                  const Epi& e, V& z) {
   if (last && e.upd) return store_row_update(c, acc, nr, first, e);
+  const bool check = last && e.nonfinite;
   if (nr == kNR) {
-    for (int v = 0; v < kNV; ++v) store_vec(c + v * kW, acc[v], kW, col + v * kW, first, last, e);
+    for (int v = 0; v < kNV; ++v) {
+      const V x = store_vec(c + v * kW, acc[v], kW, col + v * kW, first, last, e);
+      if (check) z = vadd(z, vsub(x, x));
+    }
     return;
   }
   for (int v = 0; v < kNV && v * kW < nr; ++v)
     store_vec(c + v * kW, acc[v], nr - v * kW < kW ? nr - v * kW : kW, col + v * kW, first, last, e);
+  if (check && upd::has_nonfinite(c, nr)) e.nonfinite->store(true, std::memory_order_relaxed);
 }
 
 // ------------------------------------------------------------ micro-kernel
@@ -171,7 +184,12 @@ void micro_kernel(i64 kc, const float* __restrict a, i64 ars, i64 acs, const flo
       for (int v = 0; v < kNV; ++v) acc[r][v] = vfma(ar, bv[v], acc[r][v]);
     }
   }
-  for (int r = 0; r < R; ++r) store_row(c + r * ldc, acc[r], nr, col, first, last, e);
+  V z = vzero();
+  for (int r = 0; r < R; ++r) store_row(c + r * ldc, acc[r], nr, col, first, last, e, z);
+  if (last && e.nonfinite) {
+    const float s = vsum(z);
+    if (upd::has_nonfinite(&s, 1)) e.nonfinite->store(true, std::memory_order_relaxed);
+  }
 }
 
 // micro_kernel for a strip of `rows` (1..kMR) rows.
@@ -646,6 +664,24 @@ bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64
   e.upd = &upd;
   e.c0 = C;
   gemm_core(ViewOps{a, b}, C, ldc, M, N, K, e, M <= kDirectBMaxRows);
+  return true;
+}
+
+// As gemm_strided with beta 0, and *finite = whether every element of C is finite, tested
+// as the last depth block stores each row (the same values, bit for bit).  false (nothing
+// done) where gemm_strided would not take the blocked path: the caller then runs
+// gemm_strided and scans C.
+bool gemm_strided_checked(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
+                          i64 ldc, i64 M, i64 N, i64 K, bool* finite) {
+  const MatView a{A, a_rs, a_cs}, b{B, b_rs, b_cs};
+  if (M <= 0 || N <= 0 || K <= 0 || views_use_dot(a, b, M, N, K) || views_use_gemv(a, b, M, N, K) ||
+      views_use_swap(a, b, M, N, K, Epi{0.0f, nullptr, Act::None}))
+    return false;
+  std::atomic<bool> bad{false};
+  Epi e{0.0f, nullptr, Act::None};
+  e.nonfinite = &bad;
+  gemm_core(ViewOps{a, b}, C, ldc, M, N, K, e, M <= kDirectBMaxRows);
+  *finite = !bad.load(std::memory_order_relaxed);
   return true;
 }
 

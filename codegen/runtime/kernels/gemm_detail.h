@@ -40,6 +40,10 @@ void gemm_strided_bias_act(const float* A, i64 a_rs, i64 a_cs, const float* B, i
 // gemm_strided would not take the blocked path.
 bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
                          i64 M, i64 N, i64 K, const UpdateEpilogue& upd);
+// As gemm_strided with beta 0, and *finite = no NaN/inf stored (tested as each row of a tile
+// is stored); false (nothing done) where gemm_strided would not take the blocked path.
+bool gemm_strided_checked(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C,
+                          i64 ldc, i64 M, i64 N, i64 K, bool* finite);
 
 // Reader-based operands (implicit GEMM): a reader fills out[r*ld + c] with rows [r0, r0+rows)
 // x columns [c0, c0+cols) of a logical matrix; it may be called from several threads at once.

@@ -33,6 +33,15 @@ void linear_bwd_weight(const float* dy, const float* x, float* dw, i64 M, i64 N,
   detail::gemm_strided(dy, /*a_rs=*/1, /*a_cs=*/N, x, /*b_rs=*/ldx, /*b_cs=*/1, dw, /*ldc=*/k, N, k, M, false);
 }
 
+// linear_bwd_weight and whether dw is all finite (the exact guard's check before any update),
+// tested as the GEMM stores dw rather than by a second pass over it.
+bool linear_bwd_weight_finite(const float* dy, const float* x, float* dw, i64 M, i64 N, i64 k, i64 ldx) {
+  bool finite = true;
+  if (detail::gemm_strided_checked(dy, 1, N, x, ldx, 1, dw, k, N, k, M, &finite)) return finite;
+  linear_bwd_weight(dy, x, dw, M, N, k, ldx);
+  return all_finite(dw, N * k);
+}
+
 // The fused weight gradient + update: dw = dy^T x[:, 0:k] as linear_bwd_weight computes it,
 // each finished tile updating p (the weight, region r: the whole [N, k] or its first k
 // input columns, rows r.stride long) and the state (laid out like dw) while it is in

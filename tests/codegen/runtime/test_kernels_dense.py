@@ -626,6 +626,16 @@ def test_embedding(lib, n, V, D, k, padding_idx):
     close(onto, T(base) + tw.grad[:, :k])
     assert np.array_equal(onto, inplace)
     bufs.check_guards()
+    # the exact guard's check of the rows it summed into (every other row is zero, or base's)
+    rows = [int(r) for r in idx_np if r != padding_idx]
+    assert lib.shim_embedding_rows_finite(P(dw), pidx, n, V, k, padding_idx)
+    untouched = [r for r in range(V) if r not in rows]
+    if untouched:
+        dw[untouched[0], 0] = np.nan  # not a row it wrote: not looked at
+        assert lib.shim_embedding_rows_finite(P(dw), pidx, n, V, k, padding_idx)
+    if rows:
+        dw[rows[-1], k - 1] = np.inf
+        assert not lib.shim_embedding_rows_finite(P(dw), pidx, n, V, k, padding_idx)
 
 
 # ----------------------------------------------------------------------------- layer_norm

@@ -7,7 +7,9 @@ _adamw over gemm.cpp's update epilogue), for the native build and -march=x86-64-
   columns) region, and the GEMV fallback; on 1 and 2 threads;
 * against torch.optim (SGD, momentum, nesterov, AdamW) in float64 over three steps,
   within float32 tolerance;
-* a NaN in the gradient: false, and no NaN reaches the parameter."""
+* a NaN in the gradient: false, and no NaN reaches the parameter;
+* the exact guard's check made as the gradient is stored (linear_bwd_weight_finite): the
+  same bits as linear_bwd_weight, false for a NaN, an inf or an overflow anywhere in it."""
 import ctypes
 
 import numpy as np
@@ -35,6 +37,7 @@ def lib(request):
     L.fu_sgd.restype = cint
     L.fu_adamw.argtypes = [vp, cint] + [vp] * 3 + [i64] * 4 + [vp] * 3 + [i64] * 3 + [cf] * 5 + [i64, cint]
     L.fu_adamw.restype = cint
+    L.fu_finite.argtypes, L.fu_finite.restype = [vp, cint] + [vp] * 3 + [i64] * 4, cint
     L.pools = {n: L.fu_pool_create(n) for n in (1, 2)}
     yield L
     for p in L.pools.values():
@@ -149,3 +152,32 @@ def test_fused_nan_gradient_reports_and_never_writes_nan(lib, shape):
     assert ok == [0]
     assert np.isfinite(p).all()
     assert np.array_equal(p[N // 2], w[N // 2])  # the bad row is left alone
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape", SHAPES + [(128, 1100, 70, 70)], ids=str)
+def test_weight_gradient_checked_as_it_is_stored(lib, threads, shape):
+    """linear_bwd_weight_finite: dw bit-identical to linear_bwd_weight, true while finite; false
+    for a NaN or inf of dy (its dw row), or for finite inputs whose sum overflows, whether the
+    element lands in a full tile, an edge tile or the GEMV fallback."""
+    M, N, k, K = shape
+    dy, x, _ = problem(M, N, k, K, 1)
+    pool = lib.pools[threads]
+
+    def run(checked, dy, x):
+        dw = np.full((N, k), np.nan, np.float32)
+        ok = lib.fu_finite(pool, checked, ptr(dy), ptr(x), ptr(dw), M, N, k, K)
+        return ok, dw
+
+    ok, dw = run(1, dy, x)
+    assert ok == 1
+    assert np.array_equal(dw, run(0, dy, x)[1])
+    for i, j in ((0, 0), (N - 1, k - 1), (N // 2, k // 2)):
+        for poison in (np.nan, np.inf, -np.inf):
+            bad = dy.copy()
+            bad[M // 2, i] = poison
+            assert run(1, bad, x)[0] == 0, (i, poison)
+        big, ones = dy.copy(), x.copy()
+        big[:, i], ones[:, j] = 3e38, 1.0  # dw[i, j] = M * 3e38
+        ok, dw = run(1, big, ones)
+        assert not np.isfinite(dw[i, j]) and ok == 0, (i, j)

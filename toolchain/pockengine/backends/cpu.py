@@ -47,18 +47,37 @@ class Emit:
         out = fn(self, n, *[self.p(v) for v in n.inputs], *[self.p(o) for o in n.outputs])
         return [out] if isinstance(out, str) else list(out)
 
+    def finite(self, n: Node) -> tuple[list[str], str] | None:
+        """(lines, C++ condition) of node n computed by a kernel that also tells whether its
+        output holds no NaN/inf (the record's cpu_finite), or None where the op has none."""
+        fn = REGISTRY[n.op].cpu_finite
+        if fn is None:
+            return None
+        lines, cond = fn(self, n, *[self.p(v) for v in n.inputs], *[self.p(o) for o in n.outputs])
+        return list(lines), cond
+
     def update(self, n: Node, call: str) -> tuple[str, ...]:
         """An optimizer update's lines around its kernel call (the records of sgd_update and
         adamw_update call this; _update is looked up when called: the bench swaps it)."""
         return _update(self, n, call)
 
 
+def _gradient_of(u: Node) -> str:
+    return cstr(f"the gradient of {u.inputs[0].name!r}")
+
+
 def finite_guard(n: Node, g: str) -> str:
     """The non-finite check of an update's gradient on its own, for the exact guard
     (codegen._blocks emits it right after the gradient is computed, and every update of
     an exact step runs after all of them, so a skipped step changes nothing)."""
-    what = cstr(f"the gradient of {n.inputs[0].name!r}")
-    return f"if (!pk::all_finite({g}, {_n(n.inputs[1])})) return pock_nonfinite({what}, 0);"
+    return f"if (!pk::all_finite({g}, {_n(n.inputs[1])})) return pock_nonfinite({_gradient_of(n)}, 0);"
+
+
+def checked_node(e: Emit, n: Node, u: Node) -> list[str]:
+    """Node n's lines with the exact guard's check of its output made by its own kernel (as
+    it stores it: no second pass), u the update reading it (named in the error)."""
+    lines, cond = e.finite(n)
+    return [*lines, f"if (!{cond}) return pock_nonfinite({_gradient_of(u)}, 0);"]
 
 
 def _update(e, n, call: str) -> tuple[str, ...]:
@@ -68,8 +87,8 @@ def _update(e, n, call: str) -> tuple[str, ...]:
     one of the step (ctx->updates_done counts the ones already run)."""
     if not NONFINITE_GUARD or getattr(e, "exact_skip", False):
         return f"{call});", "++ctx->updates_done;"
-    what = cstr(f"the gradient of {n.inputs[0].name!r}")
-    return f"if (!{call}, true)) return pock_nonfinite({what}, ctx->updates_done);", "++ctx->updates_done;"
+    return (f"if (!{call}, true)) return pock_nonfinite({_gradient_of(n)}, ctx->updates_done);",
+            "++ctx->updates_done;")
 
 
 def check_coverage():

@@ -48,10 +48,18 @@ def _linear_bi_cpu(e, n, dy, w, dx):
     return f"pk::linear_bwd_input({dy}, {w}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
 
 
-def _linear_bw_cpu(e, n, dy, xs, dw):
+def linear_bw_args(n, dy, xs, dw) -> str:
+    """The arguments of pk::linear_bwd_weight and its fused forms (dy, x, dw, M, N, k, ldx)."""
     N = n.inputs[0].shape[-1]
-    ldx = n.inputs[1].shape[-1]
-    return f"pk::linear_bwd_weight({dy}, {xs}, {dw}, {_n(n.inputs[0]) // N}, {N}, {n.attrs['k']}, {ldx});"
+    return f"{dy}, {xs}, {dw}, {_n(n.inputs[0]) // N}, {N}, {n.attrs['k']}, {n.inputs[1].shape[-1]}"
+
+
+def _linear_bw_cpu(e, n, dy, xs, dw):
+    return f"pk::linear_bwd_weight({linear_bw_args(n, dy, xs, dw)});"
+
+
+def _linear_bw_finite(e, n, dy, xs, dw):  # the check made as the GEMM stores dw
+    return [], f"pk::linear_bwd_weight_finite({linear_bw_args(n, dy, xs, dw)})"
 
 
 def _bias_bwd_cpu(e, n, dy, db):
@@ -67,7 +75,8 @@ register(
     bwd("linear_bwd_input", lambda i, a: [(tuple(a["x_shape"]), "f32")],
         lambda i, o, a: 2 * numel(o[0]) * i[1].shape[0], lowp_inputs=(1,), cpu=_linear_bi_cpu),
     bwd("linear_bwd_weight", lambda i, a: [((i[0].shape[-1], a["k"]), "f32")],
-        lambda i, o, a: 2 * numel(o[0]) * (numel(i[0]) // i[0].shape[-1]), cpu=_linear_bw_cpu),
+        lambda i, o, a: 2 * numel(o[0]) * (numel(i[0]) // i[0].shape[-1]), cpu=_linear_bw_cpu,
+        cpu_finite=_linear_bw_finite),
     bwd("bias_bwd", lambda i, a: [((i[0].shape[-1],), "f32")], lambda i, o, a: numel(i[0]), cpu=_bias_bwd_cpu),
 )
 
@@ -153,6 +162,14 @@ def _embedding_bwd_cpu(e, n, dy, idx, *rest):
     return f"pk::embedding_bwd({dy}, {idx}, {dw}, {tail}"
 
 
+def _embedding_bwd_finite(e, n, dy, idx, *rest):
+    # only the rows it summed into: every other row is zero, or base's (checked where made)
+    a = n.attrs
+    return ([_embedding_bwd_cpu(e, n, dy, idx, *rest)],
+            f"pk::embedding_rows_finite({rest[-1]}, {idx}, {_n(n.inputs[1])}, {a['num_weights']}, {a['k']}, "
+            f"{a['padding_idx']})")
+
+
 register(
     OpRecord("embedding", lambda i, a: [(i[1].shape + (i[0].shape[1],), "f32")], _ew, grad=_embedding_grad,
              partial=frozenset({0}), lowp_inputs=(0,), torch=lambda i, a: F.embedding(i[1], i[0]),
@@ -160,5 +177,5 @@ register(
     # inputs (dy, idx[, base]): with base (autodiff.backward.sum_grads, e.g. a tied head's gradient)
     # the rows are summed onto it, in its buffer when it dies here
     bwd("embedding_bwd", lambda i, a: [((a["num_weights"], a["k"]), "f32")], lambda i, o, a: numel(i[0]),
-        inplace=(2,), cpu=_embedding_bwd_cpu),
+        inplace=(2,), cpu=_embedding_bwd_cpu, cpu_finite=_embedding_bwd_finite),
 )

@@ -56,11 +56,14 @@ def _sources(fn, seen) -> list[str]:
 
 
 def kernels_of(record: OpRecord) -> set[str]:
-    """The pk:: functions (kernels and checks) record's CPU call names; a `{suffix}` call
-    (`pk::linear_fwd{suffix}`) is both the plain kernel and its `_act` form."""
+    """The pk:: functions (kernels and checks) record's CPU calls name (`cpu`, and `cpu_finite`,
+    the exact guard's checking form); a `{suffix}` call (`pk::linear_fwd{suffix}`) is both the
+    plain kernel and its `_act` form."""
     if record.cpu is None:
         return set()
-    text = "\n".join(_sources(record.cpu, set())).replace("{n.op}", record.name)
+    seen: set[int] = set()
+    text = "\n".join(t for fn in (record.cpu, record.cpu_finite) if fn for t in _sources(fn, seen))
+    text = text.replace("{n.op}", record.name)
     out: set[str] = set()
     for k in re.findall(r"pk::(\w+(?:\{suffix\})?)", text):
         out |= {k.replace("{suffix}", ""), k.replace("{suffix}", "_act")} if "{suffix}" in k else {k}

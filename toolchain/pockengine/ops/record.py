@@ -18,6 +18,9 @@ Signatures:
   torch(inputs, attrs) -> tensor or list; torch_outputs = how many leading outputs it computes
   torch_train(inputs, attrs) -> tensor or list (every output)
   cpu(e, node, *input pointers, *output pointers) -> C++ line(s)   (backends/cpu.py Emit)
+  cpu_finite(e, node, *input pointers, *output pointers) -> (C++ lines, condition): the same
+      computation, the condition (C++) true when its output holds no NaN/inf (codegen's exact
+      guard); it may assume its `inplace` inputs were checked where they were made
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ class OpRecord:
     torch_train: Callable | None = None  # the torch reference of an op only a training step runs (losses,
     #                         train-mode batch norm): the reference backend's; the frozen prefix takes `torch` only
     cpu: Callable | None = None  # the C++ kernel call (backends/cpu.py)
+    cpu_finite: Callable | None = None  # the call that also checks its output (the exact guard, codegen._blocks)
     transfer: bool = False  # data movement between backends: inserted by the partitioner, emitted by
     #                         the accelerator backend on either end, never by the CPU backend alone
     layout: bool = False  # only moves data (a frozen prefix of such ops is not worth splitting off)

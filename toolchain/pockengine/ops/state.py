@@ -2,7 +2,8 @@
 transfers between backends. None of them is differentiated."""
 from __future__ import annotations
 
-from .cpp import _n, arr, b, fl
+from .cpp import arr, b, fl
+from .dense import linear_bw_args
 from .record import OpRecord, register
 from .shape import numel
 
@@ -29,9 +30,7 @@ def fused_weight_update(e, n, u) -> tuple[str, ...]:
     """The lines of linear_bwd_weight node n with update node u (sgd_update or adamw_update
     of its gradient) fused into it: pk::linear_bwd_weight_sgd / _adamw, the update applied
     to each gradient tile as the GEMM finishes it (codegen.fusable_updates says when)."""
-    dy, xs, dw = e.p(n.inputs[0]), e.p(n.inputs[1]), e.p(n.outputs[0])
-    N = n.inputs[0].shape[-1]
-    gemm = f"{dy}, {xs}, {dw}, {_n(n.inputs[0]) // N}, {N}, {n.attrs['k']}, {n.inputs[1].shape[-1]}"
+    gemm = linear_bw_args(n, e.p(n.inputs[0]), e.p(n.inputs[1]), e.p(n.outputs[0]))
     a = u.attrs
     p = e.p(u.inputs[0])
     if u.op == "sgd_update":
