@@ -145,6 +145,16 @@ class BufferNames:
 UPDATES = ("sgd_update", "adamw_update")
 
 
+def reader_counts(order: list[Node]) -> dict[int, int]:
+    """{id(value): how many inputs of the nodes in order read it}."""
+    users: dict[int, int] = {}
+    for n in order:
+        for v in n.inputs:
+            if v is not None:
+                users[id(v)] = users.get(id(v), 0) + 1
+    return users
+
+
 def fusable_updates(order: list[Node]) -> dict[int, Node]:
     """{id(linear_bwd_weight node): the update node fused into it}: the update of an fp32
     weight whose gradient that node computes whole (one kernel, read by nothing but the
@@ -152,11 +162,7 @@ def fusable_updates(order: list[Node]) -> dict[int, Node]:
     writing the weight or its optimizer state (the update moves up to the gradient).
     Only for steps without the exact non-finite guard (that one needs every gradient
     checked before any update runs)."""
-    users: dict[int, int] = {}
-    for n in order:
-        for v in n.inputs:
-            if v is not None:
-                users[id(v)] = users.get(id(v), 0) + 1
+    users = reader_counts(order)
     pos = {id(n): i for i, n in enumerate(order)}
     out = {}
     for u in order:
@@ -187,11 +193,7 @@ def kernel_checks(order: list[Node], checks: dict[int, list[Node]]) -> dict[int,
     another gradient (its `inplace` input: a tied head's gradient under an embedding's rows)
     checks only what it wrote, so that input's producer checks its own output too (it must
     have the form and no other reader); otherwise the gradient keeps the separate check."""
-    users: dict[int, int] = {}
-    for n in order:
-        for v in n.inputs:
-            if v is not None:
-                users[id(v)] = users.get(id(v), 0) + 1
+    users = reader_counts(order)
     by_id = {id(n): n for n in order}
 
     def chain(n: Node) -> list[Node] | None:  # n and the producers of what it sums onto

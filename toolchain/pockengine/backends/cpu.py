@@ -77,7 +77,7 @@ def checked_node(e: Emit, n: Node, u: Node) -> list[str]:
     """Node n's lines with the exact guard's check of its output made by its own kernel (as
     it stores it: no second pass), u the update reading it (named in the error)."""
     lines, cond = e.finite(n)
-    return [*lines, f"if (!{cond}) return pock_nonfinite({_gradient_of(u)}, 0);"]
+    return [*lines, f"if (!{cond})", f"  return pock_nonfinite({_gradient_of(u)}, 0);"]
 
 
 def _update(e, n, call: str) -> tuple[str, ...]:
