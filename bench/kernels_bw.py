@@ -24,7 +24,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RT = ROOT / "codegen" / "runtime"
-KERNELS = ["activation", "optimizer", "layer_norm", "rms_norm", "linear", "gemm", "softmax", "loss", "elementwise"]
+KERNELS = ["activation", "optimizer", "layer_norm", "rms_norm", "linear", "gemm", "softmax", "loss", "elementwise",
+           "guards"]  # guards: all_finite, which linear.cpp's checked weight gradient falls back to
 
 
 def measure(mib: int = 64, march: str = "native", timeout: float = 600) -> dict:
