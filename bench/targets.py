@@ -4,7 +4,8 @@
 
 Reads the JSON the benchmarks write (run.py: results.json; llm.py: llm_results.json, and
 llm_interleaved.json for the SmolLM2 ms/step ratios when present; arm64/insns.py:
-arm64/results.json) and writes one table: each target, the measured value, and whether it is met.  A benchmark that did not run leaves its targets "not measured", never met.
+arm64/results.json) and writes one table: each target, the measured value, and whether it is
+met.  A benchmark that did not run leaves its targets "not measured", never met.
 The targets are ratios within one run (the machine's absolute speed does not enter):
 
   transformer LM, LSTM LM batch 1, MobileNetV2   PockEngine's -march=x86-64-v3 (AVX2) build vs

@@ -235,7 +235,7 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
                 p = n.inputs[1].producer
                 checks.setdefault(id(p) if p is not None and id(p) in placed else 0, []).append(n)
     # the exact guard's checks made by the kernels computing the gradients (kernel_checks)
-    by_kernel = kernel_checks(order, checks) if exact and hasattr(emit, "finite") else {}
+    by_kernel = kernel_checks(order, checks) if exact else {}
     # the optimizer update fused into the weight gradient's GEMM (no exact guard, see fusable_updates)
     fused = fusable_updates(order) if not exact and getattr(emit, "fuse_updates", True) else {}
     fused_into = {id(u): n for n in order if id(n) in fused for u in (fused[id(n)],)}

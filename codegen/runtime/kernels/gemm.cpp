@@ -616,6 +616,13 @@ bool views_use_gemv(const MatView& a, const MatView& b, i64 M, i64 N, i64 K) {
   return M <= kGemvMaxRows && b.cs == 1 && M > 0 && N > 0 && K > 0;
 }
 
+// Whether gemm_views runs a non-empty product on gemm_core, where the per-tile epilogues (a
+// fused update, the finite check) live; its other paths (dot, GEMV, swapped) have none.
+bool views_use_core(const MatView& a, const MatView& b, i64 M, i64 N, i64 K, const Epi& e) {
+  return M > 0 && N > 0 && K > 0 && !views_use_dot(a, b, M, N, K) && !views_use_gemv(a, b, M, N, K) &&
+         !views_use_swap(a, b, M, N, K, e);
+}
+
 void gemm_views(const MatView& a, const MatView& b, float* c, i64 ldc, i64 M, i64 N, i64 K, const Epi& e) {
   if (views_use_dot(a, b, M, N, K)) {
     auto run = [&](i64 j0, i64 j1) { gemm_dot(a.base, a.rs, b.base, b.cs, c, ldc, M, j0, j1, K, e); };
@@ -659,10 +666,10 @@ void gemm_strided(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, 
 bool gemm_strided_update(const float* A, i64 a_rs, i64 a_cs, const float* B, i64 b_rs, i64 b_cs, float* C, i64 ldc,
                          i64 M, i64 N, i64 K, const UpdateEpilogue& upd) {
   const MatView a{A, a_rs, a_cs}, b{B, b_rs, b_cs};
-  if (M <= 0 || N <= 0 || K <= 0 || views_use_dot(a, b, M, N, K) || views_use_gemv(a, b, M, N, K)) return false;
   Epi e{0.0f, nullptr, Act::None};
   e.upd = &upd;
   e.c0 = C;
+  if (!views_use_core(a, b, M, N, K, e)) return false;
   gemm_core(ViewOps{a, b}, C, ldc, M, N, K, e, M <= kDirectBMaxRows);
   return true;
 }
@@ -677,12 +684,10 @@ bool gemm_strided_checked(const float* A, i64 a_rs, i64 a_cs, const float* B, i6
   return false;  // the store's x - x test folds to 0 under -ffinite-math-only: the caller's bit-test scan
 #endif
   const MatView a{A, a_rs, a_cs}, b{B, b_rs, b_cs};
-  if (M <= 0 || N <= 0 || K <= 0 || views_use_dot(a, b, M, N, K) || views_use_gemv(a, b, M, N, K) ||
-      views_use_swap(a, b, M, N, K, Epi{0.0f, nullptr, Act::None}))
-    return false;
   std::atomic<bool> bad{false};
   Epi e{0.0f, nullptr, Act::None};
   e.nonfinite = &bad;
+  if (!views_use_core(a, b, M, N, K, e)) return false;
   gemm_core(ViewOps{a, b}, C, ldc, M, N, K, e, M <= kDirectBMaxRows);
   *finite = !bad.load(std::memory_order_relaxed);
   return true;

@@ -40,20 +40,21 @@ class Emit:
             return f"{MACRO[v.dtype]}(S, {self.state_offset[root.name]})"
         return f"{MACRO[v.dtype]}(A, {self.arena_offset(v)})"
 
+    def pointers(self, n: Node) -> list[str]:
+        """The pointer expressions a record's C++ builder takes: n's inputs, then its outputs."""
+        return [self.p(v) for v in (*n.inputs, *n.outputs)]
+
     def node(self, n: Node) -> list[str]:
         fn = EMITTERS.get(n.op)
         if fn is None:
             raise NotImplementedError(f"no CPU emitter for op '{n.op}'")
-        out = fn(self, n, *[self.p(v) for v in n.inputs], *[self.p(o) for o in n.outputs])
+        out = fn(self, n, *self.pointers(n))
         return [out] if isinstance(out, str) else list(out)
 
-    def finite(self, n: Node) -> tuple[list[str], str] | None:
+    def finite(self, n: Node) -> tuple[list[str], str]:
         """(lines, C++ condition) of node n computed by a kernel that also tells whether its
-        output holds no NaN/inf (the record's cpu_finite), or None where the op has none."""
-        fn = REGISTRY[n.op].cpu_finite
-        if fn is None:
-            return None
-        lines, cond = fn(self, n, *[self.p(v) for v in n.inputs], *[self.p(o) for o in n.outputs])
+        output holds no NaN/inf: the record's cpu_finite (codegen.kernel_checks picks such nodes)."""
+        lines, cond = REGISTRY[n.op].cpu_finite(self, n, *self.pointers(n))
         return list(lines), cond
 
     def update(self, n: Node, call: str) -> tuple[str, ...]:
