@@ -47,14 +47,22 @@ class Target:
             return None
         return self.value >= self.bound if self.met_if == ">=" else self.value <= self.bound
 
+    def peak_detail(self) -> str:
+        """A speed target against the fp32 FMA peak: the ceiling, and the % of the peak our step
+        runs at now and would need to run at to meet the target (ratio / ceiling)."""
+        ours = f"ours at {100 * self.value / self.ceiling:.0f}%, " if self.value is not None else ""
+        need = 100 * self.bound / self.ceiling
+        need_text = f"{need:.1f}" if abs(need - 100) < 0.5 else f"{need:.0f}"  # 100.7 is not "100"
+        return (f"fp32 ceiling {self.ceiling:.2f}x (PyTorch at {self.ref_pct_peak:.0f}% of the FMA peak; "
+                f"{ours}the target needs {need_text}%)"
+                + (": **beyond 100% of peak**" if self.ceiling < self.bound else ""))
+
     def row(self) -> str:
         shown = "not measured" if self.value is None else f"{self.value:.3g}{self.unit}"
         verdict = {None: "n/a", True: "met", False: "**not met**"}[self.met]
         detail = self.detail
         if self.ceiling is not None:
-            detail = "; ".join(filter(None, [detail, f"fp32 ceiling {self.ceiling:.2f}x (PyTorch at {self.ref_pct_peak:.0f}% "
-                                             "of the FMA peak)" + (": **beyond 100% of peak**" if self.ceiling < self.bound
-                                                                   else "")]))
+            detail = "; ".join(filter(None, [detail, self.peak_detail()]))
         return f"| {self.issue} | {self.what} | {self.met_if} {self.bound:g}{self.unit} | {shown} | {verdict} | {detail} |"
 
 
@@ -209,7 +217,8 @@ def render(targets: list[Target], insns: dict | None, sources: dict) -> str:
              "A speed target's *fp32 ceiling* is the ratio our step would reach if it ran at 100% of the "
              "machine's measured fp32 FMA peak (bench/fma_peak.cpp; the AVX2 peak for the AVX2 build): its "
              "FLOPs / the peak, against the same PyTorch time. A target above its ceiling cannot be met by "
-             "fp32 arithmetic on this machine, only by doing fewer FLOPs or lower-precision ones.", "",
+             "fp32 arithmetic on this machine, only by doing fewer FLOPs or lower-precision ones. The detail also gives "
+             "the % of that peak our step runs at, and the % it would have to run at to meet the target.", "",
              "| issue | target | goal | measured | verdict | detail |", "|---|---|---|---|---|---|"]
     lines += [t.row() for t in targets]
     return "\n".join(lines + [""] + arm64_lines(insns)) + "\n"

@@ -73,7 +73,9 @@ def test_avx2_rows_are_judged_against_pytorch_on_avx2_with_their_fp32_ceiling(tm
     line = next(ln for ln in (tmp_path / "targets.md").read_text().splitlines()
                 if "transformer LM full, AVX2 build vs eager-v3 (PyTorch on AVX2)" in ln)
     assert "| 1.12x | **not met** |" in line
-    assert "fp32 ceiling 1.40x (PyTorch at 71% of the FMA peak): **beyond 100% of peak**" in line
+    # 1.12x is 80% of the 1.40x a step at the peak would reach; 1.5x would need 107%
+    assert ("fp32 ceiling 1.40x (PyTorch at 71% of the FMA peak; ours at 80%, the target needs 107%): "
+            "**beyond 100% of peak**") in line
 
 
 def test_the_reference_of_a_row_is_pytorch_on_its_threads_and_isa():
