@@ -168,7 +168,10 @@ __attribute__((always_inline)) inline void store_row(float* c, const V* acc, int
 // b: the panel, row k at b + k*ldb (ldb = kNR when packed).
 template <bool kRowMode, int R>
 void micro_kernel(i64 kc, const float* __restrict a, i64 ars, i64 acs, const float* __restrict b, i64 ldb,
-                  float* __restrict c, i64 ldc, int nr, i64 col, bool first, bool last, const Epi& e) {
+                  float* __restrict c, i64 ldc, int nr, i64 col, bool first, bool last, const Epi& epi) {
+  // a local copy: the stores into C cannot alias it, so the epilogue's fields stay in registers
+  // (through the reference they were reloaded and re-tested after every stored vector)
+  const Epi e = epi;
   V acc[R][kNV];
   for (int r = 0; r < R; ++r)
     for (int v = 0; v < kNV; ++v) acc[r][v] = vzero();
