@@ -133,6 +133,20 @@ def check_op(fn, *tensors, modules=(), rtol=1e-4, atol=1e-5, seed=0):
     return prog, trainer
 
 
+def snapshot(trainer):
+    """A trainer's whole state: every state tensor (weights, buffers, optimizer state) by
+    name, its step count and its learning rate (for assert_same)."""
+    return {t.name: trainer.get_tensor(t.name) for t in trainer.tensors}, trainer.step_count, trainer.learning_rate
+
+
+def assert_same(a, b):
+    """Two snapshots equal bit for bit (a differing tensor is named)."""
+    (sa, *rest_a), (sb, *rest_b) = a, b
+    assert rest_a == rest_b and sa.keys() == sb.keys()
+    for k in sa:
+        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
+
+
 def run_pytest_in_child(path, timeout=1800) -> None:
     """Run one test file in a child pytest and assert it passed. For cases that import
     TensorFlow, whose LLVM cannot share a process with Mesa lavapipe's (test_keras.py)."""

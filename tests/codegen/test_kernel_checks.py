@@ -12,6 +12,7 @@ import torch.nn.functional as F
 
 import pockengine as pe
 from pockengine import codegen
+from helpers import assert_same, snapshot
 
 V, D = 70, 40  # 70 classes: a weight gradient of 70 rows takes the blocked GEMM (not the GEMV path)
 
@@ -40,16 +41,6 @@ def batch(seed=0, n=6, fill=None):
 def compile_lm(tied=False, update="full"):
     torch.manual_seed(0)
     return pe.compile(Lm(tied), *batch(), update=update, optimizer=pe.AdamW(lr=1e-3))
-
-
-def snapshot(t):
-    return {s.name: t.get_tensor(s.name) for s in t.tensors}, t.step_count
-
-
-def assert_same(a, b):
-    assert a[1] == b[1] and a[0].keys() == b[0].keys()
-    for k in a[0]:
-        np.testing.assert_array_equal(a[0][k], b[0][k], err_msg=k)
 
 
 @pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])

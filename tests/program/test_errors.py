@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 import pockengine as pe
 from models import MLP, batches
+from helpers import assert_same, snapshot
 from pockengine.checkpoint import decode, encode, read_checkpoint
 
 
@@ -42,17 +43,6 @@ def token_trainer():
     torch.manual_seed(0)
     idx = torch.randint(0, 10, (2, 3))
     return pe.compile(TokenModel(), (idx,), (idx.clone(),), optimizer=pe.SGD(lr=0.1)).build()
-
-
-def snapshot(t):
-    return ({info.name: t.get_tensor(info.name) for info in t.tensors}, t.step_count, t.learning_rate)
-
-
-def assert_same(a, b):
-    (sa, na, la), (sb, nb, lb) = a, b
-    assert sa.keys() == sb.keys() and na == nb and la == lb
-    for k in sa:
-        assert np.array_equal(sa[k], sb[k]), k
 
 
 def raises(fn, *patterns):

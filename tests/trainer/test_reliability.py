@@ -13,18 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import pockengine as pe
-
-
-def snapshot(trainer):
-    """Every state tensor (weights, buffers, optimizer state) and the step count."""
-    return {t.name: trainer.get_tensor(t.name) for t in trainer.tensors}, trainer.step_count
-
-
-def assert_same(a, b):
-    assert a[1] == b[1]
-    assert a[0].keys() == b[0].keys()
-    for k in a[0]:
-        np.testing.assert_array_equal(a[0][k], b[0][k], err_msg=k)
+from helpers import assert_same, snapshot
 
 
 # ---------------------------------------------------------------------- 1. out-of-bounds ids

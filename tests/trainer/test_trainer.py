@@ -16,6 +16,7 @@ from pockengine.build.host import build_shared_library  # noqa: E402
 from pockengine.checkpoint import read_checkpoint, write_checkpoint  # noqa: E402
 from pockengine.errors import PockError  # noqa: E402
 from pockengine.trainer import Trainer  # noqa: E402
+from helpers import assert_same, snapshot  # noqa: E402
 
 TINY = ROOT / "tests" / "codegen" / "runtime" / "fixtures" / "tiny_model.cpp"
 STATE_DICT_KEYS = ["fc.weight", "fc.bias", "steps_seen"]
@@ -74,17 +75,6 @@ class Reference:
         self.w -= np.float32(lr) * self.bw
         self.b -= np.float32(lr) * self.bb
         return float(loss)
-
-
-def snapshot(trainer):
-    return ({t.name: trainer.get_tensor(t.name) for t in trainer.tensors}, trainer.step_count, trainer.learning_rate)
-
-
-def assert_same(a, b):
-    (sa, na, la), (sb, nb, lb) = a, b
-    assert sa.keys() == sb.keys() and (na, la) == (nb, lb)
-    for k in sa:
-        np.testing.assert_array_equal(sa[k], sb[k], err_msg=k)
 
 
 # ---------------------------------------------------------------------- description
