@@ -57,7 +57,8 @@ test-flavours: setup
 # peak RSS; then the speed rows again, their steps interleaved in one process ->
 # bench/llm_interleaved.md, whose ms/step ratios the targets use: a shared machine's load changes
 # between processes), aarch64 instruction counts under qemu (bench/arm64/insns.py ->
-# bench/arm64/results.md), and every target checked (bench/targets.md).
+# bench/arm64/results.md), every target checked (bench/targets.md), and README.md's SmolLM2 table
+# written from the same results (bench/readme_tables.py).
 # ExecuTorch goes into .venv (it brings no torch of its own); ONNX Runtime training needs
 # onnx 1.17, so it gets .venv-ort, which sees .venv's torch through a .pth file. A peer that
 # does not install is reported as n/a, never skipped silently.
@@ -81,6 +82,7 @@ bench: setup
 		|| echo "bench: the interleaved SmolLM2 rows failed; the speed ratios fall back to llm_results.md"
 	$(PY) bench/arm64/insns.py --full lstm_b1 || echo "bench: aarch64 instruction counts (bench/arm64/insns.py) failed"
 	$(PY) bench/targets.py
+	$(PY) bench/readme_tables.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -298,3 +298,34 @@ def test_ai_hub_without_an_account_is_an_error_not_a_wait(tmp_path):
                                          "HOME": str(env_home)})
     assert r.returncode == 2 and ("Qualcomm AI Hub" in r.stderr or "qai-hub" in r.stderr), r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_a_misspelled_spec_key_names_the_file_the_key_and_the_valid_keys(tmp_path):
+    spec = tmp_path / "typo.py"
+    spec.write_text(SPEC.replace("optimizer=pe.SGD", "optimiser=pe.SGD"))
+    r = pock_build(f"{spec}:make", "--out", tmp_path / "out", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("pock-build: error:") and str(spec) in line, line
+    assert "'optimiser'" in line and "did you mean 'optimizer'?" in line, line
+    assert "valid keys:" in line and "example_targets" in line and "frozen_dtype" in line, line
+
+
+@pytest.mark.parametrize("toml, message", [
+    ('[model]\nspec = "spec.py:make\n', "not valid TOML"),                      # an unclosed string
+    ('[model]\nspec = "spec.py:make"\nnmae = "x"\n', "unknown key 'nmae' (did you mean 'name'?)"),
+    ('[modle]\nspec = "spec.py:make"\n', "unknown table 'modle'"),
+])
+def test_a_broken_pock_toml_names_the_file_and_the_problem(spec_dir, tmp_path, toml, message):
+    (tmp_path / "pock.toml").write_text(toml)
+    r = pock_build(tmp_path / "pock.toml", "--out", tmp_path / "out", cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    line = r.stderr.strip().splitlines()[-1]
+    assert line.startswith("pock-build: error:") and "pock.toml" in line and message in line, line
+
+
+def test_soc_is_refused_for_ios_rather_than_ignored(spec_dir, tmp_path):
+    r = pock_build(f"{spec_dir / 'spec.py'}:make", "--platform", "ios", "--soc", "sm8550", "--out",
+                   tmp_path / "out", cwd=spec_dir)
+    assert r.returncode == 2 and "--soc sm8550 is for --platform android" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()

@@ -31,3 +31,11 @@ def test_bad_arguments_raise_pock_error():
         simulate(clients=2, rounds=0, engine="inprocess")
     with pytest.raises(SystemExit):
         main(["simulate", "--scheme", "half"])
+
+
+def test_the_report_goes_to_the_current_directory_not_the_package():
+    """The default --out is out/federated under the directory the command runs in (it wrote into the
+    installed package's source tree before)."""
+    from pockengine.federated.__main__ import build_parser
+    out = build_parser().parse_args(["simulate"]).out
+    assert out == "out/federated" and not out.startswith("/")

@@ -131,3 +131,17 @@ def test_keras_trains_like_gradient_tape_and_sgd(name, scheme):
     x = data[1][0][0]
     got = fresh(tf.constant(x.numpy()), training=False).numpy()
     np.testing.assert_allclose(trainer.forward((x,)), got, rtol=1e-4, atol=1e-5)
+
+
+def test_functional_models_name_variables_without_the_model_name():
+    """Keras 3 prefixes a Sequential (or subclassed) model's variable paths with its name
+    ("mlp/dense1/kernel") but not a functional model's ("dense1/kernel"): the parameters are the
+    paths as Keras gives them, which docs/frontends.md says."""
+    keras.utils.set_random_seed(0)
+    inp = keras.Input((16,))
+    out = keras.layers.Dense(5, name="out")(keras.layers.Dense(32, activation="relu", name="dense1")(inp))
+    model = keras.Model(inp, out, name="mlp")
+    (x,), (y,) = batches("mlp")[0]
+    prog = pe.compile(model, (x.numpy(),), (y.numpy(),), update={"out/*": 1.0})
+    assert {v.path for v in model.variables} == {"dense1/kernel", "dense1/bias", "out/kernel", "out/bias"}
+    assert set(prog.trained) == {"out/kernel", "out/bias"}

@@ -116,17 +116,34 @@ def rnn(p, idx):
     return hs.transpose(1, 0, 2) @ p["head"]["kernel"]
 
 
-MODELS = {"mlp": (mlp_init, mlp), "cnn": (cnn_init, cnn), "gpt": (gpt_init, gpt), "rnn": (rnn_init, rnn)}
+def pool_init(k):
+    k1, k2 = jax.random.split(k)
+    return {"proj": {"kernel": jax.random.normal(k1, (16, 32)) * 0.25, "bias": jnp.full(32, 0.01)},
+            "out": {"kernel": jax.random.normal(k2, (32, 5)) * 0.18}}
+
+
+def pool(p, x):
+    """Max and min reductions over time (jnp.max / jnp.min: reduce_max / reduce_min)."""
+    h = jnp.tanh(x @ p["proj"]["kernel"] + p["proj"]["bias"])
+    return (jnp.max(h, axis=1) + 0.5 * jnp.min(h, axis=1)) @ p["out"]["kernel"]
+
+
+MODELS = {"mlp": (mlp_init, mlp), "cnn": (cnn_init, cnn), "gpt": (gpt_init, gpt), "rnn": (rnn_init, rnn),
+          "pool": (pool_init, pool)}
 SPARSE = {"mlp": {"dense2.kernel": 0.5, "out.*": 1.0},
           "cnn": {"conv2.kernel": 0.5, "bn2.*": 1.0, "head.*": 1.0},
           "gpt": {"attn.qkv": 0.5, "mlp.*": 1.0, "ln2.*": 1.0, "embed": 0.25},
-          "rnn": {"cell.wh": 0.5, "cell.b": 1.0, "head.*": 1.0}}
+          "rnn": {"cell.wh": 0.5, "cell.b": 1.0, "head.*": 1.0},
+          "pool": {"proj.kernel": 0.5, "out.*": 1.0}}
 
 
 def batches(name, n=3):
     g = torch.Generator().manual_seed(0)
     if name == "mlp":
         return [((torch.randn(8, 16, generator=g),), (torch.randint(0, 5, (8,), generator=g),)) for _ in range(n)]
+    if name == "pool":
+        return [((torch.randn(4, 6, 16, generator=g),), (torch.randint(0, 5, (4,), generator=g),))
+                for _ in range(n)]
     if name == "cnn":
         return [((torch.randn(4, 8, 8, 3, generator=g),), (torch.randint(0, 10, (4,), generator=g),))
                 for _ in range(n)]
@@ -180,7 +197,8 @@ def jax_train(apply, params, data, update, opt, steps, dtype):
 OPTIMIZERS = {"sgd": lambda: pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
               "adamw": lambda: pe.AdamW(lr=1e-3, weight_decay=0.01)}
 CASES = [("mlp", "full", "adamw"), ("mlp", "sparse", "sgd"), ("cnn", "full", "sgd"), ("cnn", "sparse", "adamw"),
-         ("gpt", "full", "sgd"), ("gpt", "sparse", "adamw"), ("rnn", "full", "sgd"), ("rnn", "sparse", "adamw")]
+         ("gpt", "full", "sgd"), ("gpt", "sparse", "adamw"), ("rnn", "full", "sgd"), ("rnn", "sparse", "adamw"),
+         ("pool", "full", "adamw"), ("pool", "sparse", "sgd")]
 
 
 @pytest.mark.parametrize("name,scheme,opt", CASES)

@@ -101,3 +101,17 @@ def test_bad_frozen_dtype():
     x, y = batches("gpt")[0]
     with pytest.raises(pe.PockError, match="frozen_dtype"):
         pe.compile(GPT(), x, y, frozen_dtype="int4")
+
+
+def test_summary_names_the_frozen_dtype_and_the_models_shapes():
+    """summary.md of a q4 build says how frozen weights are stored and shows each weight's shape as
+    the model has it, not the packed storage's [N, K / 2]."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    x, y = torch.randn(2, 64), torch.randint(0, 4, (2,))
+    text = pe.compile(model, (x,), (y,), update={"2.*": 1.0}, frozen_dtype="q4").summary()
+    assert "| frozen_dtype | q4: 1 tensor, 3072 B (16384 B as fp32) |" in text
+    assert "| 0.weight | [64, 64] | frozen (q4) | 0 | - |" in text
+    assert "| 0.bias | [64] | frozen | 0 | - |" in text
+    plain = pe.compile(model, (x,), (y,), update={"2.*": 1.0}).summary()
+    assert "| frozen_dtype | fp32 |" in plain and "| 0.weight | [64, 64] | frozen | 0 | - |" in plain

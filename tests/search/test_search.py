@@ -185,3 +185,21 @@ def test_search_respects_step_time_budget(mlp_search):
                compiler=compiler, contributions=contrib)
     assert r.cost["step_ms"] <= 0.6 * full_ms
     assert r.cost["step_ms"] == pytest.approx(r.cost["flops_per_step"] * contrib.ms_per_flop)
+
+
+def test_the_table_never_mixes_step_counts_in_one_column(mlp_search):
+    """Loss drops measured over different numbers of steps (the contribution analysis' 6, the
+    verification's 12) go in separate columns, each headed by its step count."""
+    model, data, opt, compiler, contrib = mlp_search
+    full = compiler.stats("full")
+    budget = Budget(memory_mb=0.6 * (full["arena_bytes"] + full["state_bytes"]) / MIB)
+    result = search(model, data, optimizer=opt, budget=budget, seed=1, progress=False, compiler=compiler,
+                    contributions=contrib, verify_steps=12)
+    header, _, *rows = result.table().splitlines()
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert "loss drop after 6 steps" in cols and "loss drop after 12 steps" in cols, header
+    assert not any("(" in c for c in cols[6:]), header
+    cells = {r.split("|")[1].strip(): [c.strip() for c in r.strip("|").split("|")] for r in rows}
+    assert cells["full update"][cols.index("loss drop after 6 steps")] != ""
+    assert cells["full update"][cols.index("loss drop after 12 steps")] == ""
+    assert cells["searched"][cols.index("loss drop after 12 steps")] != ""

@@ -39,7 +39,21 @@ def load_spec(spec: str) -> tuple[dict, str | None]:
         if not path.is_file():
             raise PockError(f"spec file {spec!r} does not exist")
         with open(path, "rb") as f:
-            conf = tomllib.load(f).get("model", {})
+            try:
+                doc = tomllib.load(f)
+            except tomllib.TOMLDecodeError as e:  # e.g. "Expected '=' after a key (at line 3, column 6)"
+                raise PockError(f"{spec}: not valid TOML: {e}") from None
+        unknown = sorted(set(doc) - {"model"})
+        conf = doc.get("model", {})
+        if unknown or not isinstance(conf, dict):
+            raise PockError(f"{spec}: unknown table {unknown[0] if unknown else 'model'!r}; a pock.toml has one "
+                            f"[model] table with the keys {', '.join(TOML_KEYS)}")
+        bad = sorted(set(conf) - set(TOML_KEYS))
+        if bad:
+            raise PockError(f"{spec}: [model] has an unknown key {bad[0]!r}{_did_you_mean(bad[0], TOML_KEYS)}; "
+                            f"valid keys: {', '.join(TOML_KEYS)}")
+        if not all(isinstance(conf.get(k, ""), str) for k in TOML_KEYS):
+            raise PockError(f"{spec}: [model] keys {', '.join(TOML_KEYS)} take strings")
         if "spec" not in conf:
             raise PockError(f"{spec}: [model] needs spec = \"file.py:function\"")
         name = conf.get("name")
@@ -62,7 +76,29 @@ def load_spec(spec: str) -> tuple[dict, str | None]:
     kwargs = getattr(module, func)()
     if not isinstance(kwargs, dict) or "model" not in kwargs:
         raise PockError(f"{spec} must return a dict of pe.compile keyword arguments (model, example_inputs, ...)")
+    valid = spec_keys()
+    for key in kwargs:
+        if key not in valid:
+            raise PockError(f"{spec} returned an unknown key {key!r}{_did_you_mean(key, valid)}; valid keys: "
+                            f"{', '.join(valid)}")
     return kwargs, name
+
+
+TOML_KEYS = ("spec", "name")
+
+
+def spec_keys() -> list[str]:
+    """The keys a spec function may return: pe.compile's keyword arguments, and `sample_batches`
+    (the data `--search` scores schemes on)."""
+    import inspect
+    from .program import compile as compile_
+    return [p for p in inspect.signature(compile_).parameters] + ["sample_batches"]
+
+
+def _did_you_mean(key: str, valid) -> str:
+    import difflib
+    close = difflib.get_close_matches(str(key), list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
@@ -177,6 +213,9 @@ def _run(args) -> int:
         raise PockError("--cxx and --abi are for --platform android")
     if args.platform != "ios" and args.coreml:
         raise PockError("--coreml is for --platform ios")
+    if args.platform == "ios" and args.soc:  # Apple SoCs need no choice: Core ML picks the ANE/GPU/CPU
+        raise PockError(f"--soc {args.soc} is for --platform android (and host builds with the htp backend); "
+                        "an iOS build runs on every Apple SoC, so drop --soc")
     backends = [b.strip() for b in args.backends.split(",") if b.strip()] if args.backends else None
     if args.platform == "ios":  # before compiling: the registry says which backends build for iOS
         from .platforms.ios import ios_backends

@@ -472,13 +472,17 @@ class SearchResult:
                 ("full update", self.full, self.contributions.full_delta, False, short),
                 ("last layer", self.last, None, fits(self.last, self.budget.limits()), None)]
         rows += [(f"baseline: {b.name}", b.cost, b.delta, b.fits, b.steps or short) for b in self.baselines]
-        lines = ["| scheme | arena + state MiB | arena + optimizer state MiB | MFLOP/step | trainable "
-                 "| fits budget | measured loss drop (after steps) |", "|---|---|---|---|---|---|---|"]
+        # one column per step count: a drop after 10 steps never sits beside one after 100
+        counts = sorted({steps for *_, d, _, steps in rows if d is not None})
+        lines = ["| scheme | arena + state MiB | arena + optimizer state MiB | MFLOP/step | trainable | fits budget | "
+                 + "".join(f"loss drop after {n} steps | " for n in counts),
+                 "|---|---|---|---|---|---|" + "---|" * len(counts)]
         for label, c, d, ok, steps in rows:
+            drops = "".join(f"{d:.4f} | " if d is not None and steps == n else " | " for n in counts)
             lines.append(f"| {label} | {c['memory_bytes'] / MIB:.3f} | {c['training_bytes'] / MIB:.3f} | "
                          f"{c['flops_per_step'] / 1e6:.2f} | {c['trainable_elements']} | "
-                         f"{'yes' if ok else 'no'} | {'' if d is None else f'{d:.4f} ({steps})'} |")
-        return "\n".join(lines)
+                         f"{'yes' if ok else 'no'} | " + drops)
+        return "\n".join(line.rstrip() for line in lines)
 
     def describe(self) -> str:
         chosen = ", ".join(f"{n}: {r:g}" for n, r in self.update.items())

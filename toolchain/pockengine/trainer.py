@@ -499,12 +499,16 @@ class Trainer:
         scale = self.get_tensor(t.name + ":scale") if lowp in ("i8", "q4") else None
         return dequantize(arr, lowp, scale)
 
-    def merged_state_dict(self) -> dict[str, np.ndarray]:
-        """state_dict() with each LoRA adapter merged into its base weight
-        (W + alpha/rank * B @ A) and the lora_A / lora_B entries dropped:
-        the base model's names, loadable into the original torch module."""
+    def merged_state_dict(self) -> dict[str, "torch.Tensor"]:
+        """The original torch module's state_dict with the trained values: each LoRA adapter
+        merged into its base weight (W + alpha/rank * B @ A), the lora_A / lora_B entries
+        dropped, non-persistent buffers ("buffer:..." entries, which a module's state_dict
+        leaves out) dropped, and fp32 torch tensors, so `model.load_state_dict(merged)` (strict)
+        loads it into the model it came from."""
+        import torch
         from .lora import merge_lora
-        return merge_lora(self.state_dict(), self.lora_adapters)
+        merged = merge_lora(self.state_dict(), self.lora_adapters)
+        return {k: torch.from_numpy(np.array(v)) for k, v in merged.items() if not k.startswith("buffer:")}
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Strict: the keys must be exactly state_dict()'s (a tied parameter's

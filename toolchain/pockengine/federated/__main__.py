@@ -8,10 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..codegen import ROOT
 
-
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pockengine.federated", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("simulate", help="N simulated keyboard users, R rounds of federated averaging")
@@ -30,13 +28,18 @@ def main(argv=None) -> int:
     s.add_argument("--delta", type=float, default=1e-5)
     s.add_argument("--held-tokens", type=int, default=1200, help="held-out tokens per user in the global test set")
     s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--out", default=str(ROOT / "out" / "federated"))
+    s.add_argument("--out", default=str(Path("out") / "federated"),
+                   help="report directory (default: out/federated in the current directory)")
     c = sub.add_parser("client", help="one client process (started by --engine processes)")
     c.add_argument("--run-dir", required=True)
     c.add_argument("--user", type=int, required=True)
     c.add_argument("--server", required=True)
     c.add_argument("--timeout", type=float, default=600)
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
     if args.cmd == "client":
         from .flower import client_main
         client_main(args.run_dir, args.user, args.server, args.timeout)

@@ -207,8 +207,9 @@ def run_jaxpr(jaxpr, consts, args):
 
 def _stabilizing_maxes(jaxpr) -> set:
     """reduce_max equations used only through stop_gradient (jax.nn.softmax / log_softmax's
-    `x - stop_gradient(max(x))`): the shift cancels, so PockEngine uses 0 (no max op in the IR;
-    logits stay far below exp's fp32 overflow at 88 in the models this trains)."""
+    `x - stop_gradient(max(x))`): the shift cancels, so PockEngine uses 0 and saves the
+    reduction (logits stay far below exp's fp32 overflow at 88 in the models this trains).
+    Any other reduce_max / reduce_min is an amax / amin."""
     users = {}
     for eqn in jaxpr.eqns:
         for v in eqn.invars:
@@ -403,6 +404,17 @@ def _expand_dims(v, dimensions):
 @prim("reduce_sum")
 def _reduce_sum(v, axes, **p):
     return v[0].sum(dim=list(axes)) if axes else v[0]
+
+
+@prim("reduce_max")
+def _reduce_max(v, axes, **p):
+    """jnp.max over axes -> amax (the gradient shared between tied extremes, as torch does)."""
+    return torch.amax(v[0], dim=list(axes)) if axes else v[0]
+
+
+@prim("reduce_min")
+def _reduce_min(v, axes, **p):
+    return torch.amin(v[0], dim=list(axes)) if axes else v[0]
 
 
 @prim("concatenate")

@@ -9,6 +9,12 @@ turns one ATen op into IR nodes.
 """
 from __future__ import annotations
 
+import contextlib
+import inspect
+import io
+import logging
+import os
+import re
 import warnings
 from collections.abc import Mapping
 
@@ -121,14 +127,64 @@ def _decomposition_table():
 
 def _export(module: nn.Module, args: tuple, what: str):
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _quiet_torch_logs():
             warnings.simplefilter("ignore")
             ep = torch.export.export(module, args, strict=False)
             return ep.run_decompositions(_decomposition_table())
     except PockError:
         raise
     except Exception as e:  # torch raises many types; the user needs the reason
+        branch = _data_dependent_branch(module, e)
+        if branch:
+            raise PockError(f"cannot compile the {what}: {branch}") from None
         raise PockError(f"torch.export could not trace the {what}: {type(e).__name__}: {e}") from e
+
+
+@contextlib.contextmanager
+def _quiet_torch_logs():
+    """torch.export logs warnings and prints the whole graph (twice) before it raises on e.g. a
+    data-dependent branch; the PockError says what matters, so they are held back meanwhile."""
+    loggers = [logging.getLogger("torch")] + [logging.getLogger(n) for n in list(logging.root.manager.loggerDict)
+                                              if n.startswith("torch.")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:  # (the graph is print()ed, by print_readable)
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+_CALL_SITE = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.*)')
+
+
+def _data_dependent_branch(module: nn.Module, e: Exception) -> str | None:
+    """For an `if`/`while`/`int()` on a tensor's value (torch's GuardOnDataDependentSymNode):
+    where it is (module path, class, file:line, the code) and what to do instead."""
+    text = str(e)
+    if "data-dependent" not in text and type(e).__name__ != "GuardOnDataDependentSymNode":
+        return None
+    sites = _CALL_SITE.findall(text.split("The following call raised this error:", 1)[-1])
+    if not sites:
+        return None
+    file, line, func, code = sites[0]
+    where = f"{file}:{line}"
+    for path, m in module.named_modules():
+        fn = getattr(type(m), func, None)
+        try:
+            src, first = inspect.getsourcelines(fn)
+            same = os.path.samefile(inspect.getsourcefile(fn), file)
+        except (TypeError, OSError):
+            continue
+        if same and first <= int(line) < first + len(src):
+            path = "" if path == "model" else _strip(path)  # (the wrapper holds the user's model as .model)
+            where = f"{'module ' + repr(path) if path else 'the model'} ({type(m).__name__}.{func}, {file}:{line})"
+            break
+    return (f"it branches on a tensor's value (data-dependent control flow) in {where}: `{code.strip()}`. "
+            "A compiled step is one static graph: compute both branches and pick with torch.where, or "
+            "make the condition a Python value fixed at compile time")
 
 
 def input_names(example_inputs):
