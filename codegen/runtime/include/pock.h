@@ -52,7 +52,12 @@ typedef enum pock_dtype {
 
 #define POCK_MAX_DIMS 8
 
-/* A caller-owned tensor handed to step/forward. */
+/* A caller-owned tensor handed to step/forward.
+ * Precondition: data points to at least the compiled size of that input or
+ * target (pock_io_info's nbytes; int32 data given for an int64 input: half of
+ * it) and stays valid for the call.  The C API checks dtype, ndim and shape
+ * against the compiled ones but cannot see how much memory data points to:
+ * the SDKs (PockTensor in Kotlin and Swift) check their buffers' sizes. */
 typedef struct pock_tensor {
   const void* data;
   int32_t dtype; /* pock_dtype */
@@ -60,7 +65,8 @@ typedef struct pock_tensor {
   const int64_t* shape;
 } pock_tensor;
 
-/* A caller-owned output buffer for pock_forward. */
+/* A caller-owned output buffer for pock_forward: nbytes must be the output's
+ * compiled size (checked); data must point to at least nbytes bytes. */
 typedef struct pock_buffer {
   void* data;
   int64_t nbytes;
@@ -95,7 +101,12 @@ POCK_API const char* pock_model_hash(void);
 /* Create a trainer.  checkpoint_path: a checkpoint written by pock_save (the
  * model bundle's weights), or NULL for all-zero state. */
 POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out);
-/* Free everything; NULL is a no-op.  The handle is invalid afterwards. */
+/* Free everything; NULL is a no-op.  The handle is invalid afterwards:
+ * precondition of every call taking a pock_trainer*, it is one pock_open
+ * returned and not yet closed (a closed handle is not detected: use after
+ * close is undefined).  The SDKs enforce it (PockException / PockError CLOSED
+ * in Kotlin; Swift closes only in deinit).  One handle is used by one thread
+ * at a time (the SDKs hold a lock per trainer). */
 POCK_API void pock_close(pock_trainer* t);
 
 /* Describe the compiled inputs, targets and forward outputs. */

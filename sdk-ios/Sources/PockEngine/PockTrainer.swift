@@ -38,6 +38,7 @@ public final class PockTrainer: @unchecked Sendable {
         prefix = try manifest.prefix.map {
             try CoreMLPrefix(bundleURL: modelURL, entry: $0, modelHash: manifest.hash, computeUnits: options.computeUnits)
         }
+        try manifest.checkAgainstLibrary(where: modelURL.path)  // buffers are sized from what the library computes
         let weights = options.checkpointURL ?? modelURL.appendingPathComponent(manifest.weights)
         var opened: OpaquePointer?
         try check(pock_open(weights.path, &opened))

@@ -37,7 +37,7 @@ import zipfile
 from pathlib import Path
 from typing import Sequence
 
-from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
+from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, content_key, \
     MODEL_OPT, compile_objects, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
 from ..errors import PockError
@@ -189,11 +189,12 @@ def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: t
     model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
     jobs.append((model_cpp, (*model_flags, "-I", str(model_cpp.parent)), headers))
     jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool)), headers))
-    paths = [str(o) for o in compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")]
+    objs = compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")
+    paths = [str(o) for o in objs]
     link = (*target_flags, *LINK_FLAGS, f"-Wl,--version-script={EXPORT_MAP}", f"-Wl,-soname,{soname}")
     if "android" not in " ".join(tool):
         link += ("-static-libgcc", "-lm")  # a GNU toolchain: only libc/libm/libpthread stay dynamic
-    key = hashlib.sha256("\0".join([*tool, *paths, *link, EXPORT_MAP.read_text()]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([*tool, *content_key(objs), *link, EXPORT_MAP.read_text()]).encode()).hexdigest()[:24]
     return _produce(cache_dir() / "android" / "lib" / f"{Path(soname).stem}-{key}.so",
                     lambda tmp: [*tool, *paths, *link, "-o", str(tmp)], "linking (android)")
 

@@ -312,3 +312,18 @@ POCK_JNI(jlong, stepCount)(JNIEnv* env, jclass, jlong handle) {
 POCK_JNI(void, setNumThreads)(JNIEnv* env, jclass, jlong handle, jint n) {
   failed(env, pock_set_num_threads(trainer(handle), n));
 }
+
+// [dtype, ndim, dims...] of compiled tensor `index` of `group` (pock_io_info), or null past the
+// last: what ModelBundle checks the manifest against (the library is the truth).
+POCK_JNI(jlongArray, ioInfo)(JNIEnv* env, jclass, jint group, jint index) {
+  pock_tensor_info info;
+  if (index < 0 || index >= pock_io_count(group) || pock_io_info(group, index, &info) != POCK_OK) return nullptr;
+  if (info.ndim < 0 || info.ndim > POCK_MAX_DIMS) return nullptr;
+  jlong v[2 + POCK_MAX_DIMS];
+  v[0] = info.dtype;
+  v[1] = info.ndim;
+  for (int32_t d = 0; d < info.ndim; ++d) v[2 + d] = static_cast<jlong>(info.shape[d]);
+  jlongArray out = env->NewLongArray(2 + info.ndim);
+  if (out) env->SetLongArrayRegion(out, 0, 2 + info.ndim, v);
+  return out;
+}

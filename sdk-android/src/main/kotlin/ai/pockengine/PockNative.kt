@@ -36,6 +36,8 @@ internal object PockNative {
     @JvmStatic external fun setLearningRate(handle: Long, lr: Float)
     @JvmStatic external fun stepCount(handle: Long): Long
     @JvmStatic external fun setNumThreads(handle: Long, n: Int)
+    /** [dtype, ndim, dims...] of compiled input/target/output (group 0/1/2) [index], or null past the last. */
+    @JvmStatic external fun ioInfo(group: Int, index: Int): LongArray?
 
     private var loaded: String? = null
 
@@ -70,5 +72,6 @@ internal object PockNative {
                     "library '$key' holds model '${modelName()}' hash $hash; rebuild them together with pock-build",
             )
         }
+        bundle.checkAgainstLibrary { group, index -> ioInfo(group, index) }
     }
 }
