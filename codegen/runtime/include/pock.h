@@ -35,8 +35,10 @@ typedef enum pock_status {
   POCK_ERR_NO_MEMORY = 8,
   POCK_ERR_BACKEND = 9,          /* an accelerator backend is missing or failed */
   POCK_ERR_INTERNAL = 10,
-  POCK_ERR_NONFINITE = 11        /* pock_step: an input, the loss or a gradient was NaN/inf;
+  POCK_ERR_NONFINITE = 11,       /* pock_step: an input, the loss or a gradient was NaN/inf;
                                     the step was skipped (see pock_step) */
+  POCK_ERR_NO_TARGETS = 12       /* pock_step: every class target is the ignore index (no real
+                                    token): the step was skipped (see pock_step) */
 } pock_status;
 
 typedef enum pock_dtype {
@@ -120,7 +122,11 @@ POCK_API pock_status pock_tensor_info_at(int32_t index, pock_tensor_info* out);
  * later ones (the message says how many updates of the step had already run:
  * a gradient that overflows late in the backward pass finds earlier ones done).
  * Running statistics (BatchNorm) updated by the forward pass are kept, as
- * PyTorch AMP keeps them on a skipped step. */
+ * PyTorch AMP keeps them on a skipped step.
+ * A batch with no real target (every class target of a cross-entropy with an
+ * ignore index holds that index: PyTorch's mean is 0/0) fails with
+ * POCK_ERR_NO_TARGETS before anything runs: weights, optimizer state, step
+ * count and running statistics unchanged, loss_out NaN. */
 POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32_t n_inputs,
                                const pock_tensor* targets, int32_t n_targets, float* loss_out);
 /* Inference (eval mode) with the current weights into caller buffers. */
