@@ -32,6 +32,7 @@ _KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
 _INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
 _ERR_CLOSED = 7
 _ERR_NONFINITE = 11  # pock.h: the non-finite guard skipped the step's update
+_ERR_NO_TARGETS = 12  # pock.h: every class target was the ignore index; the step was skipped
 _MAX_THREADS = 1024
 
 IOInfo = namedtuple("IOInfo", "name dtype shape")
@@ -354,6 +355,11 @@ class Trainer:
             status = self._lib.pock_step(h, self._in_structs, len(self.step_inputs), self._tg_structs,
                                          len(self.targets), ctypes.byref(loss))
             del keep
+            if status == _ERR_NO_TARGETS:  # nothing to learn from (all labels ignore_index): skipped, even strict
+                self.skipped_steps += 1
+                self.last_step_status = "skipped"
+                self.last_step_message = self._lib.pock_last_error().decode(errors="replace")
+                return float(loss.value)
             if status == _ERR_NONFINITE:
                 self.skipped_steps += 1
                 self.last_step_message = msg = self._lib.pock_last_error().decode(errors="replace")

@@ -35,8 +35,10 @@ typedef enum pock_status {
   POCK_ERR_NO_MEMORY = 8,
   POCK_ERR_BACKEND = 9,          /* an accelerator backend is missing or failed */
   POCK_ERR_INTERNAL = 10,
-  POCK_ERR_NONFINITE = 11        /* pock_step: an input, the loss or a gradient was NaN/inf;
+  POCK_ERR_NONFINITE = 11,       /* pock_step: an input, the loss or a gradient was NaN/inf;
                                     the step was skipped (see pock_step) */
+  POCK_ERR_NO_TARGETS = 12       /* pock_step: every class target is the ignore index (no real
+                                    token): the step was skipped (see pock_step) */
 } pock_status;
 
 typedef enum pock_dtype {
@@ -131,7 +133,11 @@ POCK_API pock_status pock_tensor_info_at(int32_t index, pock_tensor_info* out);
  * later ones (the message says how many updates of the step had already run:
  * a gradient that overflows late in the backward pass finds earlier ones done).
  * Running statistics (BatchNorm) updated by the forward pass are kept, as
- * PyTorch AMP keeps them on a skipped step. */
+ * PyTorch AMP keeps them on a skipped step.
+ * A batch with no real target (every class target of a cross-entropy with an
+ * ignore index holds that index: PyTorch's mean is 0/0) fails with
+ * POCK_ERR_NO_TARGETS before anything runs: weights, optimizer state, step
+ * count and running statistics unchanged, loss_out NaN. */
 POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32_t n_inputs,
                                const pock_tensor* targets, int32_t n_targets, float* loss_out);
 /* Inference (eval mode) with the current weights into caller buffers. */
@@ -183,6 +189,39 @@ POCK_API pock_status pock_profile_reset(pock_trainer* t);
 POCK_API int32_t pock_profile_count(pock_trainer* t);
 /* Node `index`'s description and counters (zero counters while profiling is off). */
 POCK_API pock_status pock_profile_entry(pock_trainer* t, int32_t index, pock_node_profile* out);
+
+/* ---- Tokenizer ------------------------------------------------------------------
+ * Text <-> token ids, the same ids as Hugging Face `tokenizers`: byte-level BPE
+ * (GPT-2, Llama-3, Qwen2, SmolLM2) and SentencePiece-style BPE with byte fallback
+ * (Llama-2, Mistral, Gemma), read from a tokenizer.json (a folder holding one, and its
+ * tokenizer_config.json for the special tokens and chat template) or from a GGUF
+ * file's tokenizer.ggml.* metadata.  Needs no model: it is in every model library
+ * and in the standalone libpock_tokenizer.  Text is UTF-8; invalid UTF-8 is read as
+ * U+FFFD per maximal invalid subsequence (Rust's from_utf8_lossy).  Results (ids,
+ * text) belong to the tokenizer and stay valid until its next call; a tokenizer is
+ * not locked (serialise calls on one tokenizer, as for a trainer). */
+typedef struct pock_tokenizer pock_tokenizer;
+
+/* path: a tokenizer.json, a folder holding one, or a .gguf file (told by its magic). */
+POCK_API pock_status pock_tokenizer_open(const char* path, pock_tokenizer** out);
+/* The bytes of a tokenizer.json or a GGUF file (copied; data may be freed after). */
+POCK_API pock_status pock_tokenizer_open_memory(const void* data, int64_t nbytes, pock_tokenizer** out);
+POCK_API void pock_tokenizer_close(pock_tokenizer* t); /* NULL is a no-op */
+/* add_special_tokens: the post-processor's tokens (e.g. Llama's BOS) around the ids. */
+POCK_API pock_status pock_tokenizer_encode(pock_tokenizer* t, const char* text, int64_t nbytes,
+                                           int32_t add_special_tokens, const int32_t** ids, int64_t* n_ids);
+/* An id outside the vocabulary fails with POCK_ERR_VALUE naming it and its position. */
+POCK_API pock_status pock_tokenizer_decode(pock_tokenizer* t, const int32_t* ids, int64_t n_ids,
+                                           int32_t skip_special_tokens, const char** text, int64_t* nbytes);
+POCK_API pock_status pock_tokenizer_vocab_size(pock_tokenizer* t, int32_t* size);
+/* -1 where the tokenizer has none. */
+POCK_API pock_status pock_tokenizer_special_ids(pock_tokenizer* t, int32_t* bos, int32_t* eos, int32_t* pad);
+/* *id = -1 when token is not in the vocabulary. */
+POCK_API pock_status pock_tokenizer_token_to_id(pock_tokenizer* t, const char* token, int64_t nbytes, int32_t* id);
+POCK_API pock_status pock_tokenizer_id_to_token(pock_tokenizer* t, int32_t id, const char** token, int64_t* nbytes);
+POCK_API pock_status pock_tokenizer_is_special(pock_tokenizer* t, int32_t id, int32_t* special);
+/* The Jinja chat template from tokenizer_config.json / tokenizer.chat_template ("" if none). */
+POCK_API pock_status pock_tokenizer_chat_template(pock_tokenizer* t, const char** text, int64_t* nbytes);
 
 #ifdef __cplusplus
 }

@@ -102,6 +102,7 @@ def _compiler_id(cxx: tuple[str, ...]) -> str:
 def runtime_sources(kernels: bool = True) -> list[Path]:
     rt = runtime_dir()
     srcs = sorted(rt.glob("*.cpp"))
+    srcs += sorted((rt / "tokenizer").glob("*.cpp"))  # pock_tokenizer_* (pock.h), in every model library
     if kernels:
         srcs += sorted((rt / "kernels").glob("*.cpp"))
     return srcs
