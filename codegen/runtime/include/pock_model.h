@@ -124,7 +124,20 @@ struct PockDecoder {
   int64_t final_norm;
   PockDecWeight lm_head;
   const PockDecLayer* layers;  // [n_layers]
+  // The forward pass (kernels/decoder.cpp), reached through the generated model so that the
+  // C API links without the kernels: a session holds the KV cache for `positions` positions
+  // (throws std::bad_alloc), forward runs M new rows at positions p0.. and returns the last
+  // row's logits [vocab] (valid until the next call).
+  struct PockDecSession* (*open)(const PockDecoder* d, const uint8_t* state, int64_t positions);
+  const float* (*forward)(PockDecSession* s, const int64_t* ids, int64_t M, int64_t p0);
+  void (*close)(PockDecSession* s);
 };
+
+namespace pk {  // kernels/decoder.cpp
+PockDecSession* decoder_open(const PockDecoder* d, const uint8_t* state, int64_t positions);
+const float* decoder_forward(PockDecSession* s, const int64_t* ids, int64_t M, int64_t p0);
+void decoder_close(PockDecSession* s);
+}  // namespace pk
 
 extern "C" const PockModel* pock_compiled_model();
 
