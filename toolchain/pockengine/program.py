@@ -245,6 +245,7 @@ class Program:
         trainer = self._build(target, backends, out_dir)
         trainer.lora_adapters = dict(self.lora_adapters)
         trainer.trained_names = list(self.trained)
+        trainer.decoder = self.decoder  # generation's / export_adapter's view of a Llama-family LM
         return trainer
 
     def _build(self, target: str = "host", backends=None, out_dir=None):

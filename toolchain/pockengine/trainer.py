@@ -393,6 +393,15 @@ class Trainer:
             return generate(self, self._live(), prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
                             stop, callback)
 
+    def export_adapter(self, path, format: str = "peft") -> None:
+        """Write the LoRA adapters: format="peft" a folder peft.PeftModel.from_pretrained loads
+        (adapter_model.safetensors + adapter_config.json), "gguf" a llama.cpp LoRA adapter
+        file (`--lora`).  Written atomically; see adapters.py."""
+        from .adapters import export_adapter
+        self._live()
+        with self._lock:
+            return export_adapter(self, path, format)
+
     def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
         """Time every node of the training step over `steps` steps on one batch.
 
