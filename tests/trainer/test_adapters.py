@@ -32,8 +32,33 @@ def test_peft_round_trip_gives_the_trainers_logits(trained, tmp_path):
     with torch.no_grad():
         want = model(input_ids=x).logits.numpy()
     got = trained.forward((x,))
+    print(f"PEFT round trip: max |logits - trainer's| = {np.abs(got - want).max():.3g}")
     assert np.abs(got - want).max() < 1e-4
     assert np.abs(want - tiny_llama().eval()(input_ids=x).logits.detach().numpy()).max() > 1e-2  # it did train
+
+
+def test_c_api_writes_the_same_peft_adapter(trained, tmp_path):
+    """pock_export_adapter (codegen/runtime/export.cpp), the call the SDKs make."""
+    import ctypes
+
+    from safetensors.numpy import load_file
+    lib = trained._lib
+    lib.pock_export_adapter.restype = ctypes.c_int32
+    lib.pock_export_adapter.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "c").encode(), b"peft") == 0
+    trained.export_adapter(tmp_path / "py", format="peft")
+    got, want = load_file(tmp_path / "c" / "adapter_model.safetensors"), load_file(tmp_path / "py" / "adapter_model.safetensors")
+    assert sorted(got) == sorted(want) and len(got) == 12
+    for k in want:
+        np.testing.assert_array_equal(got[k], want[k])
+    c_config = json.loads((tmp_path / "c" / "adapter_config.json").read_text())
+    py_config = json.loads((tmp_path / "py" / "adapter_config.json").read_text())
+    c_config["target_modules"].sort()
+    assert c_config == {k: v for k, v in py_config.items() if k != "revision"}
+    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "d").encode(), b"gguf") == 1
+    assert "format must be" in lib.pock_last_error().decode()
+    (tmp_path / "file").write_text("")
+    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "file" / "x").encode(), b"peft") == 5  # IO
 
 
 def test_gguf_adapter_layout(trained, tmp_path):

@@ -181,7 +181,8 @@ def decoder_source(prog) -> str:
         f"const PockDecoder kDecoder = {{1, \"\", \"{spec.arch}\", {spec.n_layers}, {spec.hidden}, {spec.n_heads}, "
         f"{spec.n_kv_heads}, {spec.head_dim}, {spec.intermediate}, {spec.vocab}, {spec.max_context}, "
         f"{spec.sliding_window}, {_f(spec.eps)}, {_f(spec.attn_scale)}, {_f(spec.rope_scaling)}, kRopeInvFreq,",
-        f"    {embed}, {norm}, {head}, kDecLayers, pk::decoder_open, pk::decoder_forward, pk::decoder_close}};",
+        f"    {embed}, {norm}, {head}, kDecLayers, pk::decoder_open, pk::decoder_forward, pk::decoder_close, "
+        f"\"{spec.prefix}\"}};",
         ""])
 
 

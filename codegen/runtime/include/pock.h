@@ -213,6 +213,15 @@ POCK_API pock_status pock_generate(pock_trainer* t, const int64_t* prompt, int32
                                    const pock_generate_options* opts, int64_t* out_ids, int32_t capacity,
                                    int32_t* n_out);
 
+/* Adapters out: the trainer's LoRA adapters written to `path` in `format`.  "peft": a folder
+ * (created if missing) with adapter_model.safetensors + adapter_config.json that
+ * peft.PeftModel.from_pretrained loads onto the Hugging Face base model; each file is
+ * written to a temporary name, fsynced and renamed into place.  (llama.cpp's GGUF adapter is
+ * written by the Python toolchain: trainer.export_adapter(path, format="gguf").)
+ * POCK_ERR_INVALID_ARGUMENT for a model without adapters or decoder table, or another format;
+ * POCK_ERR_IO naming the file that could not be written. */
+POCK_API pock_status pock_export_adapter(pock_trainer* t, const char* path, const char* format);
+
 #ifdef __cplusplus
 }
 #endif

@@ -131,6 +131,7 @@ struct PockDecoder {
   struct PockDecSession* (*open)(const PockDecoder* d, const uint8_t* state, int64_t positions);
   const float* (*forward)(PockDecSession* s, const int64_t* ids, int64_t M, int64_t p0);
   void (*close)(PockDecSession* s);
+  const char* prefix;  // the LM's module path inside the compiled model ("" or e.g. "m."): export.cpp strips it
 };
 
 namespace pk {  // kernels/decoder.cpp
