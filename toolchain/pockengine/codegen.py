@@ -10,6 +10,7 @@ import jinja2
 
 from .backends import cpu
 from .backends.cpu import Emit
+from .decoder import decoder_source
 from .ops import REGISTRY
 from .ops.cpp import CTYPE, MACRO, cstr
 from .ir.graph import Graph, Node, Value, index_ranges
@@ -350,6 +351,7 @@ def render(prog, step: Step | None = None) -> tuple[str, str]:
         "outputs": _io(fg.outputs, prog.forward_plan, {}),
         "loss_offset": step.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
         "step_buffers": step.buffers, "forward_buffers": fwd_names.decls,
+        "decoder": decoder_source(prog),  # generation's table of a Llama-family LM, else ""
         **step.blocks,
     }
     return finish(_env().get_template("model.cpp.j2"), ctx)

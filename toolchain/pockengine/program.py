@@ -187,6 +187,7 @@ class Program:
         self._sources: dict[tuple[str, ...], Source] = {}
         self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
         self.lora_model = None
+        self.decoder = None  # decoder.DecoderSpec of a Llama-family LM (generation), set by compile
 
     def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
         """This program's model, optimizer and update scheme over new step and inference graphs
@@ -196,6 +197,7 @@ class Program:
         prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans,
                           self.exact_skip)
         prog.lora_adapters, prog.lora_model = dict(self.lora_adapters), self.lora_model
+        prog.decoder = self.decoder
         return prog
 
     # -- reports -------------------------------------------------------------------
@@ -243,6 +245,7 @@ class Program:
         trainer = self._build(target, backends, out_dir)
         trainer.lora_adapters = dict(self.lora_adapters)
         trainer.trained_names = list(self.trained)
+        trainer.decoder = self.decoder  # generation's / export_adapter's view of a Llama-family LM
         return trainer
 
     def _build(self, target: str = "host", backends=None, out_dir=None):
@@ -367,6 +370,8 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, exact_skip)
     prog.lora_adapters = adapters
     prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
+    from .decoder import recognize
+    prog.decoder = recognize(model, adapters)  # generation's view of a Llama-family LM, else None
     return prog
 
 

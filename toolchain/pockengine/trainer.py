@@ -386,6 +386,28 @@ class Trainer:
             del keep
             return outs[0] if len(outs) == 1 else tuple(outs)
 
+    # ------------------------------------------------------------------ generation and adapters (issue 37)
+    def generate(self, prompt_ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0, stop=None, callback=None) -> list[int]:
+        """The new token ids a Llama-family causal LM generates after prompt_ids, from the
+        current weights in place (LoRA adapters, low-precision frozen weights), with a KV cache.
+        temperature 0 is greedy; top_k 0 / top_p 1 are off; the same seed gives the same tokens;
+        stop: ids that end generation (kept in the output, as transformers keeps eos);
+        callback(token_id) is called per new token, a truthy return stops.  See decoder.py."""
+        from .decoder import generate
+        with self._lock:
+            return generate(self, self._live(), prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                            stop, callback)
+
+    def export_adapter(self, path, format: str = "peft") -> None:
+        """Write the LoRA adapters: format="peft" a folder peft.PeftModel.from_pretrained loads
+        (adapter_model.safetensors + adapter_config.json), "gguf" a llama.cpp LoRA adapter
+        file (`--lora`).  Written atomically; see adapters.py."""
+        from .adapters import export_adapter
+        self._live()
+        with self._lock:
+            return export_adapter(self, path, format)
+
     def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
         """Time every node of the training step over `steps` steps on one batch.
 

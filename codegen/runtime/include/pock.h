@@ -223,6 +223,55 @@ POCK_API pock_status pock_tokenizer_is_special(pock_tokenizer* t, int32_t id, in
 /* The Jinja chat template from tokenizer_config.json / tokenizer.chat_template ("" if none). */
 POCK_API pock_status pock_tokenizer_chat_template(pock_tokenizer* t, const char** text, int64_t* nbytes);
 
+/* ---- Generation next to training (issue 37) ------------------------------
+ * A decoder-only Llama-family model (LlamaForCausalLM, Qwen2, Mistral, SmolLM2)
+ * generates from the trainer's current weights in place: LoRA adapters and
+ * low-precision frozen weights included, nothing copied.  One prefill over the
+ * prompt, then one decode step per token with an fp32 KV cache of
+ * n_prompt + max_new_tokens positions, allocated for the call.
+ * Sampling (Hugging Face's order): logits / temperature, top-k, top-p, then a
+ * draw from our own RNG seeded by `seed` (the same seed gives the same tokens);
+ * temperature 0 is greedy (the first maximum).  Generation stops after
+ * max_new_tokens, after a stop id (which is written out, as Hugging Face
+ * keeps its eos), or when the callback returns nonzero (after that token).
+ * Errors: POCK_ERR_VALUE for a prompt longer than the model's context, a
+ * prompt + max_new_tokens past it (the KV cache), an id outside the
+ * vocabulary or a bad option, each named; POCK_ERR_INVALID_ARGUMENT for a
+ * model that is not a supported decoder (the message says why).  Like every
+ * call on one trainer, do not run it concurrently with another call on the
+ * same trainer (the SDKs serialize them). */
+typedef int32_t (*pock_token_callback)(int64_t token, void* user_data);
+
+typedef struct pock_generate_options {
+  int32_t max_new_tokens;        /* >= 0 */
+  float temperature;             /* 0: greedy; > 0: sampling */
+  int32_t top_k;                 /* 0: off */
+  float top_p;                   /* in (0, 1]; 1: off */
+  uint64_t seed;
+  const int64_t* stop_ids;       /* nullable when n_stop == 0 */
+  int32_t n_stop;
+  pock_token_callback callback;  /* nullable: called with each new token; nonzero stops */
+  void* user_data;
+} pock_generate_options;
+
+/* max_new_tokens 32, greedy, top_k 0, top_p 1, seed 0, no stop ids, no callback. */
+POCK_API void pock_generate_default_options(pock_generate_options* opts);
+/* 1 when the compiled model can generate (pock_generate's checks aside), else 0. */
+POCK_API int32_t pock_generate_supported(void);
+/* The new tokens go to out_ids (capacity >= max_new_tokens), their count to n_out. */
+POCK_API pock_status pock_generate(pock_trainer* t, const int64_t* prompt, int32_t n_prompt,
+                                   const pock_generate_options* opts, int64_t* out_ids, int32_t capacity,
+                                   int32_t* n_out);
+
+/* Adapters out: the trainer's LoRA adapters written to `path` in `format`.  "peft": a folder
+ * (created if missing) with adapter_model.safetensors + adapter_config.json that
+ * peft.PeftModel.from_pretrained loads onto the Hugging Face base model; each file is
+ * written to a temporary name, fsynced and renamed into place.  (llama.cpp's GGUF adapter is
+ * written by the Python toolchain: trainer.export_adapter(path, format="gguf").)
+ * POCK_ERR_INVALID_ARGUMENT for a model without adapters or decoder table, or another format;
+ * POCK_ERR_IO naming the file that could not be written. */
+POCK_API pock_status pock_export_adapter(pock_trainer* t, const char* path, const char* format);
+
 #ifdef __cplusplus
 }
 #endif
