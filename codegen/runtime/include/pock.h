@@ -173,6 +173,18 @@ POCK_API int32_t pock_profile_count(pock_trainer* t);
 /* Node `index`'s description and counters (zero counters while profiling is off). */
 POCK_API pock_status pock_profile_entry(pock_trainer* t, int32_t index, pock_node_profile* out);
 
+/* Trained-only checkpoints: the trained parameters (pe.compile's update dict
+ * and LoRA adapters), buffers and optimizer state, the step count and the
+ * learning rate; no frozen base weight.  The file is tied to the base weights
+ * by a SHA-256 of the frozen parameters and has Python's
+ * Trainer.save(path, trained_only=True) format (either side reads the
+ * other's).  Written atomically like pock_save.  pock_load reads such a file
+ * too (by its magic): it validates the whole file, the model hash and the
+ * base hash against the trainer's current frozen weights before changing
+ * any state, then replaces only the tensors the file holds.  Models generated
+ * before this call fail with POCK_ERR_INVALID_ARGUMENT. */
+POCK_API pock_status pock_save_trained(pock_trainer* t, const char* path);
+
 #ifdef __cplusplus
 }
 #endif

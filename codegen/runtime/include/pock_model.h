@@ -89,6 +89,12 @@ struct PockModel {
   pock_status (*backend_open)(void** state);
   // Releases what backend_open gave this trainer (pock_close); nullptr: nothing to release.
   void (*backend_close)(void* state);
+  // The trained parameters (pe.compile's update dict and LoRA adapters), by
+  // state-tensor name: what a trained-only checkpoint (trained_ckpt.cpp) keeps
+  // besides buffers and optimizer state; every other parameter is frozen base.
+  // Models generated before this field leave it zero: no trained-only saves.
+  int32_t n_trained;
+  const char* const* trained;
 };
 
 extern "C" const PockModel* pock_compiled_model();
