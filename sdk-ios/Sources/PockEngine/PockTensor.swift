@@ -18,7 +18,7 @@ public struct PockTensor: @unchecked Sendable {
         case raw([UInt8], dtype: Int32)
     }
 
-    public let values: Values
+    public private(set) var values: Values
     public let shape: [Int]
 
     public init(_ values: [Float], shape: [Int]) { self.values = .float(values); self.shape = shape }

@@ -173,17 +173,24 @@ public final class PockTrainer: @unchecked Sendable {
         return outputs
     }
 
-    /// Inference into caller-owned outputs of the compiled shapes and dtypes.
+    /// Inference into caller-owned outputs of the compiled shapes and dtypes (their arrays, or
+    /// the memory an UnsafeBufferPointer tensor views, get the results).
     public func forward(inputs: [PockTensor], into outputs: inout [PockTensor]) throws {
         try locked { h in
             let stepInputs = try prefix?.stepInputs(inputs, compiled: manifest.inputs) ?? inputs
             guard outputs.count == manifest.outputs.count else {
                 throw PockError(.invalidArgument, "forward: the model has \(manifest.outputs.count) outputs, got \(outputs.count)")
             }
-            try withMutableBuffers(&outputs[...]) { views in
-                try withCTensors(stepInputs) { ins in
-                    try check(pock_forward(h, ins.baseAddress, Int32(ins.count), views.baseAddress, Int32(views.count)))
-                }
+            let buffers = outputs.map {
+                UnsafeMutableRawBufferPointer.allocate(byteCount: $0.withBytes { $0.count }, alignment: 64)
+            }
+            defer { buffers.forEach { $0.deallocate() } }
+            var views = buffers.map { pock_buffer(data: $0.baseAddress, nbytes: Int64($0.count)) }
+            try withCTensors(stepInputs) { ins in
+                try check(pock_forward(h, ins.baseAddress, Int32(ins.count), &views, Int32(views.count)))
+            }
+            for i in outputs.indices {
+                outputs[i].withMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(buffers[i])) }
             }
         }
     }
@@ -307,18 +314,4 @@ public final class PockTrainer: @unchecked Sendable {
         guard let h = handle else { throw PockError(.closed, "the trainer of '\(manifest.name)' is closed") }
         return try body(h)
     }
-}
-
-/// Calls body with pock_buffer views of the tensors' memory (forward's outputs).
-private func withMutableBuffers<R>(_ tensors: inout ArraySlice<PockTensor>,
-                                   _ body: (UnsafeMutableBufferPointer<pock_buffer>) throws -> R) throws -> R {
-    var views: [pock_buffer] = []
-    func gather(_ i: Int) throws -> R {
-        if i == tensors.endIndex { return try views.withUnsafeMutableBufferPointer { try body($0) } }
-        return try tensors[i].withMutableBytes { bytes in
-            views.append(pock_buffer(data: bytes.baseAddress, nbytes: Int64(bytes.count)))
-            return try gather(i + 1)
-        }
-    }
-    return try gather(tensors.startIndex)
 }
