@@ -369,6 +369,12 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
                 err == ESPIPE   ? "it is a FIFO, not a regular file"
                 : err == ENODEV ? "it is a device or socket, not a regular file"
                                 : std::strerror(err));
+  if (is_trained_checkpoint(file.data(), file.size())) {  // pock_save_trained's (trained_ckpt.cpp)
+    if (file_size > limit)
+      return fail(POCK_ERR_CHECKPOINT, "trained-only checkpoint '%s' is %lld bytes, more than model '%s' can hold",
+                  path, (long long)file_size, m->name);
+    return load_trained_checkpoint(t, path, file.data(), file.size());
+  }
   if (file_size > limit) return check_wrong_size(m, path, file, file_size, want);
   return load_bytes(t, path, file);
 }

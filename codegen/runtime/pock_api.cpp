@@ -513,6 +513,14 @@ POCK_API pock_status pock_load(pock_trainer* t, const char* path) {
   });
 }
 
+POCK_API pock_status pock_save_trained(pock_trainer* t, const char* path) {
+  return guarded([&]() -> pock_status {
+    CHECK_TRAINER(t, "pock_save_trained");
+    if (!path) return fail(POCK_ERR_INVALID_ARGUMENT, "pock_save_trained: path is NULL");
+    return pock_rt::save_trained_checkpoint(t, path);
+  });
+}
+
 POCK_API pock_status pock_set_learning_rate(pock_trainer* t, float lr) {
   CHECK_TRAINER(t, "pock_set_learning_rate");
   if (!std::isfinite(lr) || lr < 0.0f)

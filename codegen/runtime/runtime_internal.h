@@ -42,6 +42,10 @@ pock_status load_checkpoint(pock_trainer* t, const char* path);
 // load_checkpoint on bytes already in memory (`name` for messages): the fuzz target.
 pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8_t* data, size_t size);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
+// trained_ckpt.cpp: trained-only checkpoints (pock_save_trained; pock_load reads them too).
+bool is_trained_checkpoint(const uint8_t* data, size_t size);
+pock_status save_trained_checkpoint(const pock_trainer* t, const char* path);
+pock_status load_trained_checkpoint(pock_trainer* t, const char* path, const uint8_t* data, size_t size);
 
 // threadpool.cpp: the persistent pool behind pk::parallel_for.
 int default_num_threads();                  // online cores, at least 1

@@ -272,6 +272,18 @@ POCK_API pock_status pock_generate(pock_trainer* t, const int64_t* prompt, int32
  * POCK_ERR_IO naming the file that could not be written. */
 POCK_API pock_status pock_export_adapter(pock_trainer* t, const char* path, const char* format);
 
+/* Trained-only checkpoints: the trained parameters (pe.compile's update dict
+ * and LoRA adapters), buffers and optimizer state, the step count and the
+ * learning rate; no frozen base weight.  The file is tied to the base weights
+ * by a SHA-256 of the frozen parameters and has Python's
+ * Trainer.save(path, trained_only=True) format (either side reads the
+ * other's).  Written atomically like pock_save.  pock_load reads such a file
+ * too (by its magic): it validates the whole file, the model hash and the
+ * base hash against the trainer's current frozen weights before changing
+ * any state, then replaces only the tensors the file holds.  Models generated
+ * before this call fail with POCK_ERR_INVALID_ARGUMENT. */
+POCK_API pock_status pock_save_trained(pock_trainer* t, const char* path);
+
 #ifdef __cplusplus
 }
 #endif

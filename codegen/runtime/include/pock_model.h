@@ -89,6 +89,12 @@ struct PockModel {
   pock_status (*backend_open)(void** state);
   // Releases what backend_open gave this trainer (pock_close); nullptr: nothing to release.
   void (*backend_close)(void* state);
+  // The trained parameters (pe.compile's update dict and LoRA adapters), by
+  // state-tensor name: what a trained-only checkpoint (trained_ckpt.cpp) keeps
+  // besides buffers and optimizer state; every other parameter is frozen base.
+  // Models generated before this field leave it zero: no trained-only saves.
+  int32_t n_trained;
+  const char* const* trained;
   // A decoder-only causal LM's layout for pock_generate (generate.cpp); nullptr: the model is
   // not one (models generated before generation leave it zero-initialised too).
   const struct PockDecoder* decoder;
