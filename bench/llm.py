@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from run import percentile  # noqa: E402
 ROWS = ["pytorch-full", "pytorch-lora", "pytorch-sparse",
         "pockengine-full", "pockengine-sparse", "pockengine-lora", "pockengine-sparse-bf16",
         "pockengine-sparse-int8", "pockengine-sparse-q4"]
@@ -143,7 +145,8 @@ def setup_row(row: str, threads: int, kind: str):
 
 def _result(row, times, losses, extra, rss0):
     ms = statistics.median(times[1:]) * 1e3
-    return {"row": row, "ms_per_step": round(ms, 1), "tokens_per_s": round(SEQ / (ms / 1e3), 1),
+    return {"row": row, "ms_per_step": round(ms, 1), "ms_p10": round(percentile(times[1:], 0.1) * 1e3, 1),
+            "ms_p90": round(percentile(times[1:], 0.9) * 1e3, 1), "tokens_per_s": round(SEQ / (ms / 1e3), 1),
             "peak_rss_mib": round(_rss_mib(), 1), "rss_before_steps_mib": round(rss0, 1),
             "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), **extra}
 
@@ -237,11 +240,12 @@ def report(r: dict, a) -> str:
              f"{', '.join(str(x.get('load_after', '?')) for x in r.values())} after each row (2 cores)"
              + ("; rows interleaved step by step in one process (peak RSS: the whole process's)"
                 if getattr(a, "interleave", False) else "") + "\n",
-             "| row | trained params | ms/step | tokens/s | peak RSS MiB | train mem (arena+state) MiB | "
-             "loss step 1 -> last |", "|---|---|---|---|---|---|---|"]
+             "| row | trained params | ms/step (median) | p10 / p90 ms | tokens/s | peak RSS MiB | "
+             "train mem (arena+state) MiB | loss step 1 -> last |", "|---|---|---|---|---|---|---|---|"]
     for row, x in r.items():
         mem = x.get("train_mem_mib", "-")
-        lines.append(f"| {row} | {x['trained_params'] / 1e6:.2f}M | {x['ms_per_step']} | {x['tokens_per_s']} | "
+        lines.append(f"| {row} | {x['trained_params'] / 1e6:.2f}M | {x['ms_per_step']} | "
+                     f"{x.get('ms_p10', '-')} / {x.get('ms_p90', '-')} | {x['tokens_per_s']} | "
                      f"{x['peak_rss_mib']} | {mem} | {x['loss_first']} -> {x['loss_last']} |")
 
     def ratio(a_, b_):
