@@ -61,6 +61,13 @@ int64_t pool_dispatches(const ThreadPool* pool);
 // Backs the pool off as a busy machine would (every region on the caller) for `ns`
 // nanoseconds from now: how tests reach the back-off path without loading the machine.
 void pool_back_off_for(ThreadPool* pool, int64_t ns);
+// Back-off events of the pool so far (sustained evidence of a busy machine; not
+// pool_back_off_for), and one window of that evidence fed by hand (busy or calm,
+// as a worker's share of a core or the caller's wait would give it): the tests'
+// view of the policy in threadpool.cpp.  0 / nothing for nullptr.
+int64_t pool_backoffs(const ThreadPool* pool);
+void pool_note_window(ThreadPool* pool, bool busy);
+bool pool_backed_off(const ThreadPool* pool);  // backed off now (false for nullptr)
 // Makes `pool` the current thread's pool (pk::parallel_for uses it) while alive.
 class PoolScope {
  public:
