@@ -41,16 +41,26 @@ def _arena(graph, exact_skip: bool) -> int:
     return plan_memory(schedule(graph, reorder=not exact_skip), graph, [graph.loss]).arena_bytes
 
 
-def _trial(graph, exact_skip, chosen: list[str], lora: bool) -> tuple[int, int]:
-    """(arena bytes, recompute FLOPs) of graph with the blocks `chosen` recomputed (on a copy)."""
-    from ..passes.recompute import blocks, lora_down_projections, recompute
-    h, _ = graph.clone()
-    by_block = blocks(h)
-    segments = [by_block[b] for b in chosen]
+def _segments(graph, chosen: list[tuple[str, str]], lora: bool) -> list:
+    """The segments `chosen` names in graph: ("full", block) every forward node of the block,
+    ("cheap", block) only its cheap ones (passes/recompute.cheap: the GEMM outputs stay kept);
+    a full block supersedes its cheap part.  With `lora`, each LoRA x·A outside them too."""
+    from ..passes.recompute import blocks, cheap, lora_down_projections
+    by_block = blocks(graph)
+    full = {b for how, b in chosen if how == "full"}
+    segments = [by_block[b] for b in full]
+    segments += [[n for n in by_block[b] if cheap(n)] for how, b in chosen if how == "cheap" and b not in full]
     inside = {id(n) for s in segments for n in s}
     if lora:
-        segments += [[n] for n in lora_down_projections(h) if id(n) not in inside]
-    added = recompute(h, segments)
+        segments += [[n] for n in lora_down_projections(graph) if id(n) not in inside]
+    return segments
+
+
+def _trial(graph, exact_skip, chosen: list[tuple[str, str]], lora: bool) -> tuple[int, int]:
+    """(arena bytes, recompute FLOPs) of graph with `chosen` recomputed (on a copy)."""
+    from ..passes.recompute import recompute
+    h, _ = graph.clone()
+    added = recompute(h, _segments(h, chosen, lora))
     return _arena(h, exact_skip), added
 
 
@@ -58,13 +68,14 @@ def fit_budget(graph, forward_graph, trained, exact_skip: bool, budget_mb) -> in
     """Choose what the backward pass recomputes so that the step's private memory (arena +
     private state) is at most budget_mb MiB, and rewrite graph (in place) accordingly; returns
     the FLOPs recomputation adds to a step.  A step that already fits is left as it is.  Above
-    that: LoRA's x·A is always recomputed, then whole blocks (from their input) in order of
-    bytes saved per FLOP, as few as fit (the floor is every block).  A budget that cannot be met
-    is a PockError naming the smallest reachable."""
+    that, greedily by bytes saved per FLOP spent: LoRA's x·A always, each block's cheap nodes
+    (elementwise, norms, activations: their GEMM outputs stay kept), then whole blocks from
+    their input; the fewest candidates of that ranking that fit.  The floor is every block
+    recomputed whole; a budget below it is a PockError naming it."""
     from ..errors import PockError
     from ..ir.ops import flops
     from ..ir.verify import verify
-    from ..passes.recompute import blocks, lora_down_projections, recompute, saved_by_backward
+    from ..passes.recompute import blocks, cheap, recompute, saved_by_backward
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:
         raise PockError(f"memory_budget_mb must be a positive number of MiB, got {budget_mb!r}")
     limit = budget_mb * MIB
@@ -73,11 +84,13 @@ def fit_budget(graph, forward_graph, trained, exact_skip: bool, budget_mb) -> in
         return 0
     by_block = blocks(graph)
 
-    def value(b: str) -> float:  # bytes saved per FLOP spent (whole block recomputed)
-        saved = sum(v.nbytes for v in saved_by_backward(graph, by_block[b]))
-        return saved / max(1, sum(flops(n) for n in by_block[b]))
+    def value(c: tuple[str, str]) -> float:  # bytes saved per FLOP spent
+        how, b = c
+        nodes = by_block[b] if how == "full" else [n for n in by_block[b] if cheap(n)]
+        saved = sum(v.nbytes for v in saved_by_backward(graph, nodes))
+        return saved / max(1, sum(flops(n) for n in nodes))
 
-    ranked = sorted(by_block, key=value, reverse=True)
+    ranked = sorted([("cheap", b) for b in by_block] + [("full", b) for b in by_block], key=value, reverse=True)
     fits = {}
 
     def trial(k: int) -> bool:
@@ -92,16 +105,13 @@ def fit_budget(graph, forward_graph, trained, exact_skip: bool, budget_mb) -> in
         raise PockError(f"memory_budget_mb={budget_mb:g} cannot be met: the smallest reachable private memory "
                         f"is {reach:.4f} MiB (arena {(floor - state) / MIB:.4f} + trained parameters, buffers and "
                         f"optimizer state {state / MIB:.4f}, recomputing every block)")
-    lo, hi = 0, len(ranked)  # the fewest blocks that fit (fits grows with k)
+    lo, hi = 0, len(ranked)  # the fewest candidates that fit (private memory falls as k grows)
     while lo < hi:
         mid = (lo + hi) // 2
         if trial(mid):
             hi = mid
         else:
             lo = mid + 1
-    chosen = [by_block[b] for b in ranked[:lo]]
-    inside = {id(n) for s in chosen for n in s}
-    segments = chosen + [[n] for n in lora_down_projections(graph) if id(n) not in inside]
-    added = recompute(graph, segments)
+    added = recompute(graph, _segments(graph, ranked[:lo], True))
     verify(graph, "recomputation")
     return added

@@ -39,6 +39,12 @@ def blocks(g: Graph) -> dict[str, list[Node]]:
     return out
 
 
+def cheap(n: Node) -> bool:
+    """Whether n is cheap to recompute: a few FLOPs per element it writes (elementwise ops,
+    norms, activations, RoPE), unlike a GEMM or attention (FLOPs per element ~ the depth)."""
+    return flops(n) <= 16 * max(1, sum(o.numel for o in n.outputs if o is not None))
+
+
 def lora_down_projections(g: Graph) -> list[Node]:
     """LoRA's x·A: the linear nodes whose weight is an adapter's lora_A."""
     return [n for n in g.nodes if n.phase == "forward" and n.op == "linear" and len(n.inputs) > 1
