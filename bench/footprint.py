@@ -100,7 +100,7 @@ model, _ = apply_lora(smollm2_model(), pe.LoRA(rank=8, alpha=16, targets=["*.q_p
 model.train()
 for n, p in model.named_parameters():
     p.requires_grad_(n.endswith(("lora_A", "lora_B")))
-llama = model.model.model
+llama = model.m.model
 for layer in llama.layers:  # torch.utils.checkpoint per decoder layer
     layer._orig_forward = layer.forward
     layer.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(layer._orig_forward)
