@@ -341,8 +341,7 @@ POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out) 
       t->num_threads = 1;
     }
     t->arena = alloc_zeroed(m->arena_bytes);
-    t->state = alloc_zeroed(m->state_bytes);
-    if (!t->arena || !t->state) {
+    if (!t->arena || !pock_rt::state_alloc(t)) {
       pock_close(t);
       return fail(POCK_ERR_NO_MEMORY, "cannot allocate %lld bytes of arena and %lld bytes of state",
                   (long long)m->arena_bytes, (long long)m->state_bytes);
@@ -364,7 +363,7 @@ POCK_API void pock_close(pock_trainer* t) {
   if (t->backend && t->model->backend_close) t->model->backend_close(t->backend);
   pock_rt::pool_destroy(t->pool);
   std::free(t->arena);
-  std::free(t->state);
+  pock_rt::state_release(t);
   delete t;
 }
 

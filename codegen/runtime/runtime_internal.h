@@ -13,13 +13,18 @@ class ThreadPool;  // threadpool.cpp
 struct pock_trainer {
   const PockModel* model;
   uint8_t* arena;  // model->arena_bytes, 64-byte aligned, scratch for one call
-  uint8_t* state;  // model->state_bytes, 64-byte aligned, persistent
+  uint8_t* state;  // model->state_bytes, 64-byte aligned, persistent: inside state_map
   float lr;
   int64_t steps;   // optimizer steps completed
   int32_t num_threads;
   pock_rt::ThreadPool* pool = nullptr;  // num_threads threads (the caller included); owned
   PockProfile* profile = nullptr;       // per-node counters while profiling (profile.cpp); owned
   void* backend = nullptr;              // model->backend_open's state for this trainer
+  // The mapping that holds `state` (checkpoint.cpp): anonymous, or a checkpoint's
+  // data region mapped MAP_PRIVATE (frozen tensors read in place from the file).
+  uint8_t* state_map = nullptr;
+  size_t state_map_bytes = 0;
+  bool state_mapped_file = false;
 };
 
 namespace pock_rt {
@@ -41,6 +46,11 @@ pock_status save_checkpoint(const pock_trainer* t, const char* path);
 pock_status load_checkpoint(pock_trainer* t, const char* path);
 // load_checkpoint on bytes already in memory (`name` for messages): the fuzz target.
 pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8_t* data, size_t size);
+// The trainer's state memory: state_alloc maps zero pages (false: out of memory),
+// load_checkpoint may replace them by a checkpoint's mapped data region,
+// state_release unmaps either.
+bool state_alloc(pock_trainer* t);
+void state_release(pock_trainer* t);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
 // trained_ckpt.cpp: trained-only checkpoints (pock_save_trained; pock_load reads them too).
 bool is_trained_checkpoint(const uint8_t* data, size_t size);

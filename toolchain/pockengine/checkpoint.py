@@ -3,7 +3,8 @@
 The compiler writes a model bundle's initial weights with write_checkpoint()
 without loading the model library (it may be built for another machine);
 read_checkpoint() inspects any checkpoint that pock_save wrote.  The byte
-layout is documented at the top of checkpoint.cpp.
+layout is documented at the top of checkpoint.cpp: version 2 is written (the data
+region an image of the model's state, which the runtime maps), versions 1 and 2 read.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ import numpy as np
 from .errors import PockError
 
 MAGIC = b"POCKCKPT"
-VERSION = 1
+VERSION = 2  # written; version 1 is read too
+DATA_ALIGN = 4096  # where the data region starts (checkpoint.cpp kDataAlign)
 KINDS = {"param": 0, "buffer": 1, "optimizer_state": 2, "constant": 3}
 _DTYPES = {0: np.dtype("<f4"), 1: np.dtype("<i8"), 2: np.dtype("<i4"), 3: np.dtype("u1"), 4: np.dtype("<u2"),
            5: np.dtype("<f2"), 6: np.dtype("i1")}  # 4: bf16 bits
@@ -37,22 +39,54 @@ class Checkpoint:
     lr: float = 0.0
     # name -> (kind name, array), in file order
     tensors: dict[str, tuple[str, np.ndarray]] = field(default_factory=dict)
+    # the data region's layout: {name: offset} and its size.  None: each tensor after the
+    # previous one, 64-byte aligned.  write_initial_checkpoint gives the model's state
+    # layout (so the runtime maps the file); decode keeps a version-2 file's.
+    offsets: dict[str, int] | None = None
+    data_bytes: int | None = None
+
+
+def _align(n: int, a: int) -> int:
+    return -(-n // a) * a
+
+
+def _layout(ckpt: Checkpoint, sizes: dict[str, int]) -> tuple[dict[str, int], int]:
+    """(offsets, data_bytes): ckpt's own when they hold every tensor without overlap, else packed."""
+    offsets, total = ckpt.offsets, ckpt.data_bytes
+    if offsets is not None and total is not None and set(offsets) == set(sizes):
+        spans = sorted((offsets[k], offsets[k] + sizes[k]) for k in sizes)
+        if all(a >= 0 for a, _ in spans) and all(b <= total for _, b in spans) and \
+                all(b0 <= a1 for (_, b0), (a1, _) in zip(spans, spans[1:])):
+            return dict(offsets), total
+    offsets, at = {}, 0
+    for name, size in sizes.items():
+        offsets[name] = at
+        at += _align(max(size, 1), 64)
+    return offsets, at
 
 
 def encode(ckpt: Checkpoint) -> bytes:
-    parts = [MAGIC, struct.pack("<I", VERSION), _string(ckpt.model_hash),
-             struct.pack("<qfI", ckpt.step, ckpt.lr, len(ckpt.tensors))]
     codes = {dt: code for code, dt in _DTYPES.items()}
+    entries, blobs = [], {}
     for name, (kind, arr) in ckpt.tensors.items():
         arr = np.asarray(arr)
         dt = arr.dtype.newbyteorder("<")
         if dt not in codes or kind not in KINDS or arr.ndim > _MAX_DIMS:
             raise PockError(f"checkpoint tensor {name!r}: cannot store kind {kind!r}, "
                             f"dtype {arr.dtype.name}, {arr.ndim} dims")
-        data = np.ascontiguousarray(arr, dtype=dt).tobytes()
-        parts += [_string(name), struct.pack(f"<iii{arr.ndim}qq", KINDS[kind], codes[dt], arr.ndim, *arr.shape,
-                                             len(data)), data]
-    body = b"".join(parts)
+        blobs[name] = np.ascontiguousarray(arr, dtype=dt).tobytes()
+        entries.append((name, struct.pack(f"<iii{arr.ndim}qq", KINDS[kind], codes[dt], arr.ndim, *arr.shape,
+                                          len(blobs[name]))))
+    offsets, data_bytes = _layout(ckpt, {k: len(b) for k, b in blobs.items()})
+    table = b"".join(_string(name) + head + struct.pack("<q", offsets[name]) for name, head in entries)
+    head = b"".join([MAGIC, struct.pack("<I", VERSION), _string(ckpt.model_hash),
+                     struct.pack("<qfI", ckpt.step, ckpt.lr, len(ckpt.tensors))])
+    data_at = _align(len(head) + 16 + len(table), DATA_ALIGN)
+    region = bytearray(data_bytes)
+    for name, b in blobs.items():
+        region[offsets[name]:offsets[name] + len(b)] = b
+    body = b"".join([head, struct.pack("<qq", data_at, data_bytes), table,
+                     bytes(data_at - len(head) - 16 - len(table)), region])
     return body + struct.pack("<I", zlib.crc32(body))
 
 
@@ -66,8 +100,8 @@ def decode(blob: bytes, where: str = "checkpoint") -> Checkpoint:
         raise PockError(f"{where} is corrupt or truncated (CRC-32 mismatch: stored {stored:08x}, "
                         f"computed {computed:08x})")
     version = struct.unpack_from("<I", blob, 8)[0]
-    if version != VERSION:
-        raise PockError(f"{where} has format version {version}; this reader reads version {VERSION}")
+    if version not in (1, VERSION):
+        raise PockError(f"{where} has format version {version}; this reader reads versions 1 and {VERSION}")
     kinds = {v: k for k, v in KINDS.items()}
     body, pos = memoryview(blob)[:-4], 12
     try:
@@ -79,20 +113,35 @@ def decode(blob: bytes, where: str = "checkpoint") -> Checkpoint:
         if not (math.isfinite(lr) and lr >= 0):
             raise ValueError(f"learning rate {lr} is not finite and >= 0")
         ckpt = Checkpoint(model_hash, step, lr)
+        if version == 2:
+            (data_at, data_bytes), pos = struct.unpack_from("<qq", body, pos), pos + 16
+            if not (pos <= data_at and data_bytes >= 0 and data_at + data_bytes == len(body)):
+                raise ValueError(f"data region of {data_bytes} bytes at {data_at} does not end at the CRC")
+            ckpt.offsets, ckpt.data_bytes = {}, data_bytes
+        table = body[:data_at] if version == 2 else body  # the tensor table ends before the data region
         for _ in range(count):
-            (n,), pos = struct.unpack_from("<I", body, pos), pos + 4
-            name, pos = bytes(body[pos:pos + n]).decode(), pos + n
-            (kind, dtype, ndim), pos = struct.unpack_from("<iii", body, pos), pos + 12
-            shape, pos = struct.unpack_from(f"<{ndim}q", body, pos), pos + 8 * ndim
-            (nbytes,), pos = struct.unpack_from("<q", body, pos), pos + 8
-            if pos + nbytes > len(body):
-                raise ValueError("tensor data runs past the end")
-            arr = np.frombuffer(body[pos:pos + nbytes], dtype=_DTYPES[dtype]).reshape(shape).copy()
+            (n,), pos = struct.unpack_from("<I", table, pos), pos + 4
+            if pos + n > len(table):
+                raise ValueError("truncated tensor table")
+            name, pos = bytes(table[pos:pos + n]).decode(), pos + n
+            (kind, dtype, ndim), pos = struct.unpack_from("<iii", table, pos), pos + 12
+            shape, pos = struct.unpack_from(f"<{ndim}q", table, pos), pos + 8 * ndim
+            (nbytes,), pos = struct.unpack_from("<q", table, pos), pos + 8
+            if version == 2:
+                (at,), pos = struct.unpack_from("<q", table, pos), pos + 8
+                if not (0 <= at and 0 <= nbytes <= data_bytes - at):
+                    raise ValueError(f"tensor {name!r} lies outside the data region")
+                start = data_at + at
+                ckpt.offsets[name] = at
+            else:
+                if pos + nbytes > len(body):
+                    raise ValueError("tensor data runs past the end")
+                start, pos = pos, pos + nbytes
+            arr = np.frombuffer(body[start:start + nbytes], dtype=_DTYPES[dtype]).reshape(shape).copy()
             ckpt.tensors[name] = (kinds[kind], arr)
-            pos += nbytes
     except (struct.error, KeyError, ValueError, UnicodeDecodeError) as e:
         raise PockError(f"{where} is corrupt: {e}") from None
-    if pos != len(body):
+    if version == 1 and pos != len(body):
         raise PockError(f"{where} is corrupt: {len(body) - pos} unexpected bytes after the last tensor")
     return ckpt
 
@@ -232,9 +281,12 @@ def write_initial_checkpoint(prog, path, source=None) -> Path:
     writes (the state's data, zeros where it has none, step 0, the optimizer's learning rate)."""
     source = source if source is not None else prog.emit()
     tensors = {}
-    for name, v in prog.state.items():
+    offsets = prog.state_offsets
+    for name, v in sorted(prog.state.items(), key=lambda kv: offsets[kv[0]]):  # kState's order
         dtype = _IR_DTYPES[v.dtype]
         data = np.zeros(v.shape, dtype) if v.data is None else np.asarray(v.data, dtype)
         tensors[name] = (_IR_KINDS[v.kind], data.reshape(v.shape))
-    write_checkpoint(path, Checkpoint(source.hash, 0, float(prog.optimizer.lr), tensors))
+    # the data region is the state image (codegen.render's state_bytes), which pock_open maps
+    write_checkpoint(path, Checkpoint(source.hash, 0, float(prog.optimizer.lr), tensors,
+                                      dict(offsets), max(prog.state_bytes, 64)))
     return Path(path)

@@ -41,6 +41,7 @@ from .ir.graph import Graph, Value
 from .ir.ops import flops
 from .ops import REGISTRY as OP_RECORDS
 from .ir.verify import verify
+from .memory.budget import memory_stats as _memory_stats
 from .memory.plan import MemoryPlan, plan_memory, state_layout
 from .optim.optimizers import SGD, Optimizer
 from .passes.dce import eliminate_dead_code
@@ -183,7 +184,7 @@ class Program:
             self.state.setdefault(name, v)
         merged = Graph(name)
         merged.state = self.state
-        self.state_offsets, self.state_bytes = state_layout(merged)
+        self.state_offsets, self.state_bytes = state_layout(merged, written_state(graph, trained))
         self._sources: dict[tuple[str, ...], Source] = {}
         self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
         self.lora_model = None
@@ -221,6 +222,7 @@ class Program:
             "total_parameter_elements": sum(v.numel for v in self.state.values() if v.kind == "param"),
             "num_nodes": len(self.order),
             "exact_skip": self.exact_skip,
+            **_memory_stats(self),  # private_bytes, mapped_bytes, recompute_flops (memory/budget.py)
         }
 
     def emit(self, backends=None) -> Source:
@@ -272,6 +274,12 @@ class Program:
         return build(self, self.emit(["cpu"]), out_dir)
 
 
+def written_state(graph: Graph, trained) -> set[str]:
+    """Names of the parameters a step writes: the trained ones and whatever an optimizer
+    update node updates (the rest of the frozen state is mapped from the file)."""
+    return set(trained) | {n.inputs[0].name for n in graph.nodes if n.op in ("sgd_update", "adamw_update")}
+
+
 def check_backends(backends) -> list[str]:
     """The backend list, checked against the registry (backends/__init__.py)."""
     return _check_backends(backends)
@@ -319,7 +327,8 @@ _cache_dir = cache_dir  # the old name
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
             optimizer: Optimizer | None = None, name: str | None = None, output=None, lora=None,
-            frozen_dtype: str = "fp32", exact_skip: bool = True, compute_dtype: str = "fp32") -> Program:
+            frozen_dtype: str = "fp32", exact_skip: bool = True, compute_dtype: str = "fp32",
+            memory_budget_mb=None) -> Program:
     """Compile model's whole training step (see the README / CONTRACT). `output` names the
     model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
     example_inputs may be a dict {forward argument name: tensor} for keyword inputs.
@@ -368,6 +377,9 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
         from .passes.lowp import store_frozen_lowp
         store_frozen_lowp([graph, forward_graph], trained, lowp)
     apply_compute_dtype([graph, forward_graph], trained, compute_dtype, lowp)  # frozen-weight products in bf16/fp16
+    from .memory.budget import fit_budget  # memory_budget_mb: what the backward pass recomputes
+    recompute_flops = fit_budget(graph, forward_graph, trained, exact_skip, memory_budget_mb) \
+        if memory_budget_mb is not None else 0
     sched = schedule_program(graph, forward_graph, exact_skip)
     plans = plan_program(graph, forward_graph, sched)
     prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, exact_skip)
@@ -375,6 +387,7 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
     from .decoder import recognize
     prog.decoder = recognize(model, adapters)  # generation's view of a Llama-family LM, else None
+    prog.recompute_flops = recompute_flops
     return prog
 
 

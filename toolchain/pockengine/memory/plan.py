@@ -157,11 +157,36 @@ def verify_plan(plan: MemoryPlan) -> None:
         raise AssertionError(f"memory plan: {a.value!r} and {b.value!r} are alive together and overlap")
 
 
-def state_layout(g: Graph) -> tuple[dict[str, int], int]:
-    """Offsets of the state tensors: params, buffers, constants, optimizer state."""
+# The mapped segment (frozen state read in place from the checkpoint file, see
+# codegen/runtime/checkpoint.cpp) starts on a boundary of this many bytes, a multiple of
+# every page size a phone uses (4 KiB, 16 KiB), so no page holds private and mapped bytes.
+MAPPED_ALIGN = 16384
+
+
+def is_mapped(v, trained) -> bool:
+    """Whether state tensor v is frozen (never written by a step): a parameter not in
+    `trained` or a constant.  Such tensors are read in place from the mapped checkpoint."""
+    return v.kind == "const" or (v.kind == "param" and v.name not in trained)
+
+
+def state_layout(g: Graph, trained=None) -> tuple[dict[str, int], int]:
+    """Offsets of the state tensors: the private segment (trained params, buffers,
+    optimizer state) first, then, with `trained` given, the mapped segment (frozen params
+    and constants, see is_mapped) from a MAPPED_ALIGN boundary (when it fills a page).  Without `trained` every
+    tensor is laid out in kind order (params, buffers, constants, optimizer state)."""
     order = {"param": 0, "buffer": 1, "const": 2, "opt_state": 3}
-    offsets, at = {}, 0
-    for v in sorted(g.state.values(), key=lambda v: order[v.kind]):
+    if trained is None:
+        key = lambda v: (order[v.kind],)  # noqa: E731
+    else:
+        key = lambda v: (is_mapped(v, trained), order[v.kind])  # noqa: E731
+    offsets, at, mapped = {}, 0, False
+    # a mapped segment smaller than a page gains nothing from its own pages: no padding
+    pad = trained is not None and sum(_align(max(v.nbytes, 1)) for v in g.state.values()
+                                      if is_mapped(v, trained)) >= MAPPED_ALIGN
+    for v in sorted(g.state.values(), key=key):
+        if pad and not mapped and is_mapped(v, trained):
+            mapped = True
+            at = -(-at // MAPPED_ALIGN) * MAPPED_ALIGN
         offsets[v.name] = at
         at += _align(max(v.nbytes, 1))
     return offsets, at
