@@ -48,20 +48,29 @@ bool detect_bf16() {
 // C[i][j] = sum_l A[i][l] * B[j][l] for an MR x NR block; L a multiple of 8.
 template <int MR, int NR>
 __attribute__((target("+bf16"))) void dot_block(const uint16_t* A, const uint16_t* B, float* C, i64 L, i64 ldc) {
+  // (the small loops unrolled at -O2 too, so the accumulators stay in registers)
   float32x4_t acc[MR][NR];
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) acc[i][j] = vdupq_n_f32(0.0f);
   for (i64 l = 0; l < L; l += 8) {
     bfloat16x8_t a[MR], b[NR];
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i) a[i] = vreinterpretq_bf16_u16(vld1q_u16(A + i * L + l));
+#pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) b[j] = vreinterpretq_bf16_u16(vld1q_u16(B + j * L + l));
+#pragma GCC unroll 4
     for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) acc[i][j] = vbfdotq_f32(acc[i][j], a[i], b[j]);
   }
+#pragma GCC unroll 4
   for (int i = 0; i < MR; ++i) {
     if (NR == 4) {  // the four sums of a row in one vector
       vst1q_f32(C + i * ldc, vpaddq_f32(vpaddq_f32(acc[i][0], acc[i][1]), vpaddq_f32(acc[i][2], acc[i][3])));
     } else {
+#pragma GCC unroll 4
       for (int j = 0; j < NR; ++j) C[i * ldc + j] = vaddvq_f32(acc[i][j]);
     }
   }
