@@ -90,6 +90,26 @@ def encode(ckpt: Checkpoint) -> bytes:
     return body + struct.pack("<I", zlib.crc32(body))
 
 
+def encode_v1(ckpt: Checkpoint) -> bytes:
+    """Version 1: each tensor's bytes right after its entry, no data region. A trained-only
+    checkpoint (trained_ckpt.py, the runtime's trained_ckpt.cpp) holds a subset of the
+    state, which is never mapped, in this form."""
+    parts = [MAGIC, struct.pack("<I", 1), _string(ckpt.model_hash),
+             struct.pack("<qfI", ckpt.step, ckpt.lr, len(ckpt.tensors))]
+    codes = {dt: code for code, dt in _DTYPES.items()}
+    for name, (kind, arr) in ckpt.tensors.items():
+        arr = np.asarray(arr)
+        dt = arr.dtype.newbyteorder("<")
+        if dt not in codes or kind not in KINDS or arr.ndim > _MAX_DIMS:
+            raise PockError(f"checkpoint tensor {name!r}: cannot store kind {kind!r}, "
+                            f"dtype {arr.dtype.name}, {arr.ndim} dims")
+        data = np.ascontiguousarray(arr, dtype=dt).tobytes()
+        parts += [_string(name), struct.pack(f"<iii{arr.ndim}qq", KINDS[kind], codes[dt], arr.ndim, *arr.shape,
+                                             len(data)), data]
+    body = b"".join(parts)
+    return body + struct.pack("<I", zlib.crc32(body))
+
+
 def decode(blob: bytes, where: str = "checkpoint") -> Checkpoint:
     if len(blob) < 8 or blob[:8] != MAGIC:
         raise PockError(f"{where} is not a PockEngine checkpoint (bad magic)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import decode, encode, read_regular, write_atomically
+from .checkpoint import decode, encode, encode_v1, read_regular, write_atomically
 from .errors import PockError
 
 MAGIC = b"POCKTRND"
@@ -73,7 +73,7 @@ def save_trained_only(trainer, path) -> None:
     frozen = set(_frozen_names(trainer))
     full.tensors = {n: kv for n, kv in full.tensors.items() if kv[0] != "constant" and n not in frozen}
     digest = base_hash(trainer).encode()
-    blob = MAGIC + struct.pack("<II", VERSION, len(digest)) + digest + encode(full)
+    blob = MAGIC + struct.pack("<II", VERSION, len(digest)) + digest + encode_v1(full)
     write_atomically(path, blob)
 
 
