@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(bool(jvm_toolchain_missing()), reason=f"{jvm_too
 
 def test_kotlin_tokenizer_matches_python(tmp_path):
     sys.path.insert(0, str(ROOT / "tests" / "tokenizer"))
-    from conftest import smollm2_gguf
+    from tok_corpora import smollm2_gguf
 
     import pockengine as pe
     gguf = smollm2_gguf()
