@@ -2,7 +2,7 @@
 assistant-only, next-token-shifted labels, against transformers' apply_chat_template ids."""
 import numpy as np
 import pytest
-from conftest import smollm2_gguf
+from tok_corpora import smollm2_gguf
 
 import pockengine as pe
 from pockengine.tokenizer import LLAMA2_TEMPLATE

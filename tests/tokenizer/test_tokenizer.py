@@ -6,7 +6,7 @@ SentencePiece-style BPE with byte fallback); errors; throughput."""
 import time
 
 import pytest
-from conftest import corpora, smollm2_gguf
+from tok_corpora import corpora, smollm2_gguf
 
 import pockengine as pe
 
@@ -124,11 +124,12 @@ def test_from_bytes_is_from_pretrained(smollm2_dir):
 
 
 def test_throughput_at_least_1_mb_per_s():
-    tok = pe.Tokenizer.from_pretrained(smollm2_gguf())
     data = "".join(t for texts in CORPORA.values() for _, t in texts).encode()
-    tok.encode(data[:1000])
-    t0 = time.perf_counter()
-    tok.encode(data)
-    mbs = len(data) / (time.perf_counter() - t0) / 1e6
-    print(f"SmolLM2 encode: {len(data)} bytes at {mbs:.2f} MB/s (one thread)")
-    assert mbs >= 1.0
+    best = 0.0
+    for _ in range(2):  # a fresh tokenizer each time: its piece cache starts empty (best of 2: a busy machine)
+        tok = pe.Tokenizer.from_pretrained(smollm2_gguf())
+        t0 = time.perf_counter()
+        tok.encode(data)
+        best = max(best, len(data) / (time.perf_counter() - t0) / 1e6)
+    print(f"SmolLM2 encode: {len(data)} bytes at {best:.2f} MB/s (one thread, cold cache)")
+    assert best >= 1.0

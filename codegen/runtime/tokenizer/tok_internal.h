@@ -5,7 +5,8 @@
 //   gguf.cpp        a GGUF metadata reader (bounds-checked) for tokenizer.ggml.*
 //   unicode.cpp     UTF-8 decoding, code point classes, the split patterns
 //   bpe.cpp         the BPE model: merges by rank, scores, byte fallback
-//   tokenizer.cpp   loading, normalizers, added tokens, decoders, the C API
+//   load.cpp        tokenizer.json / tokenizer_config.json / GGUF -> pock_tokenizer
+//   tokenizer.cpp   the encode pipeline (added tokens, normalizers, pre-tokenizers), decoders, the C API
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -91,3 +92,67 @@ uint32_t byte_to_cp(uint8_t b);
 int cp_to_byte(uint32_t cp);  // -1 if cp is not in the byte alphabet
 
 }  // namespace pock_tok
+
+// ---- the tokenizer (load.cpp, tokenizer.cpp) --------------------------------------
+namespace pock_tok {
+
+constexpr int32_t kMaxVocab = 1 << 24;
+constexpr const char* kMeta = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+struct Added {
+  std::string content;
+  int32_t id;
+  bool special, lstrip, rstrip, single_word;
+};
+
+struct Normalizer {
+  enum Kind { Prepend, Replace, Lowercase, Identity } kind;
+  std::string a, b;
+};
+
+struct PreTokenizer {
+  enum Kind { ByteLevel, Split, Digits, Metaspace } kind;
+  bool add_prefix_space = false, use_regex = true, individual = false, split = true;
+  Pattern pattern = Pattern::Gpt2;
+  std::string replacement;
+  int prepend = 0;  // Metaspace: 0 never, 1 first, 2 always
+};
+
+struct Decoder {
+  enum Kind { ByteLevel, Replace, ByteFallback, Fuse, Strip, Metaspace } kind;
+  std::string a, b;
+  int start = 0, stop = 0, prepend = 0;
+};
+
+}  // namespace pock_tok
+
+struct pock_tokenizer {
+  pock_tok::Bpe bpe;
+  std::vector<pock_tok::Added> added;                 // split out of the text before everything else
+  std::vector<std::vector<size_t>> added_by_byte;     // first byte -> indices into added, longest first
+  std::vector<std::string> id_text;                   // id -> token text (vocab and added tokens)
+  std::vector<uint8_t> id_kind;                       // 0 none (a hole), 1 token, 2 special added token
+  std::vector<pock_tok::Normalizer> norm;
+  std::vector<pock_tok::PreTokenizer> pre;
+  std::vector<pock_tok::Decoder> dec;
+  bool has_decoder = false, byte_level = false;
+  std::vector<int32_t> prefix, suffix;  // added around the ids when special tokens are asked for
+  int32_t bos = -1, eos = -1, pad = -1;
+  std::string chat_template;
+  // results of the last call (valid until the next call on this tokenizer)
+  std::vector<int32_t> ids_out;
+  std::string text_out;
+  std::unordered_map<std::string, std::vector<int32_t>> cache;  // short pieces -> ids
+};
+
+namespace pock_tok {
+
+int32_t lookup(const pock_tokenizer& t, const std::string& s);  // token text -> id (added tokens first), or -1
+void set_vocab(pock_tokenizer& t, int32_t id, const std::string& text, uint8_t kind);
+void load_json(pock_tokenizer& t, const Json& root);    // tokenizer.json
+void load_config(pock_tokenizer& t, const Json& cfg);   // tokenizer_config.json: special tokens, chat template
+void guess_specials(pock_tokenizer& t);                 // no config: the families' usual names
+void load_gguf(pock_tokenizer& t, const uint8_t* data, size_t size);
+
+}  // namespace pock_tok
+

@@ -7,6 +7,7 @@ public struct PockError: Error, CustomStringConvertible {
     public enum Code: Int32 {
         case invalidArgument = 1, shape, dtype, value, io, checkpoint, closed, noMemory, backend, internalError
         case nonFinite = 11 // step: an input, the loss or a gradient was NaN/inf; the update was skipped
+        case noTargets = 12 // step: every class target was the ignore index (no real token); skipped
         case bundle = 100   // model.json is missing or unreadable
         case coreML = 101   // the Core ML prefix failed to load or run
     }

@@ -432,3 +432,89 @@ POCK_JNI(jobjectArray, profileEntry)(JNIEnv* env, jclass, jlong handle, jint ind
   }
   return out;
 }
+
+// ---- PockTokenizer (issue 37) ----------------------------------------------------
+// ai.pockengine.PockTokenizerNative over pock.h's pock_tokenizer_*: text crosses as
+// UTF-8 bytes (Kotlin encodes/decodes), ids as int[]; failures throw PockException.
+#define POCK_TOK_JNI(ret, name) extern "C" JNIEXPORT ret JNICALL Java_ai_pockengine_PockTokenizerNative_##name
+
+namespace {
+pock_tokenizer* tokenizer(jlong handle) { return reinterpret_cast<pock_tokenizer*>(static_cast<intptr_t>(handle)); }
+
+jlong opened_tokenizer(JNIEnv* env, pock_status s, pock_tokenizer* t) {
+  if (failed(env, s)) return 0;
+  return static_cast<jlong>(reinterpret_cast<intptr_t>(t));
+}
+}  // namespace
+
+POCK_TOK_JNI(jlong, open)(JNIEnv* env, jclass, jstring path) {
+  const char* p = env->GetStringUTFChars(path, nullptr);
+  if (!p) return 0;
+  pock_tokenizer* t = nullptr;
+  const pock_status s = pock_tokenizer_open(p, &t);
+  env->ReleaseStringUTFChars(path, p);
+  return opened_tokenizer(env, s, t);
+}
+
+POCK_TOK_JNI(jlong, openBytes)(JNIEnv* env, jclass, jbyteArray data) {
+  const jsize n = env->GetArrayLength(data);
+  std::vector<jbyte> bytes(static_cast<size_t>(n));
+  if (n) env->GetByteArrayRegion(data, 0, n, bytes.data());
+  pock_tokenizer* t = nullptr;
+  return opened_tokenizer(env, pock_tokenizer_open_memory(bytes.data(), n, &t), t);
+}
+
+POCK_TOK_JNI(void, close)(JNIEnv*, jclass, jlong handle) { pock_tokenizer_close(tokenizer(handle)); }
+
+POCK_TOK_JNI(jintArray, encode)(JNIEnv* env, jclass, jlong handle, jbyteArray utf8, jboolean special) {
+  const jsize n = env->GetArrayLength(utf8);
+  std::vector<char> text(static_cast<size_t>(n));
+  if (n) env->GetByteArrayRegion(utf8, 0, n, reinterpret_cast<jbyte*>(text.data()));
+  const int32_t* ids = nullptr;
+  int64_t count = 0;
+  if (failed(env, pock_tokenizer_encode(tokenizer(handle), text.data(), n, special ? 1 : 0, &ids, &count))) return nullptr;
+  if (count > INT32_MAX) {
+    throw_pock(env, POCK_ERR_VALUE, "encode: more than 2^31 ids");
+    return nullptr;
+  }
+  jintArray out = env->NewIntArray(static_cast<jsize>(count));
+  if (out && count) env->SetIntArrayRegion(out, 0, static_cast<jsize>(count), reinterpret_cast<const jint*>(ids));
+  return out;
+}
+
+POCK_TOK_JNI(jbyteArray, decode)(JNIEnv* env, jclass, jlong handle, jintArray ids, jboolean skipSpecial) {
+  const jsize n = env->GetArrayLength(ids);
+  std::vector<int32_t> v(static_cast<size_t>(n));
+  if (n) env->GetIntArrayRegion(ids, 0, n, reinterpret_cast<jint*>(v.data()));
+  const char* text = nullptr;
+  int64_t nbytes = 0;
+  if (failed(env, pock_tokenizer_decode(tokenizer(handle), v.data(), n, skipSpecial ? 1 : 0, &text, &nbytes)))
+    return nullptr;
+  if (nbytes > INT32_MAX) {
+    throw_pock(env, POCK_ERR_VALUE, "decode: text over 2 GiB");
+    return nullptr;
+  }
+  jbyteArray out = env->NewByteArray(static_cast<jsize>(nbytes));
+  if (out && nbytes) env->SetByteArrayRegion(out, 0, static_cast<jsize>(nbytes), reinterpret_cast<const jbyte*>(text));
+  return out;
+}
+
+// {vocab size, bos, eos, pad} (-1 for none)
+POCK_TOK_JNI(jintArray, info)(JNIEnv* env, jclass, jlong handle) {
+  int32_t v[4] = {0, -1, -1, -1};
+  if (failed(env, pock_tokenizer_vocab_size(tokenizer(handle), &v[0]))) return nullptr;
+  if (failed(env, pock_tokenizer_special_ids(tokenizer(handle), &v[1], &v[2], &v[3]))) return nullptr;
+  jintArray out = env->NewIntArray(4);
+  if (out) env->SetIntArrayRegion(out, 0, 4, reinterpret_cast<const jint*>(v));
+  return out;
+}
+
+POCK_TOK_JNI(jint, tokenToId)(JNIEnv* env, jclass, jlong handle, jbyteArray utf8) {
+  const jsize n = env->GetArrayLength(utf8);
+  std::vector<char> text(static_cast<size_t>(n));
+  if (n) env->GetByteArrayRegion(utf8, 0, n, reinterpret_cast<jbyte*>(text.data()));
+  int32_t id = -1;
+  failed(env, pock_tokenizer_token_to_id(tokenizer(handle), text.data(), n, &id));
+  return id;
+}
+// ---- end PockTokenizer -----------------------------------------------------------

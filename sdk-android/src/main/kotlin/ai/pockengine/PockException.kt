@@ -14,7 +14,9 @@ enum class PockStatus(val code: Int) {
     BACKEND(9),
     INTERNAL(10),
     /** step: an input, the loss or a gradient was NaN/inf; the update was skipped. */
-    NONFINITE(11);
+    NONFINITE(11),
+    /** step: every class target was the ignore index (no real token); the step was skipped. */
+    NO_TARGETS(12);
 
     companion object {
         fun of(code: Int): PockStatus = values().firstOrNull { it.code == code } ?: INTERNAL
