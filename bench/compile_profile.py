@@ -2,7 +2,8 @@
 
     PYTHONPATH=toolchain python bench/compile_profile.py [--layers 30] [--real] [--scheme lora|sparse|full]
 
-Stages timed: export (torch.export, both graphs, + conversion), lower (autodiff,
+Stages timed (program.compile_spec's, one by one): export (one torch.export in train mode
++ conversion + the derived inference graph), lower (autodiff,
 optimizer, DCE, fusion), lowp (frozen bf16), schedule, plan, Program (state
 layout), emit (codegen rendering), g++ (model TUs, cold: POCK_CACHE_DIR is a
 fresh folder unless --warm-runtime), load (dlopen + weights).  Without --real the
@@ -43,10 +44,11 @@ def main() -> None:
     ap.add_argument("--old-codegen", action="store_true",
                     help="as before chunking: the step in one function, the model TU at -O3 (for before/after)")
     args = ap.parse_args()
+    options = None
     if args.old_codegen:
         from pockengine import codegen
         from pockengine.build import host
-        codegen.CHUNK_NODES, host.MODEL_OPT = 10 ** 9, "-O3"
+        options, host.MODEL_OPT = codegen.EmitOptions(chunk_nodes=10 ** 9), "-O3"
     if not args.warm_runtime:
         os.environ["POCK_CACHE_DIR"] = tempfile.mkdtemp(prefix="pock-prof-")
     import torch
@@ -80,18 +82,14 @@ def main() -> None:
         print(f"  {name:10s} {times[name]:8.2f} s", flush=True)
         return r
 
-    named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     n = args.layers
-    if args.scheme == "full":
-        trained = P.resolve_update(named, "full")
-    elif args.scheme == "sparse":
+    upd = "full" if args.scheme == "full" else "none"
+    if args.scheme == "sparse":
         upd = {"model.norm.weight": 1.0}
         for i in range(n - 8, n):
             for p in ("self_attn.*", "mlp.gate_proj.*", "mlp.up_proj.*", "*layernorm*"):
                 upd[f"model.layers.{i}.{p}"] = 1.0
-        trained = P.resolve_update(named, upd)
-    else:
-        trained = {}
+    trained, _ = P.resolve_trained(model, upd)  # pe.compile's own resolution (program.compile_spec)
     adapters = {}
     if args.scheme == "lora":
         model, adapters = apply_lora(model, pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"]))
@@ -109,7 +107,7 @@ def main() -> None:
     plans = stage("plan", P.plan_program, graph, fwd, sched)
     prog = stage("Program", P.Program, "smollm2_prof", graph, fwd, opt, trained, tied_aliases(model), sched, plans)
     print(f"  nodes after lowering: step {len(prog.order)}, inference {len(prog.forward_order)}")
-    source = stage("emit", P.emit, prog)
+    source = stage("emit", P.emit, prog, None, None, options)
     print(f"  source: {len(source.text) / 1e6:.2f} MB, {source.text.count(chr(10))} lines")
     if prof:
         prof.dump_stats(args.cprofile)

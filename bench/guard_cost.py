@@ -4,7 +4,7 @@ The same model compiled four ways and timed alternately in rounds on one batch (
 of the stepping thread, one kernel thread); prints the median (and minimum) over rounds of
 the ms/step of each, its difference to the unguarded reordered step, and each mode's arena:
 
-  off        no guard (pockengine.backends.cpu.NONFINITE_GUARD = False), updates reordered
+  off        no guard (EmitOptions(nonfinite_guard=False)), updates reordered
              (exact_skip=False's schedule): the baseline
   off_last   no guard, updates after the whole backward (exact_skip=True's schedule): what
              the exact guard's schedule alone costs
@@ -31,38 +31,26 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pockengine as pe  # noqa: E402
-from pockengine.backends import cpu  # noqa: E402
+from pockengine import program as P  # noqa: E402
+from pockengine.codegen import EmitOptions  # noqa: E402
 from models import workloads  # noqa: E402  (bench/models.py)
 
 MODES = {"off": (False, False), "off_last": (False, True), "exact": (True, True), "nonexact": (True, False),
          "separate": (True, False)}
 
 
-def separate_update(e, n, call):
-    """The guard before exact_skip (for the comparison): pk::all_finite over the gradient,
-    then the update kernel, instead of the check inside the kernel."""
-    g = call.split("(", 1)[1].split(", ")[1]
-    what = cpu.cstr(f"the gradient of {n.inputs[0].name!r}")
-    return (f"if (!pk::all_finite({g}, {cpu._n(n.inputs[1])})) return pock_nonfinite({what}, ctx->updates_done);",
-            f"{call});", "++ctx->updates_done;")
-
-
 def build(w, scheme, mode: str):
+    """The step under `mode`'s EmitOptions ("separate": the guard before the folded one,
+    pk::all_finite over the gradient then the update kernel: EmitOptions.update_check)."""
     guard, exact = MODES[mode]
-    cpu.NONFINITE_GUARD = guard
-    folded = cpu._update
-    if mode == "separate":
-        cpu._update = separate_update
-    try:
-        torch.manual_seed(0)
-        model = w.make()
-        (x,), (y,) = w.inputs(torch.Generator().manual_seed(0))
-        prog = pe.compile(model, (x,), (y,), update=w.schemes[scheme](model), optimizer=pe.AdamW(lr=1e-3),
-                          name=f"{w.key}_{scheme}_{mode}", exact_skip=exact)
-        return prog.build(), (x,), (y,), prog.stats()["arena_bytes"]
-    finally:
-        cpu.NONFINITE_GUARD = True
-        cpu._update = folded
+    torch.manual_seed(0)
+    model = w.make()
+    (x,), (y,) = w.inputs(torch.Generator().manual_seed(0))
+    prog = pe.compile(model, (x,), (y,), update=w.schemes[scheme](model), optimizer=pe.AdamW(lr=1e-3),
+                      name=f"{w.key}_{scheme}_{mode}", exact_skip=exact)
+    options = EmitOptions(nonfinite_guard=guard, exact_skip=exact,
+                          update_check="separate" if mode == "separate" else "kernel")
+    return P.build(prog, prog.emit(options=options)), (x,), (y,), prog.stats()["arena_bytes"]
 
 
 def main():

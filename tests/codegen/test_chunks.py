@@ -1,4 +1,4 @@
-"""A long step (or inference pass) is emitted as functions of at most codegen.CHUNK_NODES
+"""A long step (or inference pass) is emitted as functions of at most EmitOptions.chunk_nodes
 nodes (g++ compiles those much faster than one huge function): the chunked library
 computes exactly what the one-function library does, its profiler still sees every node
 once, and the non-finite guard still stops the step from a chunk."""
@@ -7,19 +7,18 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine import codegen
+from pockengine import codegen, program
 from pockengine.build import host
 
 from models import GPT, batches
 
 
 def _build(monkeypatch, chunk_nodes):
-    monkeypatch.setattr(codegen, "CHUNK_NODES", chunk_nodes)
     torch.manual_seed(0)
     inputs, targets = batches("gpt")[0]
     prog = pe.compile(GPT(), inputs, targets, optimizer=pe.AdamW(lr=1e-3))
-    source = prog.source()
-    return prog, source, prog.build()
+    source = prog.emit(options=codegen.EmitOptions(chunk_nodes=chunk_nodes))
+    return prog, source.text, program.build(prog, source)
 
 
 @pytest.fixture(scope="module")

@@ -222,10 +222,10 @@ def test_bad_loss(mlp_data):
 
 def test_bad_examples(mlp_data):
     (x,), (y,) = mlp_data[0]
-    raises(lambda: pe.compile(MLP(), (x.numpy(),), (y,)), "example_inputs", "torch tensors")
+    raises(lambda: pe.compile(MLP(), (x.tolist(),), (y,)), "example_inputs", "torch tensors")
     raises(lambda: pe.compile(MLP(), [[0.0] * 16] * 8, (y,)), "example_inputs", "torch tensors")
     raises(lambda: pe.compile(MLP(), 3, (y,)), "example_inputs", "int")
-    raises(lambda: pe.compile(MLP(), (x,), (y.numpy(),)), "example_targets", "torch tensors")
+    raises(lambda: pe.compile(MLP(), (x,), (y.tolist(),)), "example_targets", "torch tensors")
     raises(lambda: pe.compile(MLP(), (x,), None), "example_targets")
     raises(lambda: pe.compile(MLP().double(), (x.double(),), (y,)), r"example_inputs\[0\]", "float64")
     raises(lambda: pe.compile(MLP(), (x.to(torch.complex64),), (y,)), r"example_inputs\[0\]", "complex64")

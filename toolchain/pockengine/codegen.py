@@ -9,7 +9,7 @@ from pathlib import Path
 import jinja2
 
 from .backends import cpu
-from .backends.cpu import Emit
+from .backends.cpu import Emit, EmitOptions
 from .decoder import decoder_source
 from .ops import REGISTRY
 from .ops.cpp import CTYPE, MACRO, cstr
@@ -225,7 +225,8 @@ def kernel_checks(order: list[Node], checks: dict[int, list[Node]]) -> dict[int,
 def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     blocks = []
     guarded = False
-    exact = cpu.NONFINITE_GUARD and emit.exact_skip
+    options = emit.options
+    exact = options.nonfinite_guard and options.exact_skip
     # the exact guard: each gradient an update reads is checked right after the node that
     # computes it (still in cache); the updates all run later, after every check passed
     checks: dict[int, list[Node]] = {}
@@ -238,7 +239,7 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     # the exact guard's checks made by the kernels computing the gradients (kernel_checks)
     by_kernel = kernel_checks(order, checks) if exact else {}
     # the optimizer update fused into the weight gradient's GEMM (no exact guard, see fusable_updates)
-    fused = fusable_updates(order) if not exact and getattr(emit, "fuse_updates", True) else {}
+    fused = fusable_updates(order) if not exact and options.fuse_updates else {}
     fused_into = {id(u): n for n in order if id(n) in fused for u in (fused[id(n)],)}
     for i, n in enumerate(order):
         if id(n) in fused:
@@ -255,7 +256,7 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
         if exact and id(n) in checks and id(n) not in by_kernel:
             lines = lines + [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks[id(n)]]
         # the loss guard runs once, before the first backward or update node
-        guard_loss = not guarded and n.phase != "forward" and cpu.NONFINITE_GUARD
+        guard_loss = not guarded and n.phase != "forward" and options.nonfinite_guard
         guarded = guarded or guard_loss
         blocks.append({"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
                        "lines": lines, "op": n.op, "kernel": kernel, "flops": flops(n),
@@ -263,21 +264,21 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
     return blocks
 
 
-# A step (or inference pass) of more than CHUNK_NODES nodes is emitted as functions of at most
-# CHUNK_NODES nodes each, called in turn: g++'s time grows faster than linearly with a function's
-# size (the 30-layer SmolLM2 step, 4,371 nodes: 18.6 s at -O3 in one function, 8.0 s in chunks).
-CHUNK_NODES = 128
+# A step (or inference pass) of more than EmitOptions.chunk_nodes (128) nodes is emitted as
+# functions of at most that many nodes each, called in turn: g++'s time grows faster than linearly
+# with a function's size (the 30-layer SmolLM2 step, 4,371 nodes: 18.6 s at -O3 in one function,
+# 8.0 s in chunks).
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
 
 
-def chunks(blocks: list[dict], names: BufferNames) -> list[dict]:
-    """blocks split into runs of CHUNK_NODES, each with the buffer declarations its lines use
+def chunks(blocks: list[dict], names: BufferNames, chunk_nodes: int = EmitOptions.chunk_nodes) -> list[dict]:
+    """blocks split into runs of chunk_nodes, each with the buffer declarations its lines use
     (in the function's declaration order); [] when the blocks fit one function."""
-    if len(blocks) <= CHUNK_NODES:
+    if len(blocks) <= chunk_nodes:
         return []
     out = []
-    for k, start in enumerate(range(0, len(blocks), CHUNK_NODES)):
-        part = blocks[start:start + CHUNK_NODES]
+    for k, start in enumerate(range(0, len(blocks), chunk_nodes)):
+        part = blocks[start:start + chunk_nodes]
         used = {w for b in part for line in b["lines"] for w in _IDENT.findall(line)}
         out.append({"index": k, "first": part[0]["index"], "last": part[-1]["index"], "nodes": part,
                     "buffers": [d for name, d in names.decl_of.items() if name in used]})
@@ -317,22 +318,32 @@ class Step:
     blocks: dict = field(default_factory=dict)
 
 
-def cpu_step(prog) -> Step:
+def emit_options(prog, options: EmitOptions | None = None) -> EmitOptions:
+    """The options a Program's step is emitted under: `options` (default EmitOptions()), its
+    exact_skip the Program's (its schedule was made for it)."""
+    import dataclasses
+    options = options if options is not None else EmitOptions()
+    exact = getattr(prog, "exact_skip", True)
+    return options if options.exact_skip == exact else dataclasses.replace(options, exact_skip=exact)
+
+
+def cpu_step(prog, options: EmitOptions | None = None) -> Step:
     """The all-CPU training step of a Program."""
+    options = emit_options(prog, options)
     names = BufferNames(prog.graph, prog.plan.offset, prog.state_offsets)
-    emit = Emit(prog.plan.offset, prog.state_offsets, names)
-    emit.exact_skip = getattr(prog, "exact_skip", True)
+    emit = Emit(prog.plan.offset, prog.state_offsets, names, options)
     nodes = _blocks(prog.order, emit)
-    return Step(prog.graph, prog.plan, nodes, names.decls, chunks(nodes, names))
+    return Step(prog.graph, prog.plan, nodes, names.decls, chunks(nodes, names, options.chunk_nodes))
 
 
-def render(prog, step: Step | None = None) -> tuple[str, str]:
+def render(prog, step: Step | None = None, options: EmitOptions | None = None) -> tuple[str, str]:
     """(C++ source, model hash) of a Program with `step` (default: the all-CPU step), from the
     one template, model.cpp.j2; inference always runs on the CPU."""
-    step = step if step is not None else cpu_step(prog)
+    options = emit_options(prog, options)
+    step = step if step is not None else cpu_step(prog, options)
     state_offsets = prog.state_offsets
     fwd_names = BufferNames(prog.forward_graph, prog.forward_plan.offset, state_offsets)
-    forward_nodes = _blocks(prog.forward_order, Emit(prog.forward_plan.offset, state_offsets, fwd_names))
+    forward_nodes = _blocks(prog.forward_order, Emit(prog.forward_plan.offset, state_offsets, fwd_names, options))
     state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
               "offset": state_offsets[v.name], "nbytes": v.nbytes}
              for v in sorted(prog.state.values(), key=lambda v: state_offsets[v.name])]
@@ -343,7 +354,7 @@ def render(prog, step: Step | None = None) -> tuple[str, str]:
     ctx = {
         "version": VERSION, "name": prog.name,
         "step_nodes": step.nodes, "forward_nodes": forward_nodes,
-        "step_chunks": step.chunks, "forward_chunks": chunks(forward_nodes, fwd_names),
+        "step_chunks": step.chunks, "forward_chunks": chunks(forward_nodes, fwd_names, options.chunk_nodes),
         "arena_bytes": step.plan.arena_bytes,
         "arena_bytes_total": max(step.plan.arena_bytes, prog.forward_plan.arena_bytes, 64),
         "state_bytes": max(prog.state_bytes, 64), "state": state,
@@ -359,7 +370,7 @@ def render(prog, step: Step | None = None) -> tuple[str, str]:
     return finish(_env().get_template("model.cpp.j2"), ctx)
 
 
-def emit_cpu(prog) -> Source:
+def emit_cpu(prog, options: EmitOptions | None = None) -> Source:
     """The all-CPU step of a Program."""
-    text, digest = render(prog)
+    text, digest = render(prog, options=options)
     return Source(text, digest, ("cpu",))

@@ -1,23 +1,27 @@
 """`pe.compile`: a PyTorch model → a compiled training program.
 
-The pipeline is a row of plain functions, each taking and returning plain data, each
-called where it runs (pe.compile, Program.with_graphs, search.SchemeCompiler.program):
+The pipeline is a row of plain functions, each taking and returning plain data:
 
-    export(model, ...)            -> (training graph, inference graph)
-    lower(graph, forward, ...)    autodiff, optimizer nodes, dead-code elimination, fusion (verified)
-    schedule_program(graph, fwd)  -> Schedule: node orders (the step reordered, and not; inference)
-    plan_program(graph, fwd, s)   -> Plans: the three arena plans
+    export(model, ...)            -> (training graph, inference graph): one torch.export in
+                                     train mode, the inference graph derived (passes/inference.py)
+    lower(graph, forward, ...)    lowering_passes(), one loop over both graphs (each verified)
+    schedule_program(graph, fwd)  -> Schedule: node orders (the step; inference)
+    plan_program(graph, fwd, s)   -> Plans: the arena plans (the unreordered one when asked for)
     Program(..., schedule, plans) the compiled program (state layout, stats)
-    emit(prog, backends)          -> codegen.Source: partition over the backends, render the step
+    emit(prog, backends, options) -> codegen.Source: partition over the backends, render the
+                                     step under codegen.EmitOptions
     build(prog, source)           -> a Trainer: compile that source for this host and load it
 
-`pe.compile` runs export → lower → schedule → plan; `prog.build(backends=...)` runs
-emit → build (the partition needs the backends, which are chosen there).  The prefix
-split (passes/prefix.py, through Program.with_graphs) and the scheme search's cost model
-(search.SchemeCompiler.program) call the same functions; Program(...) itself runs none.
+pe.compile(...) is compile_spec(CompileSpec(...)): one frozen record of every keyword and
+one function running export → lower → schedule → plan, which the scheme search
+(search.SchemeCompiler: every scheme of one spec, the export cached) and pock-build
+(--search too) call as well; `prog.build(backends=...)` runs emit → build (the partition
+needs the backends, which are chosen there).  The prefix split (passes/prefix.py, through
+Program.with_graphs) calls the same stages; Program(...) itself runs none.
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass
@@ -34,7 +38,7 @@ from .backends import coreml as _coreml  # noqa: F401
 from .backends import reference as _reference  # noqa: F401  (the null backend: the IR in torch, for tests)
 from .backends import check_backends as _check_backends, split_roles, step_backend
 from .build.host import cache_dir
-from .codegen import Source, emit_cpu
+from .codegen import EmitOptions, Source, emit_cpu, emit_options
 from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
@@ -47,6 +51,7 @@ from .optim.optimizers import SGD, Optimizer
 from .passes.dce import eliminate_dead_code
 from .passes.fuse import fuse_activation_grads, fuse_activations
 from .passes.schedule import schedule
+from .passes.tied import restrict_tied_uses
 
 
 def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str, object]:
@@ -88,8 +93,17 @@ def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str
 
 # -- stages -----------------------------------------------------------------------------
 def export(model: nn.Module, inputs, targets, loss, name: str, output=None, names=None) -> tuple[Graph, Graph]:
-    """Stage `export`: (training graph with the loss, inference graph) of the model.  The
-    inference graph is exported in eval mode; every module's mode is restored after."""
+    """Stage `export`: (training graph with the loss, inference graph) of the model, from one
+    torch.export of the training step in the model's own modes: the inference graph is
+    derived from it (passes/inference.py: dropout as identity, batch norm over its running
+    statistics).  Only a model whose code branches on `self.training` otherwise
+    (reads_training) is exported again in eval mode; every module's mode is restored after."""
+    from .passes.inference import inference_graph, reads_training
+    if not reads_training(model):
+        graph = export_graph(model, inputs, targets, loss, name, output, names, with_outputs=True)
+        forward_graph = verify(inference_graph(graph), "inference graph")
+        graph.outputs = []
+        return graph, forward_graph
     modes = {m: m.training for m in model.modules()}  # e.g. frozen BatchNorm layers kept in eval()
     graph = export_graph(model, inputs, targets, loss, name, output, names)
     try:
@@ -101,64 +115,93 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
     return graph, forward_graph
 
 
-def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
-    """Stage `lower` (in place, each step verified): the backward pass for the trained
-    parameters, the optimizer's update nodes, dead-code elimination and activation fusion."""
-    from .passes.attention import attention_layouts
-    from .passes.causal import causal_from_constant_mask
-    from .passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
-    verify(causal_from_constant_mask(graph), "causal mask")
-    verify(causal_from_constant_mask(forward_graph), "causal mask (inference)")
-    verify(fuse_rms_norm(graph), "RMSNorm fusion")
-    verify(fuse_rms_norm(forward_graph), "RMSNorm fusion (inference)")
-    verify(fuse_swiglu(graph), "SwiGLU fusion")
-    verify(fuse_swiglu(forward_graph), "SwiGLU fusion (inference)")
-    verify(fuse_rope(graph), "RoPE fusion")
-    verify(fuse_rope(forward_graph), "RoPE fusion (inference)")
-    verify(attention_layouts(graph), "attention layouts")
-    verify(attention_layouts(forward_graph), "attention layouts (inference)")
+def _autodiff(graph: Graph, trained: dict, optimizer: Optimizer) -> Graph:
+    """The backward pass for the trained parameters and the optimizer's update nodes."""
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]
         optimizer.emit(graph, graph.state[pname], grad, None if k is FULL else k, pname.rsplit(".", 1)[0])
-    verify(graph, "autodiff")
-    verify(eliminate_dead_code(graph), "dead-code elimination")
-    verify(eliminate_dead_code(forward_graph), "dead-code elimination (inference)")
-    verify(fuse_activations(graph), "activation fusion")
-    verify(fuse_activations(forward_graph), "activation fusion (inference)")
-    verify(fuse_activation_grads(graph), "activation-gradient fusion")
+    return graph
+
+
+def lowering_passes() -> list[tuple[str, object, bool]]:
+    """The passes of stage `lower`, in order: (what, pass(graph) -> graph, whether it also
+    runs on the inference graph).  The autodiff pass takes (graph, trained, optimizer)."""
+    from .passes.attention import attention_layouts
+    from .passes.causal import causal_from_constant_mask
+    from .passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
+    return [("causal mask", causal_from_constant_mask, True),
+            ("RMSNorm fusion", fuse_rms_norm, True),
+            ("SwiGLU fusion", fuse_swiglu, True),
+            ("RoPE fusion", fuse_rope, True),
+            ("attention layouts", attention_layouts, True),
+            ("autodiff", _autodiff, False),
+            ("dead-code elimination", eliminate_dead_code, True),
+            ("activation fusion", fuse_activations, True),
+            ("activation-gradient fusion", fuse_activation_grads, False)]
+
+
+def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
+    """Stage `lower` (in place): lowering_passes() over the training graph and (those that
+    apply) the inference graph, one loop, each result verified."""
+    for what, run, both in lowering_passes():
+        if run is _autodiff:
+            verify(run(graph, trained, optimizer), what)
+            continue
+        verify(run(graph), what)
+        if both:
+            verify(run(forward_graph), f"{what} (inference)")
 
 
 @dataclass
 class Schedule:
-    """Node orders: the training step (memory-reordered, and in graph order for the
-    comparison in stats()) and the inference pass."""
+    """Node orders: the training step (memory-reordered unless exact_skip) and the inference
+    pass.  The step in graph order (stats()' arena_bytes_no_reorder) is made when asked for."""
     order: list
-    order_no_reorder: list
     forward_order: list
+    graph: Graph | None = None
+    reordered: bool = False
+    _no_reorder: list | None = None
+
+    @property
+    def order_no_reorder(self) -> list:
+        if not self.reordered:
+            return self.order  # the same schedule
+        if self._no_reorder is None:
+            self._no_reorder = schedule(self.graph, reorder=False)
+        return self._no_reorder
 
 
 def schedule_program(graph: Graph, forward_graph: Graph, exact_skip: bool = True) -> Schedule:
     """Stage `schedule`.  exact_skip (the exact non-finite guard): every optimizer update
     runs after the whole backward pass, so a step skipped for a NaN/inf gradient changes
     nothing; otherwise each update runs as soon as its gradient is complete."""
-    return Schedule(schedule(graph, reorder=not exact_skip), schedule(graph, reorder=False),
-                    schedule(forward_graph))
+    return Schedule(schedule(graph, reorder=not exact_skip), schedule(forward_graph), graph, not exact_skip)
 
 
 @dataclass
 class Plans:
-    """The arena plans of the step (as scheduled, and unreordered) and of the inference pass."""
+    """The arena plans of the step (as scheduled) and of the inference pass; the plan of the
+    step in graph order (stats()' arena_bytes_no_reorder) is made when asked for."""
     plan: MemoryPlan
-    plan_no_reorder: MemoryPlan
     forward_plan: MemoryPlan
+    sched: Schedule | None = None
+    _no_reorder: MemoryPlan | None = None
+
+    @property
+    def plan_no_reorder(self) -> MemoryPlan:
+        if self.sched is None or not self.sched.reordered:
+            return self.plan
+        if self._no_reorder is None:
+            g = self.sched.graph
+            self._no_reorder = plan_memory(self.sched.order_no_reorder, g, [g.loss])
+        return self._no_reorder
 
 
 def plan_program(graph: Graph, forward_graph: Graph, sched: Schedule) -> Plans:
-    """Stage `plan`: the three memory plans."""
+    """Stage `plan`: the step's and the inference pass's memory plans."""
     return Plans(plan_memory(sched.order, graph, [graph.loss]),
-                 plan_memory(sched.order_no_reorder, graph, [graph.loss]),
-                 plan_memory(sched.forward_order, forward_graph, forward_graph.outputs))
+                 plan_memory(sched.forward_order, forward_graph, forward_graph.outputs), sched)
 
 
 class Program:
@@ -167,7 +210,7 @@ class Program:
     layout.  It runs no stage itself."""
 
     def __init__(self, name, graph, forward_graph, optimizer, trained, aliases, sched: Schedule, plans: Plans,
-                 exact_skip: bool = True):
+                 exact_skip: bool = True, lora_adapters: dict | None = None, lora_model=None):
         self.name = name
         self.exact_skip = exact_skip  # the exact non-finite guard (pe.compile's exact_skip)
         self.graph: Graph = graph
@@ -177,7 +220,7 @@ class Program:
         self.aliases = aliases
         self.order, self.forward_order = sched.order, sched.forward_order
         self.plan: MemoryPlan = plans.plan
-        self.plan_no_reorder: MemoryPlan = plans.plan_no_reorder
+        self._plans = plans  # plan_no_reorder: made when asked for
         self.forward_plan: MemoryPlan = plans.forward_plan
         self.state: dict[str, Value] = dict(graph.state)
         for name, v in forward_graph.state.items():
@@ -185,10 +228,16 @@ class Program:
         merged = Graph(name)
         merged.state = self.state
         self.state_offsets, self.state_bytes = state_layout(merged, written_state(graph, trained))
-        self._sources: dict[tuple[str, ...], Source] = {}
-        self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
-        self.lora_model = None
+        self._sources: dict[tuple, Source] = {}  # (backends, EmitOptions) -> the emitted step
+        self.lora_adapters: dict[str, float] = dict(lora_adapters or {})  # {module: scaling} (compile(lora=...))
+        self.lora_model = lora_model  # the model copy with LoRALinear modules
         self.decoder = None  # decoder.DecoderSpec of a Llama-family LM (generation), set by compile
+        self.recompute_flops = 0  # FLOPs the memory budget's recomputation adds per step, set by compile
+
+    @property
+    def plan_no_reorder(self) -> MemoryPlan:
+        """The step's memory plan in graph order (no operator reordering), made when asked for."""
+        return self._plans.plan_no_reorder
 
     def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
         """This program's model, optimizer and update scheme over new step and inference graphs
@@ -196,9 +245,8 @@ class Program:
         sched = schedule_program(graph, forward_graph, self.exact_skip)
         plans = plan_program(graph, forward_graph, sched)
         prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans,
-                          self.exact_skip)
-        prog.lora_adapters, prog.lora_model = dict(self.lora_adapters), self.lora_model
-        prog.decoder = self.decoder
+                          self.exact_skip, self.lora_adapters, self.lora_model)
+        prog.decoder, prog.recompute_flops = self.decoder, self.recompute_flops
         return prog
 
     # -- reports -------------------------------------------------------------------
@@ -225,9 +273,10 @@ class Program:
             **_memory_stats(self),  # private_bytes, mapped_bytes, recompute_flops (memory/budget.py)
         }
 
-    def emit(self, backends=None) -> Source:
-        """The emitted step for `backends` (default ["cpu"]), made once per backend set."""
-        return emit(self, backends)
+    def emit(self, backends=None, options: EmitOptions | None = None) -> Source:
+        """The emitted step for `backends` (default ["cpu"]) under `options` (default
+        EmitOptions()), made once per (backend set, options)."""
+        return emit(self, backends, options=options)
 
     def source(self) -> str:
         """The generated C++ translation unit of the all-CPU step."""
@@ -285,19 +334,22 @@ def check_backends(backends) -> list[str]:
     return _check_backends(backends)
 
 
-def emit(prog: Program, backends=None, cost=None) -> Source:
-    """Stage `emit`: the step's C++ source for a set of step backends (cached on the program,
-    one per set; a `cost` model for the partition is not cached).  A prefix backend ("htp")
+def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = None) -> Source:
+    """Stage `emit`: the step's C++ source for a set of step backends under EmitOptions
+    (cached on the program, one per (set, options); a `cost` model for the partition is not
+    cached).  A prefix backend ("htp")
     is not a step backend: split the prefix first (its Backend.split) and emit the suffix."""
     backends = tuple(check_backends(backends))
     prefix, _ = split_roles(backends)
     if prefix is not None:
         raise PockError(f"emit the step after splitting off the {prefix.name} prefix (passes/prefix.split_prefix)")
-    key = backends
+    options = emit_options(prog, options)
+    key = (backends, options)
     if cost is None and key in prog._sources:
         return prog._sources[key]
     renderer = step_backend(backends)
-    source = renderer.emit(prog, cost=cost) if renderer.emit is not None else emit_cpu(prog)
+    source = renderer.emit(prog, cost=cost, options=options) if renderer.emit is not None else \
+        emit_cpu(prog, options)
     if cost is None:
         prog._sources[key] = source
     return source
@@ -325,70 +377,123 @@ def build(prog: Program, source: Source, out_dir=None):
 _cache_dir = cache_dir  # the old name
 
 
-def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
-            optimizer: Optimizer | None = None, name: str | None = None, output=None, lora=None,
-            frozen_dtype: str = "fp32", exact_skip: bool = True, compute_dtype: str = "fp32",
-            memory_budget_mb=None) -> Program:
-    """Compile model's whole training step (see the README / CONTRACT). `output` names the
-    model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
-    example_inputs may be a dict {forward argument name: tensor} for keyword inputs.
-    ONNX, TFLite, Keras and JAX models become torch modules first (docs/frontends.md).
-    exact_skip (default True): the non-finite guard is exact, i.e. every update runs after
-    all gradients are computed and checked, so a step skipped for a NaN/inf gradient leaves
-    parameters and optimizer state bit-identical (the gradients stay alive until the end:
-    a bigger arena).  False: each update runs as soon as its gradient is complete (the
-    smaller arena of operator reordering); a gradient going NaN/inf late then finds the
-    earlier updates applied (Trainer.last_step_status "partial")."""
+@dataclass(frozen=True, eq=False)
+class CompileSpec:
+    """Everything pe.compile takes, one field per keyword (a new keyword is one line here:
+    pe.compile, the scheme search and pock-build pass it through).  See compile() for the
+    meaning of each."""
+    model: object
+    example_inputs: object
+    example_targets: object
+    loss: object = "cross_entropy"
+    update: object = "full"
+    optimizer: Optimizer | None = None
+    name: str | None = None
+    output: object = None
+    lora: object = None
+    frozen_dtype: str = "fp32"
+    exact_skip: bool = True
+    compute_dtype: str = "fp32"      # products with frozen weights in bf16/fp16 (passes/compute_dtype.py)
+    memory_budget_mb: float | None = None  # private memory budget: recomputation (memory/budget.py)
+
+    def replace(self, **changes) -> "CompileSpec":
+        return dataclasses.replace(self, **changes)
+
+
+def make_spec(*args, **kwargs) -> CompileSpec:
+    """CompileSpec(*args, **kwargs), an unknown or missing keyword a PockError naming it."""
+    try:
+        return CompileSpec(*args, **kwargs)
+    except TypeError as e:
+        fields = ", ".join(f.name for f in dataclasses.fields(CompileSpec))
+        raise PockError(f"pe.compile: {e} (its arguments are: {fields})") from None
+
+
+def compile(*args, **kwargs) -> Program:
+    """Compile model's whole training step (see the README / CONTRACT):
+    pe.compile(model, example_inputs, example_targets, loss="cross_entropy", update="full",
+    optimizer=None, name=None, output=None, lora=None, frozen_dtype="fp32", exact_skip=True,
+    compute_dtype="fp32", memory_budget_mb=None), the fields of CompileSpec.
+
+    `output` names the model output the loss uses (a ModelOutput/dict key such as "logits",
+    or a tuple index); example_inputs may be a dict {forward argument name: tensor} for
+    keyword inputs.  ONNX, TFLite, Keras and JAX models become torch modules first
+    (docs/frontends.md).  exact_skip (default True): the non-finite guard is exact, i.e.
+    every update runs after all gradients are computed and checked, so a step skipped for a
+    NaN/inf gradient leaves parameters and optimizer state bit-identical (the gradients stay
+    alive until the end: a bigger arena).  False: each update runs as soon as its gradient
+    is complete (the smaller arena of operator reordering); a gradient going NaN/inf late
+    then finds the earlier updates applied (Trainer.last_step_status "partial")."""
+    return compile_spec(make_spec(*args, **kwargs))
+
+
+def compile_spec(spec: CompileSpec, exports: dict | None = None) -> Program:
+    """pe.compile's stages for one spec: check → (LoRA) → export → lower → schedule → plan.
+    exports: a cache shared by calls whose specs differ only in `update` (and `lora`), e.g.
+    the scheme search's: each (lora, name) is exported once and every call lowers a copy."""
     from .frontends import as_torch_module
-    if not isinstance(exact_skip, bool):
-        raise PockError(f"exact_skip must be True or False, got {exact_skip!r}")
-    model = as_torch_module(model)
+    if not isinstance(spec.exact_skip, bool):
+        raise PockError(f"exact_skip must be True or False, got {spec.exact_skip!r}")
+    model = as_torch_module(spec.model)
     if not isinstance(model, nn.Module):
         raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-    optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
+    optimizer = spec.optimizer if spec.optimizer is not None else SGD(lr=0.01)
     if not isinstance(optimizer, Optimizer):
         raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(optimizer).__name__}")
-    names = input_names(example_inputs)
-    inputs = check_example(example_inputs, "example_inputs")
-    targets = check_example(example_targets, "example_targets")
-    name = _check_name(name) if name is not None else _c_name(type(model).__name__)
+    names = input_names(spec.example_inputs)
+    inputs = check_example(spec.example_inputs, "example_inputs")
+    targets = check_example(spec.example_targets, "example_targets")
+    name = _check_name(spec.name) if spec.name is not None else _c_name(type(model).__name__)
     from .quant import check_frozen_dtype
-    lowp = check_frozen_dtype(frozen_dtype)
+    lowp = check_frozen_dtype(spec.frozen_dtype)
     from .passes.compute_dtype import apply_compute_dtype, check_compute_dtype
-    check_compute_dtype(compute_dtype)
-    resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
-    named = {n: tuple(p.shape) for n, p in model.named_parameters()}
-    from .passes.tied import restrict_tied_uses, split_tied_uses
-    update, tied_uses = split_tied_uses(update, tied_aliases(model))  # `head.weight`: that use only
-    trained = resolve_update(named, update)
-    # frozen by the user means frozen, as in PyTorch: no gradient, no update, whatever `update` says
-    trained = {n: k for n, k in trained.items() if dict(model.named_parameters())[n].requires_grad}
-    adapters = {}
-    if lora is not None:
-        from .lora import apply_lora
-        model, adapters = apply_lora(model, lora)
-        for module in adapters:
-            trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
-    graph, forward_graph = export(model, inputs, targets, loss, name, output, names)
-    check_float_ops(graph)
+    check_compute_dtype(spec.compute_dtype)
+    resolve_loss(spec.loss)  # fail fast on bad arguments, before the (slow) exports
+    trained, tied_uses = resolve_trained(model, spec.update)
+    key = (repr(spec.lora), name)
+    if exports is not None and key in exports:
+        lora_model, adapters, graph, forward_graph = exports[key]
+    else:
+        lora_model, adapters = model, {}
+        if spec.lora is not None:
+            from .lora import apply_lora
+            lora_model, adapters = apply_lora(model, spec.lora)
+        graph, forward_graph = export(lora_model, inputs, targets, spec.loss, name, spec.output, names)
+        check_float_ops(graph)
+        if exports is not None:
+            exports[key] = (lora_model, adapters, graph, forward_graph)
+    if exports is not None:  # lower a copy: the cached export serves the next scheme
+        graph, forward_graph = graph.clone()[0], forward_graph.clone()[0]
+    for module in adapters:
+        trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     restrict_tied_uses(graph, {p: m for p, m in tied_uses.items() if p in trained})
     lower(graph, forward_graph, trained, optimizer)
     if lowp != "f32":
         from .passes.lowp import store_frozen_lowp
         store_frozen_lowp([graph, forward_graph], trained, lowp)
-    apply_compute_dtype([graph, forward_graph], trained, compute_dtype, lowp)  # frozen-weight products in bf16/fp16
+    apply_compute_dtype([graph, forward_graph], trained, spec.compute_dtype, lowp)  # frozen products in bf16/fp16
     from .memory.budget import fit_budget  # memory_budget_mb: what the backward pass recomputes
-    recompute_flops = fit_budget(graph, forward_graph, trained, exact_skip, memory_budget_mb) \
-        if memory_budget_mb is not None else 0
-    sched = schedule_program(graph, forward_graph, exact_skip)
+    recompute_flops = fit_budget(graph, forward_graph, trained, spec.exact_skip, spec.memory_budget_mb) \
+        if spec.memory_budget_mb is not None else 0
+    sched = schedule_program(graph, forward_graph, spec.exact_skip)
     plans = plan_program(graph, forward_graph, sched)
-    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, exact_skip)
-    prog.lora_adapters = adapters
-    prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
+    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, spec.exact_skip,
+                   lora_adapters=adapters, lora_model=lora_model if spec.lora is not None else None)
     from .decoder import recognize
-    prog.decoder = recognize(model, adapters)  # generation's view of a Llama-family LM, else None
+    prog.decoder = recognize(lora_model, adapters)  # generation's view of a Llama-family LM, else None
     prog.recompute_flops = recompute_flops
     return prog
+
+
+def resolve_trained(model: nn.Module, update) -> tuple[dict, dict]:
+    """(what `update` trains: {param: FULL or k}, {tied parameter: the module whose use alone
+    trains it}); a parameter frozen by the user (requires_grad=False) stays frozen, as in
+    PyTorch, whatever `update` says."""
+    from .passes.tied import split_tied_uses
+    params = dict(model.named_parameters())
+    update, tied_uses = split_tied_uses(update, tied_aliases(model))  # `head.weight`: that use only
+    trained = resolve_update({n: tuple(p.shape) for n, p in params.items()}, update)
+    return {n: k for n, k in trained.items() if params[n].requires_grad}, tied_uses
 
 
 # Ops whose kernels take float32 tensors only: an integer tensor reaching one

@@ -43,8 +43,8 @@ from .autodiff.rules import FULL
 from .errors import PockError
 from .frontends.torch_export import check_example, resolve_loss, tied_aliases
 from .optim.optimizers import SGD, Optimizer
-from .passes.tied import restrict_tied_uses, split_tied_uses
-from .program import Program, _c_name, export, lower, plan_program, resolve_update, schedule_program
+from .passes.tied import split_tied_uses
+from .program import Program, _c_name, compile_spec, make_spec, resolve_update
 from .search_baselines import NORMS, fits, last_layer_update, refine as refine_measured, scheme_update
 
 RATIOS = (0.125, 0.25, 0.5, 1.0)
@@ -172,11 +172,16 @@ def _check_ratios(ratios) -> tuple:
 
 # -- cost model: compile each scheme from one export -------------------------------------------
 class SchemeCompiler:
-    """pe.compile for many update schemes of one model: the model is exported once and each
-    scheme runs the rest of the pipeline on a copy, giving the same Program (and stats)."""
+    """pe.compile for many update schemes of one model: pe.compile's own path
+    (program.compile_spec) for the spec with each scheme's `update`, the model exported once
+    (per LoRA configuration) and each scheme lowered from a copy, so a scheme's Program (and
+    stats) is the one pe.compile builds with the same keywords.  compile_kw: every other
+    pe.compile keyword (frozen_dtype, lora, output, exact_skip, name, ...)."""
 
     def __init__(self, model: nn.Module, example_inputs, example_targets, loss="cross_entropy",
-                 optimizer: Optimizer | None = None, name: str | None = None):
+                 optimizer: Optimizer | None = None, name: str | None = None, **compile_kw):
+        from .frontends import as_torch_module
+        model = as_torch_module(model)
         if not isinstance(model, nn.Module):
             raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         self.optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
@@ -187,16 +192,31 @@ class SchemeCompiler:
         resolve_loss(loss)
         self.loss = loss
         self.name = name or _c_name(type(model).__name__)
+        self.spec = make_spec(model, example_inputs, example_targets, loss, optimizer=self.optimizer,
+                              name=self.name, **compile_kw)
         self.model = model  # LoRA schemes are compiled from it (pe.compile(..., lora=...))
         self._lora: dict[tuple, Program] = {}
+        self._exports: dict = {}  # program.compile_spec's export cache
         self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
         # frozen by the user (requires_grad=False) stays frozen, as in pe.compile
         self.frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
         self.aliases = tied_aliases(model)
-        # the same export stage as pe.compile: every module's own mode is restored after it
-        self.train_graph, self.forward_graph = export(model, self.inputs, self.targets, loss, self.name)
         self._stats: dict[tuple, dict] = {}
         self.compiles = 0
+
+    @property
+    def train_graph(self):
+        """The exported training graph (before lowering) of the spec."""
+        return self._exported()[2]
+
+    @property
+    def forward_graph(self):
+        return self._exported()[3]
+
+    def _exported(self):
+        if not self._exports:
+            self.program("full")
+        return next(iter(self._exports.values()))
 
     @staticmethod
     def key(trained: dict, tied_uses: dict | None = None) -> tuple:
@@ -209,16 +229,10 @@ class SchemeCompiler:
         return self.key(*self.resolve(update))
 
     def program(self, update) -> Program:
-        """The scheme's Program, by pe.compile's own stages (lower, schedule, plan) on a copy of the export."""
-        trained, uses = self.resolve(update)
-        graph, _ = self.train_graph.clone()
-        forward_graph, _ = self.forward_graph.clone()
-        restrict_tied_uses(graph, uses)
-        lower(graph, forward_graph, trained, self.optimizer)
-        sched = schedule_program(graph, forward_graph)
-        plans = plan_program(graph, forward_graph, sched)
+        """The scheme's Program: pe.compile(**the spec's keywords, update=update), exported once."""
+        prog = compile_spec(self.spec.replace(update=update), self._exports)
         self.compiles += 1
-        return Program(self.name, graph, forward_graph, self.optimizer, trained, self.aliases, sched, plans)
+        return prog
 
     def resolve(self, update) -> tuple[dict, dict]:
         """(what the scheme trains, {tied parameter: the module whose use alone trains it}, from
@@ -248,12 +262,10 @@ class SchemeCompiler:
     def lora_program(self, lora, update: dict) -> Program:
         """pe.compile(model, ..., update=update or "none", lora=lora): a LoRA scheme (adapters
         beside a sparse update dict), cached."""
-        from .program import compile as pe_compile
-
         key = self.lora_key(lora, update)
         if key not in self._lora:
-            self._lora[key] = pe_compile(self.model, self.inputs, self.targets, self.loss, update=dict(update) or "none",
-                                         optimizer=self.optimizer, name=f"{self.name}_lora", lora=lora)
+            self._lora[key] = compile_spec(self.spec.replace(update=dict(update) or "none", lora=lora,
+                                                             name=f"{self.name}_lora"), self._exports)
             self.compiles += 1
         return self._lora[key]
 
@@ -602,7 +614,8 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
            population: int = 12, progress: bool = True, compiler: SchemeCompiler | None = None,
            contributions: Contributions | None = None, refine: bool = True, max_seconds: float | None = None,
            max_evaluations: int = 24, cache: bool = True, verify_steps: int | None = None, lora=False,
-           candidates=None, ratios: tuple = RATIOS, baseline_blocks=None, baselines=None) -> SearchResult:
+           candidates=None, ratios: tuple = RATIOS, baseline_blocks=None, baselines=None,
+           **compile_kw) -> SearchResult:
     """search_update's work, returning everything the report shows (see the module docstring).
     refine: measure the hand baselines and the additive pick with real steps and refine by
     measured moves (search_baselines); max_seconds bounds the search (the contribution
@@ -618,8 +631,14 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     result's `lora` is then the adapters to compile with (pe.compile(..., update=result.update or
     "none", lora=result.lora)).  candidates (globs) and ratios: the groups of the contribution
     analysis (a large model's search kept small); baseline_blocks: the k of the last-k-blocks
-    baselines (default every k); baselines: name prefixes of the hand baselines to measure."""
+    baselines (default every k); baselines: name prefixes of the hand baselines to measure.
+    compile_kw: every other pe.compile keyword (frozen_dtype, output, exact_skip, name, ...; a
+    pe.LoRA as `lora` is pe.compile's: adapters trained beside every scheme): each scheme is
+    costed as the program pe.compile builds with them."""
     t0 = time.monotonic()
+    from .lora import LoRA
+    if isinstance(lora, LoRA):  # pe.compile's lora=: the adapters every scheme trains
+        compile_kw["lora"], lora = lora, False
     only = baselines  # (the name is reused below for the measured baselines)
     if not isinstance(budget, Budget):
         raise PockError(f"budget must be a pe.Budget(memory_mb=..., step_ms=..., flops=...), got {budget!r}")
@@ -633,7 +652,8 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
         if not isinstance(batches, (list, tuple)) or not batches or not isinstance(batches[0], (list, tuple)) \
                 or len(batches[0]) != 2:
             raise PockError("batches must be a non-empty list of (inputs, targets) tuples")
-        compiler = SchemeCompiler(model, batches[0][0], batches[0][1], loss, optimizer)
+        compiler = SchemeCompiler(model, batches[0][0], batches[0][1], loss, optimizer, **compile_kw)
+    model = compiler.model  # a torch module (ONNX, Keras, TFLite, JAX models converted)
     batches = _check_batches(batches, compiler)
     groups = [g for g in candidate_groups(model, ratios, candidates) if not all(p in compiler.frozen for p in g.params)]
     if not groups:
@@ -695,6 +715,7 @@ def _cache_key(compiler: SchemeCompiler, batches, steps: int, groups) -> str:
     h = hashlib.sha256()
     h.update(repr((compiler.name, compiler.loss, repr(compiler.optimizer), steps,
                    [(g.name, g.params, g.ratios) for g in groups], sorted(compiler.frozen))).encode())
+    h.update(repr([(f, repr(getattr(compiler.spec, f))) for f in ("output", "lora", "frozen_dtype", "exact_skip")]).encode())
     for name, v in sorted(compiler.train_graph.state.items()):
         if v.data is not None:
             h.update(name.encode())
@@ -775,10 +796,11 @@ def search_update(model: nn.Module, batches, loss="cross_entropy", optimizer: Op
 
 def search_for_cli(kwargs: dict, budget_mb: float, report: str | None = None, seed: int = 0) -> dict:
     """`pock-build --search`: search on the spec's `sample_batches` (popped from kwargs, a list of
-    (inputs, targets)), or on its one example batch."""
+    (inputs, targets)), or on its one example batch; every other pe.compile keyword of the spec
+    (frozen_dtype, lora, output, ...) is the search's too, so the scheme fits in what is built."""
     batches = kwargs.pop("sample_batches", None)
     if batches is None:
         batches = [(kwargs["example_inputs"], kwargs.get("example_targets"))]
-    return search_update(kwargs["model"], batches, loss=kwargs.get("loss", "cross_entropy"),
-                         optimizer=kwargs.get("optimizer"), budget=Budget(memory_mb=budget_mb), seed=seed,
-                         report=report)
+    compile_kw = {k: v for k, v in kwargs.items() if k not in ("model", "example_inputs", "example_targets", "update")}
+    return search_update(kwargs["model"], batches, budget=Budget(memory_mb=budget_mb), seed=seed, report=report,
+                         **compile_kw)

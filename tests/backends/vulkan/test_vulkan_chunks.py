@@ -1,4 +1,4 @@
-"""A long Vulkan step is split into functions of at most codegen.CHUNK_NODES nodes, as the
+"""A long Vulkan step is split into functions of at most EmitOptions.chunk_nodes nodes, as the
 CPU's is (tests/codegen/test_chunks.py): each chunk gets the device and its memory from
 train_step, which takes the device lock and writes the step's scalars once; the chunked
 library trains exactly as the one-function library does, and the non-finite guard still
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine import codegen
+from pockengine import codegen, program
 from pockengine.backends.vulkan import emit_vulkan
 
 from models import GPT, batches
@@ -18,12 +18,11 @@ pytestmark = needs_vulkan
 
 
 def _build(mp, chunk_nodes):
-    mp.setattr(codegen, "CHUNK_NODES", chunk_nodes)
     torch.manual_seed(0)
     inputs, targets = batches("gpt")[0]
     prog = pe.compile(GPT(), inputs, targets, optimizer=pe.SGD(lr=0.05, momentum=0.9))
-    source = emit_vulkan(prog)
-    return source, prog.build(backends=["vulkan", "cpu"])
+    source = emit_vulkan(prog, options=codegen.EmitOptions(chunk_nodes=chunk_nodes))
+    return source, program.build(prog, source)
 
 
 @pytest.fixture(scope="module")

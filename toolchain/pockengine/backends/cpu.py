@@ -4,6 +4,8 @@ record's `cpu` builder (pockengine/ops); this module holds the pointer expressio
 (Emit), the non-finite guard around the optimizer updates and the backend's registration."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..ir.graph import Node, Value
 from ..memory.plan import root_of
 from ..ops import REGISTRY
@@ -12,21 +14,33 @@ from ..ops.cpp import MACRO, _n, cstr
 # op -> the record's C++ call builder (e, node, *input pointers, *output pointers) -> line(s)
 EMITTERS: dict = {name: r.cpu for name, r in REGISTRY.items() if r.cpu is not None}
 
-# The non-finite guard in the generated step (a loss check before the backward pass,
-# a gradient check before each update).  Always on for users; bench/guard_cost.py
-# turns it off to measure what it costs.
-NONFINITE_GUARD = True
+@dataclass(frozen=True)
+class EmitOptions:
+    """How a step is emitted, passed explicitly to codegen and the step backends (part of
+    the Program's source cache key; the text, and so its structural hash, follows from it)."""
+    nonfinite_guard: bool = True  # a loss check before the backward pass, a gradient check per
+    #                               update (always on for users; bench/guard_cost.py measures it off)
+    exact_skip: bool = True  # the exact guard: every gradient checked before any update (Program.exact_skip)
+    fuse_updates: bool = True  # an update fused into its weight gradient's GEMM (steps without the exact guard)
+    chunk_nodes: int = 128  # a longer step (or inference pass) is emitted as functions of this many nodes
+    update_check: str = "kernel"  # without the exact guard, where an update's gradient is checked:
+    #                               "kernel" (inside the update kernel) or "separate" (pk::all_finite first)
+
+    def __post_init__(self):
+        if self.update_check not in ("kernel", "separate"):
+            raise ValueError(f"update_check must be 'kernel' or 'separate', got {self.update_check!r}")
 
 
 class Emit:
     """Pointer expressions for the values of one plan: a named buffer (`namer(v)`, see
-    codegen.BufferNames) when a namer is given, else the offset itself (F32(A, 128))."""
+    codegen.BufferNames) when a namer is given, else the offset itself (F32(A, 128)); and
+    the EmitOptions the lines are emitted under."""
 
-    def __init__(self, arena_offset, state_offset, namer=None):
+    def __init__(self, arena_offset, state_offset, namer=None, options: EmitOptions | None = None):
         self.arena_offset = arena_offset  # Value -> int
         self.state_offset = state_offset  # name -> int
         self.namer = namer
-        self.exact_skip = False  # the training step's guard mode (codegen.render sets it; see _update)
+        self.options = options if options is not None else EmitOptions()
 
     def p(self, v: Value | None) -> str:
         if v is None:
@@ -45,7 +59,7 @@ class Emit:
         return [self.p(v) for v in (*n.inputs, *n.outputs)]
 
     def node(self, n: Node) -> list[str]:
-        fn = EMITTERS.get(n.op)
+        fn = REGISTRY[n.op].cpu if n.op in REGISTRY else None
         if fn is None:
             raise NotImplementedError(f"no CPU emitter for op '{n.op}'")
         out = fn(self, n, *self.pointers(n))
@@ -59,7 +73,7 @@ class Emit:
 
     def update(self, n: Node, call: str) -> tuple[str, ...]:
         """An optimizer update's lines around its kernel call (the records of sgd_update and
-        adamw_update call this; _update is looked up when called: the bench swaps it)."""
+        adamw_update call this)."""
         return _update(self, n, call)
 
 
@@ -82,12 +96,18 @@ def checked_node(e: Emit, n: Node, u: Node) -> list[str]:
 
 
 def _update(e, n, call: str) -> tuple[str, ...]:
-    """An update node's lines.  Exact guard (e.exact_skip, the default): the gradient was
-    checked earlier (finite_guard), the update runs unchecked.  Otherwise the check is
+    """An update node's lines.  Exact guard (options.exact_skip, the default): the gradient
+    was checked earlier (finite_guard), the update runs unchecked.  Otherwise the check is
     folded into the update kernel: a NaN/inf gradient skips this update and every later
-    one of the step (ctx->updates_done counts the ones already run)."""
-    if not NONFINITE_GUARD or getattr(e, "exact_skip", False):
+    one of the step (ctx->updates_done counts the ones already run); update_check="separate"
+    checks it with pk::all_finite before the kernel instead (the guard before the folded one,
+    kept for bench/guard_cost.py's comparison)."""
+    if not e.options.nonfinite_guard or e.options.exact_skip:
         return f"{call});", "++ctx->updates_done;"
+    if e.options.update_check == "separate":
+        g = call.split("(", 1)[1].split(", ")[1]
+        return (f"if (!pk::all_finite({g}, {_n(n.inputs[1])})) return pock_nonfinite({_gradient_of(n)}, "
+                f"ctx->updates_done);", f"{call});", "++ctx->updates_done;")
     return (f"if (!{call}, true)) return pock_nonfinite({_gradient_of(n)}, ctx->updates_done);",
             "++ctx->updates_done;")
 

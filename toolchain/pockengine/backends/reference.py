@@ -245,7 +245,7 @@ def _adamw(p, g, slots, a, lr, t):
     p.addcdiv_(m, denom, value=-lr / bc1)
 
 
-def emit_reference(prog, cost=None) -> Source:
+def emit_reference(prog, cost=None, options=None) -> Source:
     """No code: the Source is the step graph's listing (what the interpreter runs)."""
     text = prog.graph.dump()
     return Source(text, hashlib.sha256(text.encode()).hexdigest()[:16], ("reference", "cpu"))

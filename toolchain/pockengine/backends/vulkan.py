@@ -28,7 +28,7 @@ from ..memory.plan import ALIGN, root_of
 from ..ops.cpp import _fit, bcast_strides, strides
 from ..passes.partition import ALWAYS, partition, plan_spaces
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
-from .cpu import Emit
+from .cpu import Emit, EmitOptions
 from .vulkan_ops import BACKWARD_BASE, BINARY, POINTWISE
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
                               fbits, fill_dispatch, grid, ibits, reduce_dispatch)
@@ -423,11 +423,6 @@ def gather_check(n: Node, err_byte: int, ids_byte: int) -> str:
             f"reinterpret_cast<const int64_t*>(D + {ids_byte}), bad, 0, {hi(n)});")
 
 
-def NONFINITE_GUARD_ON() -> bool:  # noqa: N802  (cpu.NONFINITE_GUARD, read when rendering: the bench flips it)
-    from . import cpu
-    return cpu.NONFINITE_GUARD
-
-
 def _align(n: int) -> int:
     return (n + ALIGN - 1) // ALIGN * ALIGN
 
@@ -466,10 +461,12 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
                      prefer=None if cost is not None else "vulkan")
 
 
-def render(prog, part):
+def render(prog, part, options: EmitOptions | None = None):
     """(C++ source, hash) of the step with its Vulkan partition: codegen.render with this
-    step (templates/model.cpp.j2, its blocks under `vulkan`)."""
-    from ..codegen import BufferNames, Step, chunks, kernel_name
+    step (templates/model.cpp.j2, its blocks under `vulkan`), emitted under `options`."""
+    import dataclasses
+
+    from ..codegen import BufferNames, Step, chunks, emit_options, kernel_name
     from ..codegen import render as render_step
     from ..ops.cpp import fl
 
@@ -527,15 +524,15 @@ def render(prog, part):
             return index_slot0 + gathers.index(n)
 
     buffers = BufferNames(pg, host.offset, so)  # the CPU nodes' buffers, named after the module path
-    vk, cpu = Emitter(shader_word), Emit(host.offset, so, buffers)
+    options = emit_options(prog, options)
+    # CPU updates of this step are checked here (below), not by their kernels
+    vk, cpu = Emitter(shader_word), Emit(host.offset, so, buffers, dataclasses.replace(options, exact_skip=True))
     # The non-finite guard (nonfinite_guard), by the host, reading the device buffer where the
     # values are there.  exact_skip (every update after the whole backward): once, before the
     # first update, for the loss and every gradient, so a skipped step changes nothing.
     # Otherwise before each update (the segment before it submitted first), for its own
     # gradient: a NaN/inf one skips it and every later update, as on the CPU ("partial").
-    guard = NONFINITE_GUARD_ON()
-    exact = getattr(prog, "exact_skip", True)
-    cpu.exact_skip = True  # CPU updates of this step are checked here, not by their kernels
+    guard, exact = options.nonfinite_guard, options.exact_skip
     position = {id(n): i for i, n in enumerate(pg.nodes)}
     update_nodes = [n for n in pg.nodes if n.op in ("sgd_update", "adamw_update")]
     first_update = next((i for i, n in enumerate(pg.nodes) if n.phase == "update"), None)
@@ -665,14 +662,15 @@ def render(prog, part):
     }
     # a long step is split into chunk functions as the CPU's is; model.cpp.j2 hands each the device
     # and its memory (the lock and the step's scalars are taken once, in train_step)
-    return render_step(prog, Step(pg, host, blocks, buffers.decls, chunks(blocks, buffers), {"vulkan": blocks_ctx}))
+    return render_step(prog, Step(pg, host, blocks, buffers.decls, chunks(blocks, buffers, options.chunk_nodes),
+                                  {"vulkan": blocks_ctx}), options)
 
 
-def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None):
+def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None, options: EmitOptions | None = None):
     """The step with its Vulkan partition, as a codegen.Source."""
     from ..codegen import Source
     part = partition_step(prog, backends, cost)
-    text, digest = render(prog, part)
+    text, digest = render(prog, part, options)
     return Source(text, digest, tuple(backends), part)
 
 
@@ -730,7 +728,7 @@ register(Backend(
     # a submission and wait costs more
     Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
     supports=supports,
-    emit=lambda prog, cost=None: emit_vulkan(prog, cost=cost),  # partitioned over ("vulkan", "cpu")
+    emit=lambda prog, cost=None, options=None: emit_vulkan(prog, cost=cost, options=options),  # over ("vulkan", "cpu")
     build=lambda prog, source, out_dir=None: build_vulkan(prog, out_dir, source=source),
     open=open_backend, check_target=_check_soc,
     platforms=("host",),

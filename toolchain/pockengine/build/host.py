@@ -48,7 +48,7 @@ BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-pthread")
 # x86-64 (baseline SSE2, the portable vector path). See README "Testing".
 MARCH_ENV = "POCK_MARCH"
 # A generated model TU holds only glue (one kernel call per node, in functions of at most
-# codegen.CHUNK_NODES nodes): -O1 runs it as fast as -O3 and compiles in about half the time
+# EmitOptions.chunk_nodes nodes): -O1 runs it as fast as -O3 and compiles in about half the time
 # (the 30-layer SmolLM2 step: 8.0 s -> 4.4 s).  The runtime and kernels keep -O3.
 MODEL_OPT = "-O1"
 CACHE_VERSION = "cache-v2"  # entries with digests (build/cache.py); older entries are never read

@@ -34,7 +34,7 @@ def module_path(fx_node) -> str:
     path = path.split("L['self'].", 1)[-1]
     path = path[len("model."):] if path.startswith("model.") else ("" if path == "model" else path)
     cls_name = getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1].strip("'>"))
-    if cls_name == "_TrainStep":
+    if cls_name in ("_TrainStep", "_TrainStepAndOutputs"):
         return "loss"
     return f"{path} ({cls_name})" if path else cls_name
 

@@ -77,6 +77,17 @@ class _TrainStep(nn.Module):
         return self.loss_fn(out, *args[self.n_inputs:])
 
 
+class _TrainStepAndOutputs(_TrainStep):
+    """The training step returning the model's outputs (those of _Inference) after the loss:
+    one export gives both graphs (passes/inference.py)."""
+
+    def forward(self, *args):
+        out = _call(self.model, args[: self.n_inputs], self.input_names)
+        if self.output is not None or self.input_names or isinstance(out, Mapping):
+            out = select_output(out, self.output)
+        return self.loss_fn(out, *args[self.n_inputs:]), out
+
+
 class _Inference(nn.Module):
     def __init__(self, model: nn.Module, output=None, input_names=None):
         super().__init__()
@@ -193,28 +204,64 @@ def input_names(example_inputs):
 
 
 def check_example(tensors, what: str) -> tuple:
+    """Example inputs/targets as a tuple of torch tensors.  Besides torch tensors, any array
+    type (NumPy, JAX, TensorFlow: whatever has __array__, what a Keras, JAX or ONNX user has
+    at hand) is taken and converted (float64 arrays become float32, as those frameworks
+    compute); a dict {forward argument name: tensor} gives keyword inputs, in its order."""
     if isinstance(tensors, Mapping):  # keyword inputs: the step takes them in the dict's order
         if not all(isinstance(k, str) for k in tensors):
             raise PockError(f"{what} given as a dict must map forward() argument names to tensors")
         tensors = tuple(tensors.values())
-    if isinstance(tensors, torch.Tensor):
+    if isinstance(tensors, torch.Tensor) or _is_array(tensors):
         tensors = (tensors,)
-    if not isinstance(tensors, (tuple, list)) or not all(isinstance(t, torch.Tensor) for t in tensors):
-        raise PockError(f"{what} must be a tuple of torch tensors, got {type(tensors).__name__}")
+    if not isinstance(tensors, (tuple, list)):
+        raise PockError(f"{what} must be a tuple of torch tensors or arrays (NumPy, JAX, TensorFlow), got "
+                        f"{_type_name(tensors)}")
+    out = []
     for i, t in enumerate(tensors):
+        if not isinstance(t, torch.Tensor):
+            if not _is_array(t):
+                raise PockError(f"{what} must hold torch tensors or arrays (NumPy, JAX, TensorFlow): "
+                                f"{what}[{i}] is a {_type_name(t)}")
+            t = _from_array(t, f"{what}[{i}]")
         to_ir_dtype(t.dtype, f"{what}[{i}]")
-    return tuple(tensors)
+        out.append(t)
+    return tuple(out)
+
+
+def _type_name(x) -> str:
+    t = type(x)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
+def _is_array(x) -> bool:
+    return hasattr(x, "__array__") and not isinstance(x, (str, bytes, type))
+
+
+def _from_array(x, what: str) -> torch.Tensor:
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # an __array__ that fails: name the element
+        raise PockError(f"{what} ({type(x).__name__}) could not be read as an array: {e}") from None
+    if a.dtype == np.float64:
+        a = a.astype(np.float32)
+    if a.dtype == object or a.dtype.kind not in "biuf":
+        raise PockError(f"{what} is a {type(x).__name__} of dtype {a.dtype}; PockEngine takes numeric arrays")
+    return torch.from_numpy(np.ascontiguousarray(a).copy())
 
 
 def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=None, name="model",
-                 output=None, names=None) -> Graph:
+                 output=None, names=None, with_outputs: bool = False) -> Graph:
     """Training graph (loss given) or inference graph (loss None) of `model`; `output` picks
-    the model output used (see select_output), `names` are keyword names of the inputs."""
+    the model output used (see select_output), `names` are keyword names of the inputs.
+    with_outputs: the training graph also holds the model's outputs (graph.outputs), what
+    passes/inference.inference_graph derives the inference graph from."""
     names = names or input_names(example_inputs)
     inputs = check_example(example_inputs, "example_inputs")
     if loss is not None:
         targets = check_example(example_targets, "example_targets")
-        module = _TrainStep(model, resolve_loss(loss), len(inputs), output, names)
+        step = _TrainStepAndOutputs if with_outputs else _TrainStep
+        module = step(model, resolve_loss(loss), len(inputs), output, names)
         args, what = inputs + targets, "training step"
     else:
         targets = ()
@@ -238,7 +285,7 @@ def export_graph(model: nn.Module, example_inputs, example_targets=None, loss=No
             if a.name in ctx.unbound:
                 to_ir_dtype(known[a.name].dtype, ctx.unbound[a.name])  # raises, naming the tensor
         ctx.convert(node)
-    _bind_outputs(ep, g, ctx, training=loss is not None)
+    _bind_outputs(ep, g, ctx, training=loss is not None, with_outputs=with_outputs)
     return verify(g, "frontend")
 
 
@@ -304,7 +351,7 @@ def _bind_placeholders(ep, g: Graph, ctx: Ctx, n_inputs: int, aliases: dict[str,
     return known
 
 
-def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool):
+def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool, with_outputs: bool = False):
     out_node = next(n for n in ep.graph.nodes if n.op == "output")
     results = out_node.args[0]
     user = []
@@ -321,10 +368,13 @@ def _bind_outputs(ep, g: Graph, ctx: Ctx, training: bool):
     for u in user:
         flat.extend(u if isinstance(u, (tuple, list)) else [u])
     if training:
-        if len(flat) != 1 or not isinstance(flat[0], Value) or flat[0].shape != () or flat[0].dtype != "f32":
+        # exported with the model's outputs (with_outputs): the loss is the first of (loss, outputs)
+        n = ep.call_spec.out_spec.child(0).num_leaves if with_outputs else len(flat)
+        loss, flat = flat[:n], flat[n:]
+        if len(loss) != 1 or not isinstance(loss[0], Value) or loss[0].shape != () or loss[0].dtype != "f32":
             raise PockError("the loss must return a single float32 scalar tensor")
-        g.loss = flat[0]
-    else:
+        g.loss = loss[0]
+    if with_outputs or not training:
         for v in flat:
             if not isinstance(v, Value):
                 raise PockError(f"model outputs must be tensors, got {type(v).__name__}")

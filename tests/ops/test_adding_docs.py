@@ -1,0 +1,35 @@
+"""docs/adding_an_op.md states the files that name an op (swiglu) and a backend (reference):
+the tree is grepped and must name exactly those files."""
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DOC = ROOT / "docs" / "adding_an_op.md"
+SUFFIXES = {".py", ".h", ".cpp", ".comp", ".glsl", ".j2", ".txt", ".cmake", ".toml", ".kt", ".swift", ".mm"}
+
+
+def stated(marker: str) -> set[str]:
+    text = DOC.read_text()
+    block = text.split(f"<!-- {marker} -->", 1)[1].split("<!-- end -->", 1)[0]
+    return set(re.findall(r"^- `([^`]+)`", block, re.M))
+
+
+def naming(pattern: str) -> set[str]:
+    rx = re.compile(pattern)
+    found = set()
+    for top in ("toolchain", "codegen"):
+        for p in (ROOT / top).rglob("*"):
+            if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts and \
+                    not p.is_symlink() and not any(q.is_symlink() for q in p.parents if ROOT in q.parents):
+                if rx.search(p.read_text(errors="replace")):
+                    found.add(str(p.relative_to(ROOT)))
+    return found
+
+
+def test_files_naming_an_op_are_the_documented_ones():
+    assert naming(r"\bswiglu\b") == stated("files naming swiglu")
+
+
+def test_files_naming_a_backend_are_the_documented_ones():
+    assert naming(r"\"reference\"|\bimport reference\b|backends\.reference\b") == \
+        stated("files naming the reference backend")
