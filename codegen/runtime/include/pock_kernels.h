@@ -283,7 +283,9 @@ void mse_loss_bwd(const float* dloss, const float* a, const float* b, float* da,
 
 // ---------------------------------------------------------------- attention.cpp
 // q[B,L,E], k[B,S,E], v[B,S,Ev] (B = all leading dims flattened), out[B,L,Ev];
-// probs[B,L,S] saves the attention probabilities for the backward.
+// lse[B,L] saves each row's log-sum-exp of the masked, scaled scores (+inf for a
+// fully masked row): with q, k, v and out all the backward needs (flash-style,
+// it recomputes the probabilities block by block; no [L,S] buffer is kept).
 // mask: mask_kind 0 none, 1 bool (uint8, 1 = attend), 2 float (added to the
 // scores); element (b,l,s) is at mask[b*mask_sb + l*mask_sl + s*mask_ss].
 // causal: s > l is masked (PyTorch is_causal, top-left aligned).
@@ -305,15 +307,19 @@ struct SdpaParams {
   i64 mask_sb, mask_sl, mask_ss;
   i64 H = 1, group = 1;
   SdpaLayout q{}, k{}, v{}, o{};
-  i64 scratch_rows = 0;  // rows of S floats the backward's scratch holds (0: L)
 };
-void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* probs,
+void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* lse,
               const SdpaParams& p);
-// dq, dk, dv nullable; scratch holds scratch_rows * S floats, at least L*S
-// (group * L * S under grouped-query attention); B*L*S lets every head's
-// backward run in parallel.
-void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* probs,
-              float* dq, float* dk, float* dv, float* scratch, const SdpaParams& p);
+// dq, dk, dv nullable; out and lse as the forward left them.  scratch: B*S*(E+Ev)
+// floats under grouped-query attention (group > 1) when dk or dv is wanted (each
+// query head's dk, dv before a group's are summed), else unused (nullable).
+void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* out,
+              const float* lse, const void* mask, float* dq, float* dk, float* dv, float* scratch,
+              const SdpaParams& p);
+// probs[B,L,S] = the attention probabilities again, from q, k, mask and the
+// forward's lse (the gradient of a learned additive mask needs them whole).
+void sdpa_probs(const float* q, const float* k, const void* mask, const float* lse, float* probs,
+                const SdpaParams& p);
 
 // ---------------------------------------------------------------- lstm.cpp
 // One layer, one direction, batch-first, PyTorch gate order (i, f, g, o).
