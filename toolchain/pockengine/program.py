@@ -116,6 +116,8 @@ def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimize
     verify(fuse_rope(forward_graph), "RoPE fusion (inference)")
     verify(attention_layouts(graph), "attention layouts")
     verify(attention_layouts(forward_graph), "attention layouts (inference)")
+    from .passes.lm_head import fuse_lm_head
+    verify(fuse_lm_head(graph), "fused LM head")  # the training graph only: forward() returns the logits
     grads = build_backward(graph, trained)
     for pname, grad in grads.items():
         k = trained[pname]

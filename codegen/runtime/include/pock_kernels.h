@@ -64,6 +64,28 @@ void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const f
 i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
                        i64 V, i64 D);
 
+// ---------------------------------------------------------------- linear_ce.cpp
+// A loss head without its logits: loss[0] = cross_entropy(x[M,K] @ w[V,K]^T + b[V], target[M])
+// (mean over rows whose target != ignore_index; 0 when there are none), over tiles of `rows`
+// x `cols` logits in the scratch (rows * cols floats; the backward rows * (cols + K) when lowp),
+// never all M x V.  w is float, or (lowp) a low-precision frozen weight of dtype dt (scale as
+// lowp.cpp).  lse[M] saves each row's log-sum-exp for the backward.  b nullable.  Both return
+// the first row whose target is neither ignore_index nor in [0, V) (skipped), -1 when none.
+// k: dw's columns, dw[V,k] = the gradient of w[:, 0:k] (a partial-channel update).
+struct LinearCeParams {
+  i64 M, V, K, k;
+  i64 ignore_index;
+  i64 rows, cols;
+  bool lowp = false;
+  int dt = 0;  // a LowpDtype, when lowp
+};
+i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float* b, const int64_t* target,
+                  float* loss, float* lse, float* scratch, const LinearCeParams& p);
+// dx[M,K], dw[V,k], db[V] (each nullable) of dloss[0] * loss.
+i64 linear_ce_bwd(const float* dloss, const float* x, const void* w, const float* scale, const float* b,
+                  const int64_t* target, const float* lse, float* dx, float* dw, float* db, float* scratch,
+                  const LinearCeParams& p);
+
 // ---------------------------------------------------------------- conv2d.cpp
 // x[N,C,H,W], w[O, C/groups, KH, KW], b[O] (nullable), y[N,O,OH,OW]
 struct Conv2dParams {
