@@ -21,6 +21,13 @@ from numerics import assert_losses_close, assert_state_close_fp64, fp64_referenc
 from pockengine.program import resolve_update  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def fuse_tiny_heads(monkeypatch):
+    """Tiny models' logits fit in one tile, where the pass leaves them: fuse them here."""
+    from pockengine.passes import lm_head
+    monkeypatch.setattr(lm_head, "MIN_LOGITS", 0)
+
+
 def _no_logits(prog, tokens, vocab):
     """The fused op in the training graph, and nothing there computes logits or their gradient:
     no cross_entropy(_bwd), and the head's weight is read by no other product."""

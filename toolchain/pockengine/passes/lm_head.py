@@ -7,13 +7,16 @@ vocabulary logits and their gradient never exist in the step's arena.  Its gradi
 dx, dW (a tied head's dW is summed with the embedding's gradient as before, autodiff's
 sum_grads: embedding_bwd onto it) and db.  The inference graph keeps its plain linear, so
 trainer.forward still returns the logits.  Label smoothing, and a classifier's head (input
-[batch, features], not [batch, tokens, hidden]), keep the unfused pair."""
+[batch, features], not [batch, tokens, hidden]), and logits that fit in one tile (MIN_LOGITS)
+keep the unfused pair."""
 from __future__ import annotations
 
 from ..ir.graph import Graph
 
 ROWS = 256  # rows of logits per tile (at most the tokens)
 TILE = 1 << 20  # floats per tile of logits (4 MiB): the classes per tile follow
+MIN_LOGITS = TILE  # fuse only logits bigger than one tile (smaller ones cost no more than its scratch);
+#                    the tests set 0 to fuse tiny models' heads
 
 
 def tile(tokens: int, vocab: int) -> tuple[int, int]:
@@ -26,7 +29,8 @@ def fuse_lm_head(g: Graph) -> Graph:
     users = g.users()
     outputs = {id(v) for v in g.outputs}
     for n in list(g.nodes):
-        if n.op != "cross_entropy" or n.attrs.get("label_smoothing", 0.0) != 0.0 or len(n.inputs[0].shape) != 2:
+        if n.op != "cross_entropy" or n.attrs.get("label_smoothing", 0.0) != 0.0 or len(n.inputs[0].shape) != 2 \
+                or n.inputs[0].shape[0] * n.inputs[0].shape[1] <= MIN_LOGITS:
             continue
         logits, target = n.inputs
         chain, v = [], logits
@@ -55,4 +59,4 @@ def fuse_lm_head(g: Graph) -> Graph:
     return g
 
 
-__all__ = ["fuse_lm_head", "tile"]
+__all__ = ["MIN_LOGITS", "fuse_lm_head", "tile"]
