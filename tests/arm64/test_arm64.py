@@ -301,6 +301,7 @@ def sdpa_cases():
     for B, L, S, E, Ev, causal, mask_kind, scale in [
         (2, 5, 5, 8, 8, True, 0, None), (3, 4, 7, 6, 5, False, 0, None), (1, 4, 6, 4, 4, True, 0, 0.3),
         (2, 6, 6, 4, 4, False, 1, None), (2, 5, 7, 8, 3, False, 2, None), (1, 9, 9, 16, 16, True, 0, None),
+        (1, 70, 75, 8, 8, True, 0, None),  # several query and key blocks, lengths not a block multiple
     ]:
         q, k, v = (rnd(B, L, E).requires_grad_(), rnd(B, S, E).requires_grad_(), rnd(B, S, Ev).requires_grad_())
         scale = float(np.float32(scale or 1 / math.sqrt(E)))  # the kernel gets a float
@@ -315,13 +316,13 @@ def sdpa_cases():
         elif mask_kind == 2:  # float [B, L, S]
             mask = rnd(B, L, S)
             scores, strides = scores + mask, (L * S, S, 1)
-        probs = scores.softmax(-1)
-        out = probs @ v
+        out = scores.softmax(-1) @ v
+        lse = scores.logsumexp(-1)  # what the flash-style forward saves for its backward
         dout = rnd(B, L, Ev)
         dq, dk, dv = grads((out * dout).sum(), q, k, v)
         mask = {} if mask is None else {f"mask:{'uint8_t' if mask_kind == 1 else 'float'}": mask}  # the const void*
         yield call("sdpa_fwd+sdpa_bwd", {"q": q, "k": k, "v": v, "dout": dout, **mask},
-                   {"out": out, "probs": probs, "dq": dq, "dk": dk, "dv": dv}, {"scratch": (L * S,)}, B=B, L=L, S=S,
+                   {"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv}, B=B, L=L, S=S,
                    E=E, Ev=Ev, scale=scale, causal=causal, mask_kind=mask_kind, **dict(zip(MASK_STRIDES, strides)))
 
 

@@ -82,7 +82,7 @@ def test_structs_with_arrays_and_nested_structs_are_packed():
     assert "pk::strided_copy<uint8_t>(x, y, pack_StridedCopy(" in text
     assert text.count("pk::SdpaParams pack_SdpaParams(") == 1
     sig = signatures()["sdpa_fwd"]
-    assert argtypes(sig)[0][6:] == [ctypes.c_int64] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 18
+    assert argtypes(sig)[0][6:] == [ctypes.c_int64] * 5 + [ctypes.c_float, ctypes.c_int, ctypes.c_int] + [ctypes.c_int64] * 17
     drv = driver_source(["sdpa_fwd", "sgd_update"])
     # a member or parameter declared with a default may be left out of a case
     assert 'pk::i64 H = arg_has(args_, "H") ? static_cast<pk::i64>(arg_int(args_, "H")) : static_cast<pk::i64>(1);' in drv

@@ -130,11 +130,13 @@ def lowering_passes() -> list[tuple[str, object, bool]]:
     from .passes.attention import attention_layouts
     from .passes.causal import causal_from_constant_mask
     from .passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
+    from .passes.lm_head import fuse_lm_head
     return [("causal mask", causal_from_constant_mask, True),
             ("RMSNorm fusion", fuse_rms_norm, True),
             ("SwiGLU fusion", fuse_swiglu, True),
             ("RoPE fusion", fuse_rope, True),
             ("attention layouts", attention_layouts, True),
+            ("fused LM head", fuse_lm_head, False),  # training graph only: forward() returns the logits
             ("autodiff", _autodiff, False),
             ("dead-code elimination", eliminate_dead_code, True),
             ("activation fusion", fuse_activations, True),

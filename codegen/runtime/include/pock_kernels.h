@@ -70,6 +70,28 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
 void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
                               i64 N, i64 K, LowpDtype cd);
 
+// ---------------------------------------------------------------- linear_ce.cpp
+// A loss head without its logits: loss[0] = cross_entropy(x[M,K] @ w[V,K]^T + b[V], target[M])
+// (mean over rows whose target != ignore_index; 0 when there are none), over tiles of `rows`
+// x `cols` logits in the scratch (rows * cols floats; the backward rows * (cols + K) when lowp),
+// never all M x V.  w is float, or (lowp) a low-precision frozen weight of dtype dt (scale as
+// lowp.cpp).  lse[M] saves each row's log-sum-exp for the backward.  b nullable.  Both return
+// the first row whose target is neither ignore_index nor in [0, V) (skipped), -1 when none.
+// k: dw's columns, dw[V,k] = the gradient of w[:, 0:k] (a partial-channel update).
+struct LinearCeParams {
+  i64 M, V, K, k;
+  i64 ignore_index;
+  i64 rows, cols;
+  bool lowp = false;
+  int dt = 0;  // a LowpDtype, when lowp
+};
+i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float* b, const int64_t* target,
+                  float* loss, float* lse, float* scratch, const LinearCeParams& p);
+// dx[M,K], dw[V,k], db[V] (each nullable) of dloss[0] * loss.
+i64 linear_ce_bwd(const float* dloss, const float* x, const void* w, const float* scale, const float* b,
+                  const int64_t* target, const float* lse, float* dx, float* dw, float* db, float* scratch,
+                  const LinearCeParams& p);
+
 // ---------------------------------------------------------------- conv2d.cpp
 // x[N,C,H,W], w[O, C/groups, KH, KW], b[O] (nullable), y[N,O,OH,OW]
 struct Conv2dParams {
@@ -289,7 +311,9 @@ void mse_loss_bwd(const float* dloss, const float* a, const float* b, float* da,
 
 // ---------------------------------------------------------------- attention.cpp
 // q[B,L,E], k[B,S,E], v[B,S,Ev] (B = all leading dims flattened), out[B,L,Ev];
-// probs[B,L,S] saves the attention probabilities for the backward.
+// lse[B,L] saves each row's log-sum-exp of the masked, scaled scores (+inf for a
+// fully masked row): with q, k, v and out all the backward needs (flash-style,
+// it recomputes the probabilities block by block; no [L,S] buffer is kept).
 // mask: mask_kind 0 none, 1 bool (uint8, 1 = attend), 2 float (added to the
 // scores); element (b,l,s) is at mask[b*mask_sb + l*mask_sl + s*mask_ss].
 // causal: s > l is masked (PyTorch is_causal, top-left aligned).
@@ -311,15 +335,19 @@ struct SdpaParams {
   i64 mask_sb, mask_sl, mask_ss;
   i64 H = 1, group = 1;
   SdpaLayout q{}, k{}, v{}, o{};
-  i64 scratch_rows = 0;  // rows of S floats the backward's scratch holds (0: L)
 };
-void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* probs,
+void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* lse,
               const SdpaParams& p);
-// dq, dk, dv nullable; scratch holds scratch_rows * S floats, at least L*S
-// (group * L * S under grouped-query attention); B*L*S lets every head's
-// backward run in parallel.
-void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* probs,
-              float* dq, float* dk, float* dv, float* scratch, const SdpaParams& p);
+// dq, dk, dv nullable; out and lse as the forward left them.  scratch: B*S*(E+Ev)
+// floats under grouped-query attention (group > 1) when dk or dv is wanted (each
+// query head's dk, dv before a group's are summed), else unused (nullable).
+void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* out,
+              const float* lse, const void* mask, float* dq, float* dk, float* dv, float* scratch,
+              const SdpaParams& p);
+// probs[B,L,S] = the attention probabilities again, from q, k, mask and the
+// forward's lse (the gradient of a learned additive mask needs them whole).
+void sdpa_probs(const float* q, const float* k, const void* mask, const float* lse, float* probs,
+                const SdpaParams& p);
 
 // ---------------------------------------------------------------- lstm.cpp
 // One layer, one direction, batch-first, PyTorch gate order (i, f, g, o).

@@ -1,30 +1,30 @@
-// attention.cpp — scaled dot-product attention, forward and backward.
+// attention.cpp — scaled dot-product attention, forward and backward, flash-style: no
+// [L, S] buffer per (batch, head) survives a call, so the memory a step keeps for attention
+// grows linearly with the tokens.
 //
-// Blocked over query rows: for each (batch, query head) and block of kRows query rows,
-//   scores = scale * Q_blk K^T   (+ float mask | -inf where bool mask == 0
-//                                 or, when causal, s > l)    one small GEMM
-//   probs  = softmax(scores)     (saved in probs[B,L,S]; required, non-null)
-//   out    = probs V                                          one small GEMM
-// The GEMMs are pk::gemm's (gemm.cpp, detail::gemm_strided) on strided views; the softmax
-// denominators and the backward's rowsums are summed in order in double, as the row-at-a-time
-// kernel did (a gradient that cancels to below AdamW's eps is sensitive to them).  q, k, v
-// and out may be [N, L, H, E] as well as [N, H, L, E] (SdpaParams' layouts: the head
-// split of a projection needs no permute copy) and k/v may have fewer heads
-// (grouped-query attention: query head h reads kv head h / group).  A causal block only
-// multiplies the keys its last row sees.  A row whose positions are all masked gets
-// probs = 0 and out = 0 (PyTorch gives NaN there).  Softmax runs over the native vector
-// of simd.h (vec_math.h's vexp).
+// Forward, per (batch, query head) and block of kRows query rows, over blocks of kKeys keys
+// (online softmax):
+//   s   = scale * Q_blk K_blk^T (+ float mask | -inf where bool mask == 0 or, when causal,
+//         key > row)                                     one small GEMM into per-thread scratch
+//   m'  = max(m, rowmax(s)),  p = exp(s - m'),  l = l * exp(m - m') + rowsum(p)  (in double)
+//   out = out * exp(m - m') + p V_blk                    one small GEMM into out
+// then out /= l and lse = m + log(l) (per row, [B, L]: all the backward needs besides q, k,
+// v and out).  A causal block only visits the keys its last row sees.  A row whose positions
+// are all masked gets out = 0 and lse = +inf (PyTorch gives NaN there).
 //
-// Backward, in two phases over the scratch dS (scratch_rows rows of S floats):
-//   1. per (batch, query head, row block):  dP = dO V^T,  dS = scale * P * (dP - rowsum(P dP)),
-//      dq = dS K                                            (two GEMMs)
-//   2. per (batch, kv head, block of keys): dk = sum over the group's heads dS^T Q,
-//      dv = sum of P^T dO                                   (GEMMs over the rows that see the keys)
-// With less scratch than B*L rows the heads go through both phases a few at a time.
+// Backward, per (batch, query head), for each block of keys and each block of rows that sees
+// it, recomputing the probabilities from the saved lse:
+//   p  = exp(s - lse),  dP = dO V_blk^T,  dS = scale * p * (dP - D),  D = rowsum(dO * out)
+//   dv_blk += p^T dO,  dk_blk += dS^T Q,  dq_blk += dS K_blk          (five small GEMMs)
+// Under grouped-query attention (k/v with fewer heads: query head h reads kv head h / group)
+// each query head writes its dk, dv into the scratch and a second pass sums a group's heads
+// in order.  q, k, v and out may be [N, L, H, E] as well as [N, H, L, E] (SdpaParams' layouts:
+// the head split of a projection needs no permute copy).  The exponentials run over the
+// native vector of simd.h (vec_math.h's vexp); the GEMMs are gemm.cpp's (detail::gemm_strided).
 //
-// Threads (pk::parallel_for) split the blocks; every output element is written by one
-// block in a fixed order, and the GEMM's result does not depend on its tiling, so results
-// are bit-identical for any thread count.
+// Threads (pk::parallel_for) split the (batch, head) pairs and row blocks; every output element
+// is written by one task in a fixed order, and the GEMM's result does not depend on its tiling,
+// so results are bit-identical for any thread count.
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -40,12 +40,13 @@ namespace pk {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr i64 kRows = 32;  // query rows per block (forward and backward phase 1)
-constexpr i64 kKeys = 32;  // keys per block (backward phase 2)
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr i64 kRows = 32;  // query rows per block
+constexpr i64 kKeys = 64;  // keys per block (the row stride of the per-thread score blocks)
 
 using namespace simd;
 
-// The operands' strides, defaults filled in; ptr(x, bh) is (batch, head) bh's [rows, e] matrix.
+// The operands' strides, defaults filled in; at(x, l, n, h) is (batch, head) (n, h)'s [rows, e] matrix.
 struct Geo {
   i64 H, Hk, g;
   SdpaLayout q, k, v, o;
@@ -72,40 +73,58 @@ inline void zero_rows(float* x, i64 rows, i64 ld, i64 n) {
   for (i64 r = 0; r < rows; ++r) std::memset(x + r * ld, 0, sizeof(float) * n);
 }
 
-// One query row of scores (row[0:send], send = the block's key count) -> probabilities over
-// the row's own keys [0, lim), zeros after.
-inline void softmax_row(float* row, i64 send, i64 lim, float scale, const uint8_t* bm, const float* fm, i64 ss) {
-  vmath::map_v(row, row, lim, [scale](V x) { return vmul(x, vbcast(scale)); });
-  if (bm)
-    for (i64 s = 0; s < lim; ++s)
-      if (!bm[s * ss]) row[s] = kNegInf;
-  if (fm)
-    for (i64 s = 0; s < lim; ++s) row[s] += fm[s * ss];
-  if (lim < send) std::memset(row + lim, 0, sizeof(float) * (send - lim));
-  const float m = vmath::vrow_max(row, lim);
-  if (m == kNegInf) {  // fully masked row: zeros
-    std::memset(row, 0, sizeof(float) * lim);
-    return;
+// The keys [0, send) rows [l0, l1) of a block see (causal: up to the last row).
+inline i64 keys_seen(const SdpaParams& p, i64 l1) { return p.causal ? (l1 < p.S ? l1 : p.S) : p.S; }
+
+// sc[r*ld + j] (= q_r . k_j for rows l0 + r, keys s0 + j of (batch, head) bh) -> scaled and
+// masked scores: -inf where the bool mask is 0 or (causal) the key follows the row.
+void mask_block(float* sc, i64 ld, i64 rows, i64 keys, i64 l0, i64 s0, i64 bh, const SdpaParams& p,
+                const void* mask) {
+  const uint8_t* bm = p.mask_kind == 1 ? static_cast<const uint8_t*>(mask) : nullptr;
+  const float* fm = p.mask_kind == 2 ? static_cast<const float*>(mask) : nullptr;
+  const float scale = p.scale;
+  for (i64 r = 0; r < rows; ++r) {
+    float* row = sc + r * ld;
+    const i64 l = l0 + r, moff = bh * p.mask_sb + l * p.mask_sl + s0 * p.mask_ss;
+    vmath::map_v(row, row, keys, [scale](V x) { return vmul(x, vbcast(scale)); });
+    if (bm)
+      for (i64 j = 0; j < keys; ++j)
+        if (!bm[moff + j * p.mask_ss]) row[j] = kNegInf;
+    if (fm)
+      for (i64 j = 0; j < keys; ++j) row[j] += fm[moff + j * p.mask_ss];
+    if (p.causal)
+      for (i64 j = l + 1 - s0 < 0 ? 0 : l + 1 - s0; j < keys; ++j) row[j] = kNegInf;
   }
-  vmath::map_v(row, row, lim, [m](V x) { return vmath::vexp(vsub(x, vbcast(m))); });
-  double sum = 0;  // in order, in double
-  for (i64 s = 0; s < lim; ++s) sum += row[s];
-  const float inv = static_cast<float>(1.0 / sum);
-  vmath::map_v(row, row, lim, [inv](V x) { return vmul(x, vbcast(inv)); });
+}
+
+// sc -> exp(sc - lse[r]) (the probabilities, 0 where masked or the row is fully masked).
+void probs_block(float* sc, i64 ld, i64 rows, i64 keys, const float* lse) {
+  for (i64 r = 0; r < rows; ++r) {
+    const V m = vbcast(lse[r]);
+    vmath::map_v(sc + r * ld, sc + r * ld, keys, [m](V x) { return vmath::vexp(vsub(x, m)); });
+  }
+}
+
+// Scores [rows, keys] of q rows qb (row stride qs) against keys kb (row stride ks), masked.
+void scores(const float* qb, i64 qs, const float* kb, i64 ks, float* sc, i64 ld, i64 rows, i64 keys, i64 E,
+            i64 l0, i64 s0, i64 bh, const SdpaParams& p, const void* mask) {
+  detail::gemm_strided(qb, qs, 1, kb, 1, ks, sc, ld, rows, keys, E, false);
+  mask_block(sc, ld, rows, keys, l0, s0, bh, p, mask);
 }
 
 }  // namespace
 
-// out = softmax(scale * q k^T + mask) v; probs[B,L,S] saved.
-void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* probs,
+// out = softmax(scale * q k^T + mask) v;  lse = log of each row's softmax denominator (+ max).
+void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, float* out, float* lse,
               const SdpaParams& p) {
-  const i64 L = p.L, S = p.S, E = p.E, Ev = p.Ev;
+  const i64 L = p.L, E = p.E, Ev = p.Ev;
   const Geo G(p);
-  const uint8_t* bmask = p.mask_kind == 1 ? static_cast<const uint8_t*>(mask) : nullptr;
-  const float* fmask = p.mask_kind == 2 ? static_cast<const float*>(mask) : nullptr;
   const i64 nblk = (L + kRows - 1) / kRows;
-  const i64 cost = (L < kRows ? L : kRows) * S * (E + Ev);
+  const i64 cost = (L < kRows ? L : kRows) * p.S * (E + Ev);
   parallel_for(p.B * nblk, grain_for_work(cost, kMinChunkMacs), [&](i64 t0, i64 t1) {
+    float* sc = detail::thread_scratch<struct SdpaScores>(kRows * kKeys);
+    float m[kRows], alpha[kRows];
+    double l[kRows];
     for (i64 t = t0; t < t1; ++t) {
       const i64 bh = t / nblk, n = bh / G.H, h = bh % G.H, hk = h / G.g;
       const i64 l0 = t % nblk * kRows, l1 = L < l0 + kRows ? L : l0 + kRows, rows = l1 - l0;
@@ -113,101 +132,161 @@ void sdpa_fwd(const float* q, const float* k, const float* v, const void* mask, 
       const float* kb = Geo::at(k, G.k, n, hk);
       const float* vb = Geo::at(v, G.v, n, hk);
       float* ob = Geo::at(out, G.o, n, h) + l0 * G.o.sr;
-      float* P = probs + (bh * L + l0) * S;
-      const i64 send = p.causal ? (l1 < S ? l1 : S) : S;  // keys any row of the block sees
-      if (send > 0) detail::gemm_strided(qb, G.q.sr, 1, kb, 1, G.k.sr, P, S, rows, send, E, false);
-      for (i64 l = l0; l < l1; ++l) {
-        float* row = P + (l - l0) * S;
-        const i64 lim = p.causal ? (l + 1 < send ? l + 1 : send) : send;
-        const i64 moff = bh * p.mask_sb + l * p.mask_sl;
-        softmax_row(row, send, lim, p.scale, bmask ? bmask + moff : nullptr, fmask ? fmask + moff : nullptr,
-                    p.mask_ss);
-        if (send < S) std::memset(row + send, 0, sizeof(float) * (S - send));
+      const i64 send = keys_seen(p, l1);
+      for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, l[r] = 0;
+      if (send == 0) zero_rows(ob, rows, G.o.sr, Ev);
+      for (i64 s0 = 0; s0 < send; s0 += kKeys) {
+        const i64 keys = send < s0 + kKeys ? send - s0 : kKeys;
+        scores(qb, G.q.sr, kb + s0 * G.k.sr, G.k.sr, sc, kKeys, rows, keys, E, l0, s0, bh, p, mask);
+        for (i64 r = 0; r < rows; ++r) {
+          float* row = sc + r * kKeys;
+          const float mb = vmath::vrow_max(row, keys), mn = mb > m[r] ? mb : m[r];
+          alpha[r] = 1.f;
+          if (mn == kNegInf) {  // nothing seen yet
+            std::memset(row, 0, sizeof(float) * keys);
+            continue;
+          }
+          vmath::map_v(row, row, keys, [mn](V x) { return vmath::vexp(vsub(x, vbcast(mn))); });
+          double sum = 0;  // in order, in double
+          for (i64 j = 0; j < keys; ++j) sum += row[j];
+          if (m[r] != mn) alpha[r] = m[r] == kNegInf ? 0.f : std::exp(m[r] - mn);
+          l[r] = l[r] * alpha[r] + sum;
+          m[r] = mn;
+        }
+        if (s0 > 0)
+          for (i64 r = 0; r < rows; ++r)
+            if (alpha[r] != 1.f) {
+              const V a = vbcast(alpha[r]);
+              vmath::map_v(ob + r * G.o.sr, ob + r * G.o.sr, Ev, [a](V x) { return vmul(x, a); });
+            }
+        detail::gemm_strided(sc, kKeys, 1, vb + s0 * G.v.sr, G.v.sr, 1, ob, G.o.sr, rows, Ev, keys, s0 > 0);
       }
-      detail::gemm_strided(P, S, 1, vb, G.v.sr, 1, ob, G.o.sr, rows, Ev, send, false);
+      float* lr = lse + bh * L + l0;
+      for (i64 r = 0; r < rows; ++r) {
+        float* o = ob + r * G.o.sr;
+        if (l[r] == 0) {  // fully masked row: zeros
+          std::memset(o, 0, sizeof(float) * Ev);
+          lr[r] = kInf;
+          continue;
+        }
+        const V inv = vbcast(static_cast<float>(1.0 / l[r]));
+        vmath::map_v(o, o, Ev, [inv](V x) { return vmul(x, inv); });
+        lr[r] = m[r] + static_cast<float>(std::log(l[r]));
+      }
     }
   });
 }
 
-// dv = P^T dout;  dP = dout v^T;  dS = P * (dP - rowsum(P*dP));
-// dq = scale * dS k;  dk = scale * dS^T q.   Each of dq, dk, dv nullable.
-void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* probs,
-              float* dq, float* dk, float* dv, float* scratch, const SdpaParams& p) {
+// The probabilities [B, L, S] again, from q, k and the forward's lse (a learned mask's gradient).
+void sdpa_probs(const float* q, const float* k, const void* mask, const float* lse, float* probs,
+                const SdpaParams& p) {
+  const i64 L = p.L, S = p.S;
+  const Geo G(p);
+  const i64 nblk = (L + kRows - 1) / kRows;
+  parallel_for(p.B * nblk, grain_for_work((L < kRows ? L : kRows) * S * p.E, kMinChunkMacs), [&](i64 t0, i64 t1) {
+    for (i64 t = t0; t < t1; ++t) {
+      const i64 bh = t / nblk, n = bh / G.H, h = bh % G.H, hk = h / G.g;
+      const i64 l0 = t % nblk * kRows, l1 = L < l0 + kRows ? L : l0 + kRows, rows = l1 - l0;
+      float* P = probs + (bh * L + l0) * S;
+      if (S == 0) continue;
+      scores(Geo::at(q, G.q, n, h) + l0 * G.q.sr, G.q.sr, Geo::at(k, G.k, n, hk), G.k.sr, P, S, rows, S, p.E, l0, 0,
+             bh, p, mask);
+      probs_block(P, S, rows, S, lse + bh * L + l0);
+    }
+  });
+}
+
+// dv = P^T dout;  dP = dout v^T;  dS = scale * P * (dP - rowsum(dout * out));
+// dq = dS k;  dk = dS^T q.   Each of dq, dk, dv nullable.
+void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v, const float* out,
+              const float* lse, const void* mask, float* dq, float* dk, float* dv, float* scratch,
+              const SdpaParams& p) {
   const i64 L = p.L, S = p.S, E = p.E, Ev = p.Ev;
   const Geo G(p);
   if (p.B <= 0) return;
-  const bool need_ds = dq != nullptr || dk != nullptr;
-  const i64 groups = p.B / G.g;  // (batch, kv head) pairs
-  // Groups per pass: as many as the scratch holds (each needs g * L rows of dS).
-  const i64 rows_avail = p.scratch_rows > 0 ? p.scratch_rows : L;
-  i64 per_pass = need_ds ? (G.g * L > 0 ? rows_avail / (G.g * L) : groups) : groups;
-  if (per_pass < 1) per_pass = 1;  // (the contract promises g * L rows)
-  const i64 nblk = (L + kRows - 1) / kRows, nkb = (S + kKeys - 1) / kKeys;
-  for (i64 g0 = 0; g0 < groups; g0 += per_pass) {
-    const i64 g1 = groups < g0 + per_pass ? groups : g0 + per_pass;
-    const i64 bh0 = g0 * G.g, bh1 = g1 * G.g;
-    // Phase 1: dS (scratch row (bh - bh0) * L + l) and dq.
-    if (need_ds) {
-      const i64 cost = (L < kRows ? L : kRows) * S * (E + Ev);
-      parallel_for((bh1 - bh0) * nblk, grain_for_work(cost, kMinChunkMacs), [&](i64 t0, i64 t1) {
-        for (i64 t = t0; t < t1; ++t) {
-          const i64 bh = bh0 + t / nblk, n = bh / G.H, h = bh % G.H, hk = h / G.g;
-          const i64 l0 = t % nblk * kRows, l1 = L < l0 + kRows ? L : l0 + kRows, rows = l1 - l0;
-          const float* gb = Geo::at(dout, G.o, n, h) + l0 * G.o.sr;
-          const float* kb = Geo::at(k, G.k, n, hk);
-          const float* vb = Geo::at(v, G.v, n, hk);
-          const float* P = probs + (bh * L + l0) * S;
-          float* dS = scratch + ((bh - bh0) * L + l0) * S;
-          const i64 send = p.causal ? (l1 < S ? l1 : S) : S;
-          if (send > 0) detail::gemm_strided(gb, G.o.sr, 1, vb, 1, G.v.sr, dS, S, rows, send, Ev, false);
-          for (i64 r = 0; r < rows; ++r) {
-            const float* pr = P + r * S;
-            float* d = dS + r * S;
-            double acc = 0;  // in order, in double
-            for (i64 j = 0; j < send; ++j) acc += static_cast<double>(pr[j]) * d[j];
-            const float rs = static_cast<float>(acc);
-            const V vr = vbcast(rs), vs = vbcast(p.scale);
-            vmath::map2_v(pr, d, d, send, [vr, vs](V a, V b) { return vmul(vs, vmul(a, vsub(b, vr))); });
-            if (send < S) std::memset(d + send, 0, sizeof(float) * (S - send));
-          }
-          if (dq) {
-            float* dqb = Geo::at(dq, G.q, n, h) + l0 * G.q.sr;
-            detail::gemm_strided(dS, S, 1, kb, G.k.sr, 1, dqb, G.q.sr, rows, E, send, false);
-          }
+  const bool need_ds = dq != nullptr || dk != nullptr, part = G.g > 1 && (dk || dv);
+  const i64 cost = L * S * (2 * E + 3 * Ev);
+  parallel_for(p.B, grain_for_work(cost, kMinChunkMacs), [&](i64 t0, i64 t1) {
+    float* sc = detail::thread_scratch<struct SdpaBwdScratch>(2 * kRows * kKeys + L);
+    float *dp = sc + kRows * kKeys, *D = dp + kRows * kKeys;
+    for (i64 bh = t0; bh < t1; ++bh) {
+      const i64 n = bh / G.H, h = bh % G.H, hk = h / G.g;
+      const float* qh = Geo::at(q, G.q, n, h);
+      const float* gh = Geo::at(dout, G.o, n, h);
+      const float* kh = Geo::at(k, G.k, n, hk);
+      const float* vh = Geo::at(v, G.v, n, hk);
+      const float* lh = lse + bh * L;
+      float* dqh = Geo::at(dq, G.q, n, h);
+      // This head's dk, dv: the outputs, or (grouped-query) its rows of the scratch, dense.
+      float* dkh = dk ? (part ? scratch + bh * S * (E + Ev) : Geo::at(dk, G.k, n, hk)) : nullptr;
+      float* dvh = dv ? (part ? scratch + bh * S * (E + Ev) + S * E : Geo::at(dv, G.v, n, hk)) : nullptr;
+      const i64 ldk = part ? E : G.k.sr, ldv = part ? Ev : G.v.sr;
+      if (need_ds) {
+        const float* oh = Geo::at(out, G.o, n, h);
+        for (i64 l = 0; l < L; ++l) {
+          double acc = 0;  // in order, in double
+          for (i64 e = 0; e < Ev; ++e) acc += static_cast<double>(gh[l * G.o.sr + e]) * oh[l * G.o.sr + e];
+          D[l] = static_cast<float>(acc);
         }
-      });
+      }
+      if (dqh) zero_rows(dqh, L, G.q.sr, E);
+      for (i64 s0 = 0; s0 < S; s0 += kKeys) {
+        const i64 keys = S < s0 + kKeys ? S - s0 : kKeys;
+        const i64 lstart = p.causal ? s0 / kRows * kRows : 0;  // blocks of rows before s0 see none of these keys
+        bool first = true;
+        for (i64 l0 = lstart; l0 < L; l0 += kRows) {
+          const i64 rows = L < l0 + kRows ? L - l0 : kRows;
+          scores(qh + l0 * G.q.sr, G.q.sr, kh + s0 * G.k.sr, G.k.sr, sc, kKeys, rows, keys, E, l0, s0, bh, p, mask);
+          probs_block(sc, kKeys, rows, keys, lh + l0);
+          if (dvh)
+            detail::gemm_strided(sc, 1, kKeys, gh + l0 * G.o.sr, G.o.sr, 1, dvh + s0 * ldv, ldv, keys, Ev, rows, !first);
+          if (need_ds) {
+            detail::gemm_strided(gh + l0 * G.o.sr, G.o.sr, 1, vh + s0 * G.v.sr, 1, G.v.sr, dp, kKeys, rows, keys, Ev,
+                                 false);
+            for (i64 r = 0; r < rows; ++r) {
+              const V d = vbcast(D[l0 + r]), vs = vbcast(p.scale);
+              vmath::map2_v(sc + r * kKeys, dp + r * kKeys, dp + r * kKeys, keys,
+                            [d, vs](V a, V b) { return vmul(vs, vmul(a, vsub(b, d))); });
+            }
+            if (dkh)
+              detail::gemm_strided(dp, 1, kKeys, qh + l0 * G.q.sr, G.q.sr, 1, dkh + s0 * ldk, ldk, keys, E, rows,
+                                   !first);
+            if (dqh)
+              detail::gemm_strided(dp, kKeys, 1, kh + s0 * G.k.sr, G.k.sr, 1, dqh + l0 * G.q.sr, G.q.sr, rows, E, keys,
+                                   true);
+          }
+          first = false;
+        }
+        if (first) {  // no row sees these keys
+          if (dkh) zero_rows(dkh + s0 * ldk, keys, ldk, E);
+          if (dvh) zero_rows(dvh + s0 * ldv, keys, ldv, Ev);
+        }
+      }
     }
-    if (!dk && !dv) continue;
-    // Phase 2: dk and dv per block of keys of one (batch, kv head), summed over the group's heads.
-    const i64 cost = (S < kKeys ? S : kKeys) * L * G.g * (E + Ev);
-    parallel_for((g1 - g0) * nkb, grain_for_work(cost, kMinChunkMacs), [&](i64 t0, i64 t1) {
-      for (i64 t = t0; t < t1; ++t) {
-        const i64 gi = g0 + t / nkb, n = gi / G.Hk, hk = gi % G.Hk;
-        const i64 s0 = t % nkb * kKeys, s1 = S < s0 + kKeys ? S : s0 + kKeys, keys = s1 - s0;
-        const i64 lstart = p.causal ? (s0 < L ? s0 : L) : 0;  // rows l < s0 do not see these keys
-        float* dkb = dk ? Geo::at(dk, G.k, n, hk) + s0 * G.k.sr : nullptr;
-        float* dvb = dv ? Geo::at(dv, G.v, n, hk) + s0 * G.v.sr : nullptr;
-        if (lstart == L) {
-          if (dkb) zero_rows(dkb, keys, G.k.sr, E);
-          if (dvb) zero_rows(dvb, keys, G.v.sr, Ev);
-          continue;
-        }
-        for (i64 j = 0; j < G.g; ++j) {
-          const i64 h = hk * G.g + j, bh = n * G.H + h;
-          if (dkb) {
-            const float* dS = scratch + ((bh - bh0) * L + lstart) * S + s0;
-            const float* qb = Geo::at(q, G.q, n, h) + lstart * G.q.sr;
-            detail::gemm_strided(dS, 1, S, qb, G.q.sr, 1, dkb, G.k.sr, keys, E, L - lstart, j > 0);
-          }
-          if (dvb) {
-            const float* P = probs + (bh * L + lstart) * S + s0;
-            const float* gb = Geo::at(dout, G.o, n, h) + lstart * G.o.sr;
-            detail::gemm_strided(P, 1, S, gb, G.o.sr, 1, dvb, G.v.sr, keys, Ev, L - lstart, j > 0);
+  });
+  if (!part) return;
+  // Grouped-query: dk, dv of kv head (n, hk) = the sum over its group's query heads, in order.
+  const i64 nkb = (S + kKeys - 1) / kKeys;
+  parallel_for(p.B / G.g * nkb, grain_for_work(kKeys * G.g * (E + Ev), kMinChunkMacs), [&](i64 t0, i64 t1) {
+    for (i64 t = t0; t < t1; ++t) {
+      const i64 gi = t / nkb, n = gi / G.Hk, hk = gi % G.Hk;
+      const i64 s0 = t % nkb * kKeys, s1 = S < s0 + kKeys ? S : s0 + kKeys;
+      for (i64 s = s0; s < s1; ++s) {
+        for (int which = 0; which < 2; ++which) {
+          float* dst = which ? dv : dk;
+          if (!dst) continue;
+          const i64 w = which ? Ev : E, off = which ? S * E + s * Ev : s * E;
+          float* y = Geo::at(dst, which ? G.v : G.k, n, hk) + s * (which ? G.v.sr : G.k.sr);
+          const float* x0 = scratch + (n * G.H + hk * G.g) * S * (E + Ev) + off;
+          std::memcpy(y, x0, sizeof(float) * w);
+          for (i64 j = 1; j < G.g; ++j) {
+            const float* xj = x0 + j * S * (E + Ev);
+            vmath::map2_v(y, xj, y, w, [](V a, V b) { return vadd(a, b); });
           }
         }
       }
-    });
-  }
+    }
+  });
 }
 
 }  // namespace pk

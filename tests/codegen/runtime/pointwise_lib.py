@@ -18,12 +18,11 @@ SCALAR_KERNELS = ["add_scalar", "mul_scalar", "rsub_scalar", "pow_scalar"]
 DTYPE_NAMES = ["float", "int64_t", "int32_t", "uint8_t"]  # the copy tests' dtype ids
 
 
-def sdpa_args(B, L, S, E, Ev, mask_strides, scale, causal, mask_kind, H=1, group=1, layouts=((0, 0, 0),) * 4,
-              scratch_rows=0):
+def sdpa_args(B, L, S, E, Ev, mask_strides, scale, causal, mask_kind, H=1, group=1, layouts=((0, 0, 0),) * 4):
     """pk::SdpaParams as shim_sdpa_fwd/bwd take it (its members in order; layouts: {sb, sh, sr}
     of q, k, v, out, all 0 for dense operands)."""
     return (B, L, S, E, Ev, scale, int(causal), mask_kind, *mask_strides, H, group,
-            *(s for lay in layouts for s in lay), scratch_rows)
+            *(s for lay in layouts for s in lay))
 
 
 def load(shim_builder):

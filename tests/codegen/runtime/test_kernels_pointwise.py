@@ -387,13 +387,14 @@ def run_sdpa(lib, q, k, v, scale, causal, kind, mask, mstrides, grads=(True, Tru
     S, Ev = k.shape[1], v.shape[2]
     params = sdpa_args(B, L, S, E, Ev, mstrides, scale, causal, kind)
     out = np.full((B, L, Ev), np.nan, np.float32)
-    probs = np.full((B, L, S), np.nan, np.float32)
-    lib.shim_sdpa_fwd(P(q), P(k), P(v), P(mask), P(out), P(probs), *params)
+    lse = np.full((B, L), np.nan, np.float32)
+    lib.shim_sdpa_fwd(P(q), P(k), P(v), P(mask), P(out), P(lse), *params)
+    probs = np.full((B, L, S), np.nan, np.float32)  # recomputed from lse, as a learned mask's gradient does
+    lib.shim_sdpa_probs(P(q), P(k), P(mask), P(lse), P(probs), *params)
     if dout is None:
         return out, probs, None
     dq, dk, dv = (np.full(a.shape, np.nan, np.float32) if w else None for a, w in zip((q, k, v), grads))
-    scratch = np.empty(L * S, np.float32)
-    lib.shim_sdpa_bwd(P(dout), P(q), P(k), P(v), P(probs), P(dq), P(dk), P(dv), P(scratch), *params)
+    lib.shim_sdpa_bwd(P(dout), P(q), P(k), P(v), P(out), P(lse), P(mask), P(dq), P(dk), P(dv), None, *params)
     return out, probs, (dq, dk, dv)
 
 

@@ -112,15 +112,15 @@ def _thread_cases(rng):
 
     def sdpa(lib):
         outs = []
-        for B, L, S, E, causal in [(6, 3, 40, 32, 0), (8, 16, 24, 16, 1), (5, 1, 50, 64, 0), (2, 70, 70, 40, 1)]:
+        for B, L, S, E, causal in [(6, 3, 40, 32, 0), (8, 16, 24, 16, 1), (5, 1, 50, 64, 0), (2, 70, 70, 40, 1),
+                                   (3, 100, 130, 24, 0)]:
             q, k, v, g = rnd(rng, B, L, E), rnd(rng, B, S, E), rnd(rng, B, S, E), rnd(rng, B, L, E)
-            out, probs = np.empty((B, L, E), np.float32), np.empty((B, L, S), np.float32)
+            out, lse = np.empty((B, L, E), np.float32), np.empty((B, L), np.float32)
             params = sdpa_args(B, L, S, E, E, (0, 0, 0), 0.3, causal, 0)
-            lib.shim_sdpa_fwd(P(q), P(k), P(v), None, P(out), P(probs), *params)
+            lib.shim_sdpa_fwd(P(q), P(k), P(v), None, P(out), P(lse), *params)
             dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)
-            scratch = np.full(L * S, np.nan, np.float32)
-            lib.shim_sdpa_bwd(P(g), P(q), P(k), P(v), P(probs), P(dq), P(dk), P(dv), P(scratch), *params)
-            outs += [out, probs, dq, dk, dv]
+            lib.shim_sdpa_bwd(P(g), P(q), P(k), P(v), P(out), P(lse), None, P(dq), P(dk), P(dv), None, *params)
+            outs += [out, lse, dq, dk, dv]
         return outs
     cases.append(("sdpa", sdpa))
 

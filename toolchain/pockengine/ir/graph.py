@@ -230,4 +230,6 @@ def index_ranges(nodes, roots) -> dict[int, tuple[int, int, int | None]]:
             merge(origin[id(n.inputs[1])], 0, n.inputs[0].shape[0], None)
         elif n.op in ("cross_entropy", "nll_loss") and id(n.inputs[1]) in origin:
             merge(origin[id(n.inputs[1])], 0, n.inputs[0].shape[1], n.attrs["ignore_index"])
+        elif n.op == "linear_cross_entropy" and id(n.inputs[3]) in origin:  # the head's rows are the classes
+            merge(origin[id(n.inputs[3])], 0, n.inputs[1].shape[0], n.attrs["ignore_index"])
     return ranges

@@ -43,7 +43,7 @@ def _shapes(q, k, v, a):
 def _sdpa(i, a):
     q, k, v = _shapes(i[0], i[1], i[2], a)
     out = logical(q[:-1] + (v[-1],), _layout(a)[3])  # [..., H, L, Ev] stored as the out layout says
-    return [(out, "f32"), (q[:-1] + (k[-2],), "f32")]
+    return [(out, "f32"), (q[:-1], "f32")]  # out, and each row's log-sum-exp [..., H, L]
 
 
 def _sdpa_flops(i, o, a):
@@ -54,19 +54,20 @@ def _sdpa_flops(i, o, a):
 
 def _sdpa_grad(b, n, g, need):
     q, k, v, mask = n.inputs
+    out, lse = n.outputs
     dmask = None
     if need[3]:  # a learned additive bias (Swin's relative positions): dS = P * (dP - rowsum(dP * P))
         if _layout(n.attrs) != (0, 0, 0, 0) or k.shape[:-2] != q.shape[:-2]:
             b.unsupported("a learned attention mask with strided or grouped-query operands")
-        probs = n.outputs[1]
+        probs = b.add("sdpa_probs_bwd", [q, k, mask, lse], n.attrs)  # recomputed from the saved lse
         dp = b.add("matmul", [g[0], v], {"ta": False, "tb": True})
         ds = b.add("softmax_bwd", [dp, probs], {"dim": len(probs.shape) - 1})
         dmask = b.sum_to(ds, mask.shape)
+    ins = [g[0], q, k, v, out, lse, mask]
     if n.attrs.get("packed"):  # one gradient, dX, for q, k and v (the same X)
-        dx = b.add("sdpa_bwd", [g[0], q, k, v, n.outputs[1], mask], n.attrs, wanted=[True, False, False, True])[0]
+        dx = b.add("sdpa_bwd", ins, n.attrs, wanted=[True, False, False, True])[0]
         return [dx, None, None, dmask]
-    dq, dk, dv, _ = b.add("sdpa_bwd", [g[0], q, k, v, n.outputs[1], mask], n.attrs,
-                          wanted=[bool(need[0]), bool(need[1]), bool(need[2]), True])
+    dq, dk, dv, _ = b.add("sdpa_bwd", ins, n.attrs, wanted=[bool(need[0]), bool(need[1]), bool(need[2]), True])
     return [dq, dk, dv, dmask]
 
 
@@ -115,7 +116,7 @@ def sdpa_params(q: Value, k: Value, v: Value, mask: Value | None, a) -> str:
     row = q.shape[-1] if a.get("packed") else None
     return (f"{{{B}, {L}, {S}, {E}, {Ev}, {fl(a['scale'])}, {b(a['causal'])}, {kind}, {sb}, {sl}, {ss}, {H}, "
             f"{group}, {_strides(qs, lay[0], row)}, {_strides(ks, lay[1], row)}, {_strides(vs, lay[2], row)}, "
-            f"{_strides(os_, lay[3])}, {B * L}}}")
+            f"{_strides(os_, lay[3])}}}")
 
 
 def _operands(a, q, k, v):
@@ -126,25 +127,49 @@ def _operands(a, q, k, v):
     return tuple(f"{q} + {o}" if o else q for o, _, _ in p)
 
 
-def _sdpa_cpu(e, n, q, k, v, mask, out, probs):
+def _sdpa_cpu(e, n, q, k, v, mask, out, lse):
     q, k, v = _operands(n.attrs, q, k, v)
-    return f"pk::sdpa_fwd({q}, {k}, {v}, {mask}, {out}, {probs}, {sdpa_params(*n.inputs, n.attrs)});"
+    return f"pk::sdpa_fwd({q}, {k}, {v}, {mask}, {out}, {lse}, {sdpa_params(*n.inputs, n.attrs)});"
 
 
-def _sdpa_bwd_cpu(e, n, dout, q, k, v, probs, mask, dq, dk, dv, scratch):
-    p = sdpa_params(*n.inputs[1:4], n.inputs[5], n.attrs)
+def _sdpa_bwd_cpu(e, n, dout, q, k, v, out, lse, mask, dq, dk, dv, scratch):
+    p = sdpa_params(*n.inputs[1:4], n.inputs[6], n.attrs)
     q, k, v = _operands(n.attrs, q, k, v)
     dq, dk, dv = _operands(n.attrs, dq, dk, dv)
-    return f"pk::sdpa_bwd({dout}, {q}, {k}, {v}, {probs}, {dq}, {dk}, {dv}, {scratch}, {p});"
+    return f"pk::sdpa_bwd({dout}, {q}, {k}, {v}, {out}, {lse}, {mask}, {dq}, {dk}, {dv}, {scratch}, {p});"
+
+
+def _sdpa_bwd_scratch(i, a) -> tuple:
+    """Grouped-query attention: each query head's dk and dv ([S, E + Ev]) before its group's are
+    summed; else the kernel needs none."""
+    q, k, v = _shapes(i[1], i[2], i[3], a)
+    if len(q) < 3 or len(k) < 3 or q[-3] == k[-3]:
+        return (1,)
+    return (math.prod(q[:-2]) * k[-2] * (k[-1] + v[-1]),)
+
+
+def _sdpa_probs_cpu(e, n, q, k, mask, lse, probs):
+    p = sdpa_params(n.inputs[0], n.inputs[1], n.inputs[1], n.inputs[2], n.attrs)
+    q, k, _ = _operands(n.attrs, q, k, k)
+    return f"pk::sdpa_probs({q}, {k}, {mask}, {lse}, {probs}, {p});"
+
+
+def _sdpa_probs_infer(i, a):
+    q, k, _ = _shapes(i[0], i[1], i[1], a)
+    return [(q[:-1] + (k[-2],), "f32")]
 
 
 register(
     OpRecord("sdpa", _sdpa, _sdpa_flops, grad=_sdpa_grad, torch=lambda i, a: _sdpa_torch(i[0], i[1], i[2], i[3], a),
              cpu=_sdpa_cpu),
-    # scratch: dS for every (batch, head) at once (probs' size), so the backward runs them in parallel
+    # flash-style: recomputes the probabilities block by block from q, k and the saved lse; scratch
+    # only under grouped-query attention (O(tokens), never tokens x tokens)
     bwd("sdpa_bwd", lambda i, a: [(i[1].shape, "f32"), (i[2].shape, "f32"), (i[3].shape, "f32"),
-                                  ((math.prod(i[4].shape),), "f32")],
-        lambda i, o, a: 2 * _sdpa_flops(i[1:4], o, a), cpu=_sdpa_bwd_cpu),
+                                  (_sdpa_bwd_scratch(i, a), "f32")],
+        lambda i, o, a: 2 * _sdpa_flops(i[1:4], o, a) + _sdpa_flops(i[1:4], o, a) // 2, cpu=_sdpa_bwd_cpu),
+    # the probabilities [..., H, L, S], for a learned mask's gradient only
+    bwd("sdpa_probs_bwd", _sdpa_probs_infer, lambda i, o, a: _sdpa_flops([i[0], i[1], i[1]], o, a) // 2,
+        cpu=_sdpa_probs_cpu),
 )
 
 

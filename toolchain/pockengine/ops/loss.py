@@ -1,10 +1,12 @@
 """Dropout and the losses (cross_entropy, nll_loss, mse_loss), with their backward ops."""
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 
+from ..ir.graph import Value
 from .cpp import _n, fl, index_check
-from .record import OpRecord, bwd, register
+from .record import OpRecord, bwd, k_of as _k, register
 from .shape import ew as _ew, numel
 
 
@@ -87,4 +89,90 @@ register(
              cpu=lambda e, n, a, c, loss: f"pk::mse_loss_fwd({a}, {c}, {loss}, {_n(n.inputs[0])});"),
     bwd("mse_loss_bwd", lambda i, a: [(i[1].shape, "f32"), (i[2].shape, "f32")], lambda i, o, a: 3 * numel(i[1]),
         cpu=lambda e, n, dl, a, c, da, dc: f"pk::mse_loss_bwd({dl}, {a}, {c}, {da}, {dc}, {_n(n.inputs[1])});"),
+)
+
+
+# ---- linear_cross_entropy: the LM head and its loss fused (passes/lm_head.py), no logits -------
+# inputs (x [..., K], w [V, K], bias [V] or None, target [M]); outputs the loss, each row's
+# log-sum-exp [M] (for the backward) and the scratch of one tile of logits (attrs rows x cols).
+def _lce_dims(x, w):
+    from .cpp import _wshape
+    V, K = _wshape(w)
+    return numel(x) // K, V, K
+
+
+def _lce(i, a):
+    M, _, _ = _lce_dims(i[0], i[1])
+    return [((), "f32"), ((M,), "f32"), ((a["rows"] * a["cols"],), "f32")]
+
+
+def _lce_flops(i, o, a):
+    M, V, K = _lce_dims(i[0], i[1])
+    return 2 * M * V * K + 5 * M * V
+
+
+def _lce_grad(b, n, g, need):
+    x, w, bias, target = n.inputs
+    k = _k(need[1], w.shape[1]) if need[1] else w.shape[1]
+    dx, dw, db, _ = b.add("linear_cross_entropy_bwd", [g[0], x, w, bias, target, n.outputs[1]], {**n.attrs, "k": k},
+                          wanted=[bool(need[0]), bool(need[1]), bool(need[2]), True])
+    return [dx, dw, db, None]
+
+
+def lce_params(n, x: Value, w: Value, k=None) -> str:
+    from .cpp import LOWP
+    M, V, K = _lce_dims(x, w)
+    a = n.attrs
+    lowp = f", true, static_cast<int>({LOWP[w.dtype]})" if w.dtype in LOWP else ""
+    return f"{{{M}, {V}, {K}, {K if k is None else k}, {a['ignore_index']}, {a['rows']}, {a['cols']}{lowp}}}"
+
+
+def _lce_w(e, w: Value, ptr: str) -> tuple[str, str]:
+    """(weight pointer, scale pointer) of the head's weight (low precision: lowp.cpp's)."""
+    from .cpp import LOWP, _lowp
+    if w.dtype in LOWP:
+        p, _, scale = _lowp(e, w).split(", ")
+        return p, scale
+    return ptr, "nullptr"
+
+
+def _target_check(n, target: str, V: int) -> str:
+    """cross_entropy's index check of the targets (input 3 here, not 1)."""
+    import copy
+    view = copy.copy(n)
+    view.inputs = [n.inputs[0], n.inputs[3]]
+    return index_check(view, target, "cross_entropy target", V, n.attrs["ignore_index"])
+
+
+def _lce_cpu(e, n, x, w, bias, target, loss, lse, scratch):
+    wp, scale = _lce_w(e, n.inputs[1], w)
+    _, V, _ = _lce_dims(n.inputs[0], n.inputs[1])
+    return [_target_check(n, target, V),
+            f"pk::linear_ce_fwd({x}, {wp}, {scale}, {bias}, {target}, {loss}, {lse}, {scratch}, "
+            f"{lce_params(n, n.inputs[0], n.inputs[1])});"]
+
+
+def _lce_bwd_cpu(e, n, dloss, x, w, bias, target, lse, dx, dw, db, scratch):
+    wp, scale = _lce_w(e, n.inputs[2], w)
+    return (f"pk::linear_ce_bwd({dloss}, {x}, {wp}, {scale}, {bias}, {target}, {lse}, {dx}, {dw}, {db}, {scratch}, "
+            f"{lce_params(n, n.inputs[1], n.inputs[2], n.attrs['k'])});")
+
+
+def _lce_torch(i, a):
+    x, w, bias, t = i
+    y = F.linear(x, w, bias)
+    y = y.reshape(-1, y.shape[-1])
+    loss = F.cross_entropy(y, t.reshape(-1).long(), ignore_index=a["ignore_index"])
+    return [loss, torch.logsumexp(y, -1), y.new_zeros(a["rows"] * a["cols"])]
+
+
+register(
+    OpRecord("linear_cross_entropy", _lce, _lce_flops, grad=_lce_grad, partial=frozenset({1}), lowp_inputs=(1,),
+             torch_train=_lce_torch, cpu=_lce_cpu),
+    # recomputes each tile of logits from x, w and the saved lse; scratch: a tile and (a low-precision
+    # weight) its dx product
+    bwd("linear_cross_entropy_bwd",
+        lambda i, a: [(i[1].shape, "f32"), ((i[2].shape[0], a["k"]), "f32"), ((i[2].shape[0],), "f32"),
+                      ((a["rows"] * (a["cols"] + i[1].shape[-1]),), "f32")],
+        lambda i, o, a: 3 * _lce_flops(i[1:3], o, a), lowp_inputs=(2,), cpu=_lce_bwd_cpu),
 )

@@ -1,0 +1,168 @@
+// linear_ce.cpp — a language model's loss head without its logits: y = x W^T + b followed by
+// cross_entropy (mean over the rows whose target is not ignore_index), forward and backward over
+// tiles of rows x vocabulary, so the [M, V] logits and their gradient never exist; the step keeps
+// each row's log-sum-exp [M] for the backward.
+//
+// Forward, per block of `rows` rows and, within it, per block of `cols` classes:
+//   z = x_blk W_blk^T + b_blk                  (linear.cpp / lowp.cpp, into the scratch)
+//   running max and sum of exponentials per row (the sum in double), the target's logit
+// then lse = m + log(sum), loss = sum over valid rows of (lse - z_t) / count (in double, in
+// row order).  Backward, per the same tiles, recomputing z:
+//   dz = g * (exp(z - lse) - [c == t]),  g = dloss / count (0 on ignored rows)
+//   dx_blk += dz W_blk,  dW_blk[:, :k] += dz^T x_blk[:, :k],  db_blk += colsum(dz)
+// W may be a low-precision frozen weight (lowp.cpp dequantizes it in its kernels; a tied q4
+// model's int8 embedding table serves as the head in place).  As cross_entropy (loss.cpp): when
+// every target is ignored the loss and every gradient are 0; a target outside [0, V) that is not
+// ignore_index is skipped like an ignored row and the first one returned (the step checks them
+// first).  Threads: the products are gemm.cpp's (parallel inside), the row loops run under
+// pk::parallel_for one row per task; results are bit-identical for any thread count.
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+
+#include "pock_kernels.h"
+#include "pock_parallel.h"
+#include "vec_math.h"
+#include "gemm_detail.h"
+
+namespace pk {
+
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline bool valid(int64_t t, i64 V, i64 ignore) { return t != ignore && t >= 0 && t < V; }
+
+// The weight's rows [v0, v0 + n): the bytes and scales of a low-precision one.
+const void* w_rows(const void* w, const LinearCeParams& p, i64 v0) {
+  const auto* base = static_cast<const uint8_t*>(w);
+  if (!p.lowp) return static_cast<const float*>(w) + v0 * p.K;
+  switch (static_cast<LowpDtype>(p.dt)) {
+    case LowpDtype::BF16:
+    case LowpDtype::F16: return base + v0 * p.K * 2;
+    case LowpDtype::I8: return base + v0 * p.K;
+    default: return base + v0 * p.K / 2;  // Q4: two columns a byte
+  }
+}
+const float* s_rows(const float* scale, const LinearCeParams& p, i64 v0) {
+  if (!scale || !p.lowp) return nullptr;
+  const auto dt = static_cast<LowpDtype>(p.dt);
+  return dt == LowpDtype::I8 ? scale + v0 : dt == LowpDtype::Q4 ? scale + v0 * (p.K / 32) * 2 : scale;
+}
+
+// z[rows, n] = x[r0:r0+rows] W[v0:v0+n]^T + b[v0:v0+n]
+void logits(const float* x, const void* w, const float* scale, const float* b, float* z, i64 r0, i64 rows, i64 v0,
+            i64 n, const LinearCeParams& p) {
+  const float* xb = x + r0 * p.K;
+  const float* bb = b ? b + v0 : nullptr;
+  if (p.lowp)
+    linear_fwd_lowp(xb, w_rows(w, p, v0), static_cast<LowpDtype>(p.dt), s_rows(scale, p, v0), bb, z, rows, n, p.K,
+                    Act::None);
+  else
+    linear_fwd(xb, static_cast<const float*>(w_rows(w, p, v0)), bb, z, rows, n, p.K);
+}
+
+i64 first_invalid(const int64_t* t, const LinearCeParams& p) {
+  for (i64 i = 0; i < p.M; ++i)
+    if (t[i] != p.ignore_index && !valid(t[i], p.V, p.ignore_index)) return i;
+  return -1;
+}
+
+}  // namespace
+
+i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float* b, const int64_t* target,
+                  float* loss, float* lse, float* scratch, const LinearCeParams& p) {
+  const i64 M = p.M, V = p.V, R = p.rows, C = p.cols;
+  double total = 0;
+  i64 cnt = 0;
+  for (i64 r0 = 0; r0 < M; r0 += R) {
+    const i64 rows = M < r0 + R ? M - r0 : R;
+    float* m = detail::thread_scratch<struct LinearCeRows>(4 * R);  // per row: running max, target's logit,
+    float* zt = m + R;                                                // running sum (double)
+    double* s = reinterpret_cast<double*>(zt + R);
+    for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, zt[r] = 0.f, s[r] = 0;
+    for (i64 v0 = 0; v0 < V; v0 += C) {
+      const i64 n = V < v0 + C ? V - v0 : C;
+      logits(x, w, scale, b, scratch, r0, rows, v0, n, p);
+      parallel_for(rows, grain_for_work(n, kMinChunkMacs / 4), [&](i64 a, i64 e) {
+        for (i64 r = a; r < e; ++r) {
+          const float* z = scratch + r * n;
+          const int64_t t = target[r0 + r];
+          if (t >= v0 && t < v0 + n) zt[r] = z[t - v0];
+          const float mb = vmath::vrow_max(z, n);
+          if (!(mb > m[r])) {
+            if (m[r] > kNegInf) s[r] += vmath::vsum_exp(z, n, m[r]);
+            continue;
+          }
+          if (m[r] > kNegInf) s[r] *= std::exp(static_cast<double>(m[r]) - mb);
+          s[r] += vmath::vsum_exp(z, n, mb);
+          m[r] = mb;
+        }
+      });
+    }
+    for (i64 r = 0; r < rows; ++r) {  // in row order, in double
+      const double l = static_cast<double>(m[r]) + std::log(s[r]);
+      lse[r0 + r] = static_cast<float>(l);
+      if (!valid(target[r0 + r], V, p.ignore_index)) continue;
+      total += l - zt[r];
+      ++cnt;
+    }
+  }
+  loss[0] = cnt ? static_cast<float>(total / cnt) : 0.f;
+  return first_invalid(target, p);
+}
+
+i64 linear_ce_bwd(const float* dloss, const float* x, const void* w, const float* scale, const float* b,
+                  const int64_t* target, const float* lse, float* dx, float* dw, float* db, float* scratch,
+                  const LinearCeParams& p) {
+  const i64 M = p.M, V = p.V, K = p.K, R = p.rows, C = p.cols;
+  i64 cnt = 0;
+  for (i64 i = 0; i < M; ++i) cnt += valid(target[i], V, p.ignore_index) ? 1 : 0;
+  const float g = cnt > 0 ? static_cast<float>(static_cast<double>(dloss[0]) / cnt) : 0.f;
+  float* tmp = scratch + R * C;  // a low-precision weight's dz W before it is summed into dx
+  for (i64 r0 = 0; r0 < M; r0 += R) {
+    const i64 rows = M < r0 + R ? M - r0 : R;
+    for (i64 v0 = 0; v0 < V; v0 += C) {
+      const i64 n = V < v0 + C ? V - v0 : C;
+      float* dz = scratch;
+      logits(x, w, scale, b, dz, r0, rows, v0, n, p);
+      parallel_for(rows, grain_for_work(n, kMinChunkMacs / 4), [&](i64 a, i64 e) {
+        for (i64 r = a; r < e; ++r) {
+          float* z = dz + r * n;
+          const int64_t t = target[r0 + r];
+          if (cnt == 0 || !valid(t, V, p.ignore_index)) {
+            std::memset(z, 0, sizeof(float) * n);
+            continue;
+          }
+          const simd::V l = simd::vbcast(lse[r0 + r]), vg = simd::vbcast(g);
+          vmath::map_v(z, z, n, [l, vg](simd::V v) { return simd::vmul(vg, vmath::vexp(simd::vsub(v, l))); });
+          if (t >= v0 && t < v0 + n) z[t - v0] -= g;
+        }
+      });
+      if (dx) {
+        if (p.lowp) {
+          linear_bwd_input_lowp(dz, w_rows(w, p, v0), static_cast<LowpDtype>(p.dt), s_rows(scale, p, v0),
+                                v0 ? tmp : dx + r0 * K, rows, n, K);
+          if (v0)
+            vmath::map2_v(dx + r0 * K, tmp, dx + r0 * K, rows * K,
+                          [](simd::V a, simd::V c) { return simd::vadd(a, c); });
+        } else {
+          detail::gemm_strided(dz, n, 1, static_cast<const float*>(w) + v0 * K, K, 1, dx + r0 * K, K, rows, K, n,
+                               v0 > 0);
+        }
+      }
+      if (dw)
+        detail::gemm_strided(dz, 1, n, x + r0 * K, K, 1, dw + v0 * p.k, p.k, n, p.k, rows, r0 > 0);
+      if (db)
+        for (i64 c = 0; c < n; ++c) {
+          float acc = r0 > 0 ? db[v0 + c] : 0.f;
+          for (i64 r = 0; r < rows; ++r) acc += dz[r * n + c];
+          db[v0 + c] = acc;
+        }
+    }
+  }
+  return first_invalid(target, p);
+}
+
+}  // namespace pk

@@ -1,0 +1,62 @@
+"""A language model's loss head without its logits (training graph only, before autodiff).
+
+A `linear` (the LM head) whose output reaches only a `cross_entropy` (directly or through a
+reshape to [tokens, vocabulary]) becomes one `linear_cross_entropy` node (ops/loss.py,
+kernels/linear_ce.cpp): forward and backward run over tiles of rows x classes, so the tokens x
+vocabulary logits and their gradient never exist in the step's arena.  Its gradient rule gives
+dx, dW (a tied head's dW is summed with the embedding's gradient as before, autodiff's
+sum_grads: embedding_bwd onto it) and db.  The inference graph keeps its plain linear, so
+trainer.forward still returns the logits.  Label smoothing, and a classifier's head (input
+[batch, features], not [batch, tokens, hidden]), and logits that fit in one tile (MIN_LOGITS)
+keep the unfused pair."""
+from __future__ import annotations
+
+from ..ir.graph import Graph
+
+ROWS = 256  # rows of logits per tile (at most the tokens)
+TILE = 1 << 20  # floats per tile of logits (4 MiB): the classes per tile follow
+MIN_LOGITS = TILE  # fuse only logits bigger than one tile (smaller ones cost no more than its scratch);
+#                    the tests set 0 to fuse tiny models' heads
+
+
+def tile(tokens: int, vocab: int) -> tuple[int, int]:
+    rows = max(1, min(tokens, ROWS))
+    cols = max(1, min(vocab, TILE // rows // 64 * 64 or 64))
+    return rows, cols
+
+
+def fuse_lm_head(g: Graph) -> Graph:
+    users = g.users()
+    outputs = {id(v) for v in g.outputs}
+    for n in list(g.nodes):
+        if n.op != "cross_entropy" or n.attrs.get("label_smoothing", 0.0) != 0.0 or len(n.inputs[0].shape) != 2 \
+                or n.inputs[0].shape[0] * n.inputs[0].shape[1] <= MIN_LOGITS:
+            continue
+        logits, target = n.inputs
+        chain, v = [], logits
+        while v.producer is not None and v.producer.op == "reshape" and not v.producer.attrs.get("stop_gradient"):
+            chain.append(v.producer)
+            v = v.producer.inputs[0]
+        lin = v.producer
+        if lin is None or lin.op != "linear" or lin.attrs.get("act") or v.shape[-1] != logits.shape[-1] \
+                or len(lin.inputs[0].shape) < 3:  # a head over [batch, tokens, hidden] (a classifier's stays)
+            continue
+        values = [v] + [c.outputs[0] for c in chain]
+        readers = {u for x in values for u in users.get(id(x), [])}
+        if readers != {n, *chain} or any(id(x) in outputs for x in values) or len(users.get(id(logits), [])) != 1:
+            continue
+        x, w, bias = lin.inputs
+        rows, cols = tile(logits.shape[0], logits.shape[1])
+        loss = n.outputs[0]
+        lse, scratch = (g.new_value(f"{loss.name}_{s}", shape, "f32") for s, shape in
+                        (("lse", (logits.shape[0],)), ("tile", (rows * cols,))))
+        n.op, n.inputs = "linear_cross_entropy", [x, w, bias, target]
+        n.attrs = {"ignore_index": n.attrs["ignore_index"], "rows": rows, "cols": cols}
+        n.outputs = [loss, lse, scratch]
+        for o in n.outputs:
+            o.producer = n
+        g.nodes = [m for m in g.nodes if m is not lin and m not in chain]
+    return g
+
+
+__all__ = ["MIN_LOGITS", "fuse_lm_head", "tile"]
