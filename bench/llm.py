@@ -2,6 +2,9 @@
 
     python bench/llm.py [--steps 6] [--threads 1] [--model gpt|smollm2|llama] [--rows a,b] [--interleave]
 
+Rows ending in -cbf16 / -cfp16 are compiled with compute_dtype="bf16" / "fp16" (pockengine-sparse-cbf16,
+pockengine-lora-cbf16); pytorch-<scheme>-autocast runs that scheme under torch.autocast("cpu", bfloat16).
+
 Rows: PyTorch eager full / LoRA r=8 / same-scheme sparse, and PockEngine
 full / sparse / LoRA / sparse + bf16 / int8 / q4 frozen, batch 1 x
 128 tokens, AdamW(lr 1e-4), the same batches for every row. Each row runs in
@@ -34,6 +37,8 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+from run import percentile  # noqa: E402
 ROWS = ["pytorch-full", "pytorch-lora", "pytorch-sparse",
         "pockengine-full", "pockengine-sparse", "pockengine-lora", "pockengine-sparse-bf16",
         "pockengine-sparse-int8", "pockengine-sparse-q4"]
@@ -99,6 +104,8 @@ def setup_row(row: str, threads: int, kind: str):
     lora = pe.LoRA(rank=8, alpha=16, targets=lora_targets)
     extra = {}
     if row.startswith("pytorch"):
+        autocast = row.endswith("-autocast")  # the same scheme under torch.autocast("cpu", bfloat16)
+        row = row.removesuffix("-autocast")
         if row == "pytorch-lora":
             from pockengine.lora import apply_lora
             model, _ = apply_lora(model, lora)
@@ -115,7 +122,9 @@ def setup_row(row: str, threads: int, kind: str):
         def step(i):
             (x,), (y,) = data[i % len(data)]
             opt.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x).reshape(-1, vocab), y.reshape(-1))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                logits = model(x)
+            loss = F.cross_entropy(logits.float().reshape(-1, vocab), y.reshape(-1))
             loss.backward()
             opt.step()
             return loss.item()
@@ -124,8 +133,11 @@ def setup_row(row: str, threads: int, kind: str):
     kw = {"update": "full" if scheme == "full" else sparse}
     if scheme == "lora":
         kw = {"update": "none", "lora": lora}
-    if row.endswith(("bf16", "int8", "q4")):
-        kw["frozen_dtype"] = row.rsplit("-", 1)[1]
+    last = row.rsplit("-", 1)[1]
+    if last in ("cbf16", "cfp16"):  # compute_dtype: frozen-weight products in bf16 / fp16
+        kw["compute_dtype"] = last[1:]
+    elif row.endswith(("bf16", "int8", "q4")):
+        kw["frozen_dtype"] = last
     t0 = time.perf_counter()
     prog = pe.compile(model, *data[0], optimizer=pe.AdamW(lr=1e-4), name=f"llm_{row.replace('-', '_')}", **kw)
     trainer = prog.build()
@@ -143,7 +155,8 @@ def setup_row(row: str, threads: int, kind: str):
 
 def _result(row, times, losses, extra, rss0):
     ms = statistics.median(times[1:]) * 1e3
-    return {"row": row, "ms_per_step": round(ms, 1), "tokens_per_s": round(SEQ / (ms / 1e3), 1),
+    return {"row": row, "ms_per_step": round(ms, 1), "ms_p10": round(percentile(times[1:], 0.1) * 1e3, 1),
+            "ms_p90": round(percentile(times[1:], 0.9) * 1e3, 1), "tokens_per_s": round(SEQ / (ms / 1e3), 1),
             "peak_rss_mib": round(_rss_mib(), 1), "rss_before_steps_mib": round(rss0, 1),
             "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4), **extra}
 
@@ -237,16 +250,22 @@ def report(r: dict, a) -> str:
              f"{', '.join(str(x.get('load_after', '?')) for x in r.values())} after each row (2 cores)"
              + ("; rows interleaved step by step in one process (peak RSS: the whole process's)"
                 if getattr(a, "interleave", False) else "") + "\n",
-             "| row | trained params | ms/step | tokens/s | peak RSS MiB | train mem (arena+state) MiB | "
-             "loss step 1 -> last |", "|---|---|---|---|---|---|---|"]
+             "| row | trained params | ms/step (median) | p10 / p90 ms | tokens/s | peak RSS MiB | "
+             "train mem (arena+state) MiB | loss step 1 -> last |", "|---|---|---|---|---|---|---|---|"]
     for row, x in r.items():
         mem = x.get("train_mem_mib", "-")
-        lines.append(f"| {row} | {x['trained_params'] / 1e6:.2f}M | {x['ms_per_step']} | {x['tokens_per_s']} | "
+        lines.append(f"| {row} | {x['trained_params'] / 1e6:.2f}M | {x['ms_per_step']} | "
+                     f"{x.get('ms_p10', '-')} / {x.get('ms_p90', '-')} | {x['tokens_per_s']} | "
                      f"{x['peak_rss_mib']} | {mem} | {x['loss_first']} -> {x['loss_last']} |")
 
     def ratio(a_, b_):
         return f"{r[b_]['ms_per_step'] / r[a_]['ms_per_step']:.2f}x" if a_ in r and b_ in r else "n/a"
     lines += ["", f"- PockEngine full vs PyTorch full: {ratio('pockengine-full', 'pytorch-full')} (target >= 2x)",
+              f"- PockEngine sparse bf16 compute vs PyTorch sparse: {ratio('pockengine-sparse-cbf16', 'pytorch-sparse')}"
+              f" (target >= 1.5x); vs PyTorch autocast-bf16 sparse: "
+              f"{ratio('pockengine-sparse-cbf16', 'pytorch-sparse-autocast')} (target >= 1.2x)",
+              f"- PockEngine LoRA bf16 compute vs PyTorch LoRA: {ratio('pockengine-lora-cbf16', 'pytorch-lora')} "
+              "(target >= 1.5x)",
               f"- PockEngine sparse vs PyTorch sparse: {ratio('pockengine-sparse', 'pytorch-sparse')} (target >= 1.5x)",
               f"- PockEngine sparse vs PyTorch full: {ratio('pockengine-sparse', 'pytorch-full')} (target >= 3.5x)",
               f"- PockEngine LoRA vs PyTorch LoRA: {ratio('pockengine-lora', 'pytorch-lora')} (target >= 1.5x)"]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 SCHEME_TITLES = {"full": "full", "last": "last layer", "sparse": "sparse"}
-COLUMNS = ["model", "scheme", "framework", "ms/step (median)", "min-max ms", "speed vs eager", "GFLOP/s",
+COLUMNS = ["model", "scheme", "framework", "ms/step (median)", "p10 / p90 ms", "min-max ms", "speed vs eager", "GFLOP/s",
            "% of FMA peak", "train mem MiB", "loss @ step 1", "loss @ last step", "notes"]
 
 
@@ -42,9 +42,10 @@ def table_lines(rows, loss_step=None) -> list[str]:
         model = r["title"]
         scheme = SCHEME_TITLES.get(r["scheme"], r["scheme"])
         if r["status"] != "ok":
-            cells = [model, scheme, r["framework"], "n/a", "", "n/a", "n/a", "n/a", "n/a", "", "", _esc(r["reason"])]
+            cells = [model, scheme, r["framework"], "n/a", "", "", "n/a", "n/a", "n/a", "n/a", "", "", _esc(r["reason"])]
         else:
-            cells = [model, scheme, r["framework"], _ms(r["ms"]), f"{_ms(r['ms_min'])}-{_ms(r['ms_max'])}",
+            spread = f"{_ms(r['ms_p10'])} / {_ms(r['ms_p90'])}" if "ms_p10" in r else "n/a"  # older results.json
+            cells = [model, scheme, r["framework"], _ms(r["ms"]), spread, f"{_ms(r['ms_min'])}-{_ms(r['ms_max'])}",
                      _f(r["ratio"], ".2f") + ("x" if r["ratio"] is not None else ""), _sig(r["gflops"]),
                      _sig(r["pct_peak"]), _sig(r.get("mem_mib")), _f(r.get("first_loss"), ".4f"), _f(r.get("final_loss"), ".4f"),
                      _esc("; ".join(r.get("notes") or []))]

@@ -11,7 +11,8 @@ How it measures (see bench/README.md):
     processes, two at a time;
   * per (model, scheme) all workers load and warm up, then the timed steps run in rounds that
     alternate the frameworks (rotating the order), one process stepping at a time;
-  * ms/step is the median of >= --steps timed steps; speed ratio = eager ms / framework ms;
+  * ms/step is the median of >= --steps timed steps (with their p10 and p90: steady steps have
+    p90 close to the median); speed ratio = eager ms / framework ms;
     GFLOP/s = PockEngine's flops_per_step (the same FLOP count for every framework) / time;
     % of peak = GFLOP/s / the all-core FMA peak measured by bench/fma_peak.cpp;
   * training memory = peak RSS over warm-up + timed steps (VmHWM, reset through
@@ -65,6 +66,15 @@ def sample_load():
     while True:
         LOADS.append(os.getloadavg()[0])
         time.sleep(5)
+
+
+def percentile(xs, q: float) -> float:
+    """The q-quantile of xs (0 <= q <= 1), linear between the two nearest ranks (numpy's default)."""
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def log(msg: str):
@@ -454,6 +464,7 @@ def measure_config(wl, scheme, fws, preps, args, logs, zygotes):
         # same batch, whatever its number of warm-up steps
         res.update(final_loss=losses[args.steps] if len(losses) > args.steps else None,
                    ms=1000 * statistics.median(times), ms_min=1000 * min(times), ms_max=1000 * max(times),
+                   ms_p10=1000 * percentile(times, 0.1), ms_p90=1000 * percentile(times, 0.9),
                    n=len(times), warmup=len(ready.get("warmup_s", [])), first_loss=ready.get("first_loss"),
                    load_s=ready.get("load_s"), notes=ready.get("notes", []), hwm_method=ready.get("hwm_method"))
         if fin.get("ok"):

@@ -6,7 +6,13 @@ thread counts measured in turn, round after round; the order flips every round).
     e.g. POCK_MARCH=x86-64-v3 ... bench/threads_ab.py lstm_b1s16,transformer full,sparse 6
 
 Prints per workload/scheme: median ms on 1 and on 2 threads, their ratio, and the median of
-the per-round ratios (2t/1t < 1: two threads faster), with the 1-minute load average.
+the per-round ratios (2t/1t < 1: two threads faster), with the 1-minute load average, and the
+p10/median/p90 of every step on each thread count.
+
+    ... bench/threads_ab.py --runtime-b=/path/to/old/codegen/runtime transformer full,sparse 8
+
+also builds each trainer over a second runtime (another threadpool.cpp, say) and times the two
+in the same rounds: rows prefixed "B " are that runtime's.
 """
 import os
 import statistics
@@ -19,9 +25,38 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pockengine as pe  # noqa: E402
 from models import workloads  # noqa: E402
+from run import percentile  # noqa: E402
+
+
+def build(w, scheme, runtime=None):
+    """A trainer of workload w / scheme, its runtime from `runtime` (POCK_RUNTIME_DIR) when given."""
+    old = os.environ.get("POCK_RUNTIME_DIR")
+    if runtime:
+        os.environ["POCK_RUNTIME_DIR"] = runtime
+    try:
+        torch.manual_seed(0)
+        model = w.make()
+        x, y = w.inputs(torch.Generator().manual_seed(0))
+        tr = pe.compile(model, x, y, loss="cross_entropy", update=w.schemes[scheme](model),
+                        optimizer=pe.SGD(lr=0.01, momentum=0.9)).build()
+    finally:
+        if runtime:
+            if old is None:
+                os.environ.pop("POCK_RUNTIME_DIR")
+            else:
+                os.environ["POCK_RUNTIME_DIR"] = old
+    return tr, x, y
+
+
+def spread(ts):
+    """p10 / median / p90 of ts (ms)."""
+    return f"{percentile(ts, 0.1):.1f} / {statistics.median(ts):.1f} / {percentile(ts, 0.9):.1f}"
 
 
 def main(argv):
+    runtime_b = None
+    if argv and argv[0].startswith("--runtime-b="):
+        runtime_b = argv.pop(0).split("=", 1)[1]
     keys = argv[0].split(",") if argv else ["lstm_b1s16", "lstm_b4s20", "transformer", "mobilenetv2"]
     schemes = argv[1].split(",") if len(argv) > 1 else ["full", "sparse"]
     rounds = int(argv[2]) if len(argv) > 2 else 6
@@ -31,35 +66,43 @@ def main(argv):
         for s in schemes:
             if s not in w.schemes:
                 continue
-            torch.manual_seed(0)
-            model = w.make()
-            x, y = w.inputs(torch.Generator().manual_seed(0))
-            tr = pe.compile(model, x, y, loss="cross_entropy", update=w.schemes[s](model),
-                            optimizer=pe.SGD(lr=0.01, momentum=0.9)).build()
+            trainers = {"": build(w, s)}
+            if runtime_b:
+                trainers["B "] = build(w, s, runtime_b)
+            tr, x, y = trainers[""]
             tr.set_num_threads(1)
             tr.step(x, y)
             t0 = time.perf_counter()
             tr.step(x, y)
             k = max(1, min(5, int(0.3 / max(time.perf_counter() - t0, 1e-4))))  # ~0.3 s a turn
-            res, ratios = {1: [], 2: []}, []
+            configs = [(name, n) for name in trainers for n in (1, 2)]
+            res = {c: [] for c in configs}
+            steps = {c: [] for c in configs}
+            ratios = {name: [] for name in trainers}
             for r in range(rounds):
                 got = {}
-                for n in ((1, 2) if r % 2 == 0 else (2, 1)):
-                    tr.set_num_threads(n)
+                for c in (configs if r % 2 == 0 else configs[::-1]):
+                    tr, x, y = trainers[c[0]]
+                    tr.set_num_threads(c[1])
                     tr.step(x, y)  # warm-up
                     ts = []
                     for _ in range(k):
                         t0 = time.perf_counter()
                         tr.step(x, y)
-                        ts.append(time.perf_counter() - t0)
-                    got[n] = statistics.median(ts) * 1e3
-                    res[n].append(got[n])
-                ratios.append(got[2] / got[1])
-            a, b = statistics.median(res[1]), statistics.median(res[2])
-            print(f"{w.key}/{s}: 1t {a:.2f} ms, 2t {b:.2f} ms, 2t/1t {b / a:.2f} (median of per-round ratios "
-                  f"{statistics.median(ratios):.2f}; {rounds} rounds x {k} steps; load {os.getloadavg()[0]:.1f})",
-                  flush=True)
-            tr.close()
+                        ts.append((time.perf_counter() - t0) * 1e3)
+                    got[c] = statistics.median(ts)
+                    res[c].append(got[c])
+                    steps[c] += ts
+                for name in trainers:
+                    ratios[name].append(got[(name, 2)] / got[(name, 1)])
+            for name in trainers:
+                a, b = statistics.median(res[(name, 1)]), statistics.median(res[(name, 2)])
+                print(f"{name}{w.key}/{s}: 1t {a:.2f} ms, 2t {b:.2f} ms, 2t/1t {b / a:.2f} (median of per-round "
+                      f"ratios {statistics.median(ratios[name]):.2f}; {rounds} rounds x {k} steps; load "
+                      f"{os.getloadavg()[0]:.1f}); steps p10/median/p90 ms: 1t {spread(steps[(name, 1)])}, "
+                      f"2t {spread(steps[(name, 2)])}", flush=True)
+            for tr, _, _ in trainers.values():
+                tr.close()
 
 
 if __name__ == "__main__":

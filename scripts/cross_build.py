@@ -81,9 +81,10 @@ def build_executable(sources, out: Path, extra_link=()) -> Path:
     return out
 
 
-def run(exe, *args, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run an aarch64 executable under qemu (every CPU feature on); output is captured."""
-    return subprocess.run([QEMU, "-cpu", "max", str(exe), *map(str, args)],
+def run(exe, *args, timeout: float = 120, cpu: str = "max") -> subprocess.CompletedProcess:
+    """Run an aarch64 executable under qemu (cpu "max": every CPU feature on; "neoverse-n1": an
+    Armv8.2 core with fp16 and dotprod but no BF16); output is captured."""
+    return subprocess.run([QEMU, "-cpu", cpu, str(exe), *map(str, args)],
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -81,6 +81,8 @@ val copyPockBundle by tasks.registering(Copy::class) {
 tasks.named("preBuild") { dependsOn(copyPockBundle) }
 
 dependencies {
+    // PockTrainer.train checks coroutine cancellation between steps (the POM pock-build writes declares it too).
+    implementation("org.jetbrains.kotlinx:kotlinx-coroutines-core:1.8.0")
     // Only PockTrainingWorker needs WorkManager; apps that use it add work-runtime themselves.
     compileOnly("androidx.work:work-runtime:2.9.1")
     // Only QnnPrefixRunner needs ONNX Runtime with the QNN EP (bundles built with --backends htp,cpu).

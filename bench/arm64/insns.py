@@ -70,8 +70,8 @@ def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path) -> Path:
     return exe
 
 
-def count(exe: Path, lib: Path, work: Path, steps: int) -> int:
-    r = subprocess.run([QEMU, "-cpu", "max", "-plugin", str(lib), "-d", "plugin", str(exe), str(work / "start.ckpt"),
+def count(exe: Path, lib: Path, work: Path, steps: int, ckpt: str = "start.ckpt") -> int:
+    r = subprocess.run([QEMU, "-cpu", "max", "-plugin", str(lib), "-d", "plugin", str(exe), str(work / ckpt),
                         str(work / "data.bin"), str(steps), str(work / "end.ckpt"), "1"],
                        capture_output=True, text=True, timeout=3600)
     if r.returncode != 0:
@@ -89,6 +89,11 @@ def main(argv=None) -> int:
                          "only for the named ones (the real transformer takes ~10 min per build under qemu)")
     ap.add_argument("--steps", type=int, default=2, help="K: extra steps the per-step count is taken over")
     ap.add_argument("--out", default=str(HERE))
+    ap.add_argument("--builds", default="ours,no-autovec,scalar", help="the kernel builds to count (ours always)")
+    ap.add_argument("--compute", default="",
+                    help="also count the step compiled with these compute_dtypes (e.g. bf16,fp16: the frozen-weight "
+                         "products in bf16 on BFDOT (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
+                         "columns 'compute-bf16' ...")
     a = ap.parse_args(argv)
     missing = [t for t in (CXX, CC, QEMU, "gcc") if shutil.which(t) is None]
     if missing:
@@ -107,6 +112,7 @@ def main(argv=None) -> int:
               "scalar": (ROOT / "codegen" / "runtime", (*NOVEC, "-DPOCK_SIMD_NONE"))}
     if os.environ.get("POCK_BENCH_REF_RUNTIME"):
         builds["ref"] = (Path(os.environ["POCK_BENCH_REF_RUNTIME"]), ())
+    builds = {k: v for k, v in builds.items() if k in a.builds.split(",") + ["ours", "ref"]}
     rows = []
     with tempfile.TemporaryDirectory(prefix="pock-insns-") as tmp:
         tmp = Path(tmp)
@@ -130,6 +136,17 @@ def main(argv=None) -> int:
                         for t, io in zip([*x, *y], host.inputs + host.targets):
                             f.write(np.ascontiguousarray(t.numpy(), dtype=io.dtype).tobytes())
                 row = {"workload": w.key, "scheme": scheme, "flops_per_step": prog.stats()["flops_per_step"]}
+                for cd in filter(None, a.compute.split(",")):  # the same step, frozen-weight products in cd
+                    p_cd = pe.compile(model, x, y, loss="cross_entropy", update=w.schemes[scheme](model),
+                                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), compute_dtype=cd,
+                                      name=f"insns_{w.key}_{scheme}_{cd}")
+                    (work / f"model-{cd}.cpp").write_text(p_cd.source())
+                    p_cd.build().save(work / f"start-{cd}.ckpt")
+                    exe = build(work / f"model-{cd}.cpp", ROOT / "codegen" / "runtime", (), work / f"train-{cd}")
+                    c1 = count(exe, lib, work, 1, f"start-{cd}.ckpt")
+                    row[f"compute-{cd}"] = (count(exe, lib, work, 1 + a.steps, f"start-{cd}.ckpt") - c1) / a.steps
+                    print(f"{w.key}/{scheme} compute {cd}: {row[f'compute-{cd}'] / 1e6:.1f} M instructions/step",
+                          flush=True)
                 for name, (rt, extra) in builds.items():
                     t0 = time.perf_counter()
                     exe = build(work / "model.cpp", rt, extra, work / f"train-{name}")
@@ -141,7 +158,7 @@ def main(argv=None) -> int:
                 rows.append(row)
     out = Path(a.out)
     (out / "results.json").write_text(json.dumps({"full": a.full or False, "rows": rows}, indent=1))
-    names = list(builds)
+    names = list(builds) + [f"compute-{cd}" for cd in filter(None, a.compute.split(","))]
     lines = ["# aarch64 instructions per training step (qemu-aarch64 + bench/arm64/insn_count.c)", "",
              f"{'Real' if a.full == 'all' else 'Miniature (bench/models.py quick)'} workloads"
              f"{f' (real size: {a.full})' if a.full and a.full != 'all' else ''}, one thread, "

@@ -33,6 +33,14 @@
 // first removes "<path>.tmp-<pid>-..." files whose process is gone (left by a
 // crash or kill -9 during an earlier save).
 //
+// The path is respected: a symbolic link is saved through (its final target is
+// replaced atomically, the link stays a link); a path that is not a regular
+// file (a device such as /dev/null, a FIFO, a directory, a socket) is refused
+// and left alone.  A final name too long for its temporary name's suffix
+// (NAME_MAX) is cut in the temporary name only, so every legal name saves.
+// Loading opens without blocking and refuses anything but a regular file (a
+// FIFO would wait forever for a writer).
+//
 // Loading first checks the file's size against the size this model's checkpoint
 // has (a file over twice that is rejected unread: no read of a multi-GB file
 // that cannot be one), then reads it
@@ -145,16 +153,36 @@ pock_status io_failure(const char* path, const std::string& tmp, const char* wha
   return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, what, std::strerror(err));
 }
 
-// Reads at most `limit` bytes of path into *out; *size gets the file's size.
-bool read_file(const char* path, size_t limit, std::vector<uint8_t>* out, int64_t* size, int* err) {
-  FILE* f = std::fopen(path, "rb");
-  if (!f) {
+// Opens path for reading when it is a regular file: O_NONBLOCK so a FIFO is
+// refused instead of waiting for a writer (a directory would "seek" to LLONG_MAX).
+FILE* open_regular(const char* path, int* err) {
+  const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
     *err = errno;
-    return false;
+    return nullptr;
   }
   struct stat st;
-  if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {  // a directory would "seek" to LLONG_MAX
-    *err = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    *err = fstat(fd, &st) != 0 ? errno : S_ISDIR(st.st_mode) ? EISDIR : S_ISFIFO(st.st_mode) ? ESPIPE : ENODEV;
+    close(fd);
+    return nullptr;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  FILE* f = fdopen(fd, "rb");
+  if (!f) {
+    *err = errno;
+    close(fd);
+  }
+  return f;
+}
+
+// Reads at most `limit` bytes of path into *out; *size gets the file's size.
+bool read_file(const char* path, size_t limit, std::vector<uint8_t>* out, int64_t* size, int* err) {
+  FILE* f = open_regular(path, err);
+  if (!f) return false;
+  struct stat st;
+  if (fstat(fileno(f), &st) != 0) {
+    *err = errno;
     std::fclose(f);
     return false;
   }
@@ -179,24 +207,69 @@ int64_t expected_size(const PockModel* m) {
 // The most bytes load reads: twice the model's checkpoint plus 64 KiB.
 int64_t read_limit(int64_t want) { return 2 * want + (int64_t{1} << 16); }
 
+// The longest temporary-name suffix ".tmp-<pid>-<counter>-<16 hex>" and the
+// longest final name kept whole in a temporary name (NAME_MAX 255).
+constexpr size_t kTempSuffixMax = 5 + 20 + 1 + 20 + 1 + 16;
+constexpr size_t kTempBaseMax = 255 - kTempSuffixMax;
+
+// "<dir>/<name, cut to kTempBaseMax bytes>.tmp-": what every temporary name of path starts with.
+std::string temp_prefix(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
+  return dir + base.substr(0, kTempBaseMax) + ".tmp-";
+}
+
 // "<path>.tmp-<pid>-<counter>-<random>": unique across processes, trainers and threads.
-std::string temp_name(const char* path) {
+std::string temp_name(const std::string& path) {
   static std::atomic<uint64_t> counter{0};
   thread_local std::mt19937_64 rng(std::random_device{}() ^
                                    static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   char suffix[96];
-  std::snprintf(suffix, sizeof suffix, ".tmp-%ld-%llu-%016llx", static_cast<long>(getpid()),
+  std::snprintf(suffix, sizeof suffix, "%ld-%llu-%016llx", static_cast<long>(getpid()),
                 static_cast<unsigned long long>(counter.fetch_add(1)), static_cast<unsigned long long>(rng()));
-  return std::string(path) + suffix;
+  return temp_prefix(path) + suffix;
+}
+
+// The file a save to path replaces: path itself, or the final target of the
+// symbolic links it names (followed, at most 40, relative ones from the link's
+// directory).  Anything there but a regular file (or nothing) is refused.
+pock_status save_target(const char* path, std::string* target) {
+  std::string p(path);
+  for (int hops = 0;; ++hops) {
+    struct stat st;
+    if (lstat(p.c_str(), &st) != 0) {
+      if (errno == ENOENT) break;  // a new file (the directory is checked when the file is created)
+      return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, p.c_str(), std::strerror(errno));
+    }
+    if (S_ISREG(st.st_mode)) break;
+    if (!S_ISLNK(st.st_mode)) {
+      const char* what = S_ISDIR(st.st_mode)   ? "a directory"
+                         : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISCHR(st.st_mode)  ? "a character device"
+                         : S_ISBLK(st.st_mode)  ? "a block device"
+                         : S_ISSOCK(st.st_mode) ? "a socket"
+                                                : "not a regular file";
+      return fail(POCK_ERR_IO, "cannot save checkpoint '%s': '%s' is %s, not a regular file; nothing was written",
+                  path, p.c_str(), what);
+    }
+    if (hops == 40) return fail(POCK_ERR_IO, "cannot save checkpoint '%s': too many symbolic links", path);
+    std::vector<char> link(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 2);
+    const ssize_t n = readlink(p.c_str(), link.data(), link.size() - 1);
+    if (n < 0) return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, p.c_str(), std::strerror(errno));
+    const std::string to(link.data(), static_cast<size_t>(n));
+    p = (to[0] == '/' || p.find('/') == std::string::npos) ? to : dir_of(p) + "/" + to;
+  }
+  *target = p;
+  return POCK_OK;
 }
 
 // Remove "<path>.tmp-<pid>[-...]" files whose process no longer exists: what a
 // crash during an earlier save left.  Live saves (this process's or another
 // running one's) are left alone.  Best effort: errors are ignored.
-void remove_orphans(const char* path) {
-  const std::string p(path), dir = dir_of(p);
-  const size_t slash = p.find_last_of('/');
-  const std::string prefix = (slash == std::string::npos ? p : p.substr(slash + 1)) + ".tmp-";
+void remove_orphans(const std::string& p) {
+  const std::string dir = dir_of(p), full = temp_prefix(p);
+  const std::string prefix = full.substr(full.find_last_of('/') == std::string::npos ? 0 : full.find_last_of('/') + 1);
   DIR* d = opendir(dir.c_str());
   if (!d) return;
   while (const dirent* e = readdir(d)) {
@@ -224,8 +297,10 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
 pock_status save_checkpoint(const pock_trainer* t, const char* path) {
   const PockModel* m = t->model;
   if (std::strlen(path) == 0) return fail(POCK_ERR_IO, "cannot save checkpoint: the path is empty");
-  remove_orphans(path);
-  const std::string tmp = temp_name(path);
+  std::string target;
+  if (pock_status s = save_target(path, &target)) return s;
+  remove_orphans(target);
+  const std::string tmp = temp_name(target);
   FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f)
     return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(),
@@ -254,10 +329,11 @@ pock_status save_checkpoint(const pock_trainer* t, const char* path) {
   if (w.err == 0 && fsync(fileno(f)) != 0) w.err = errno;
   if (std::fclose(f) != 0 && w.err == 0) w.err = errno;
   if (w.err != 0) return io_failure(path, tmp, "writing failed", w.err);
-  if (std::rename(tmp.c_str(), path) != 0) return io_failure(path, tmp, "renaming the temporary file failed", errno);
+  if (std::rename(tmp.c_str(), target.c_str()) != 0)
+    return io_failure(path, tmp, "renaming the temporary file failed", errno);
 
   // Make the rename itself durable; best effort (not every filesystem allows it).
-  const int dfd = open(dir_of(path).c_str(), O_RDONLY);
+  const int dfd = open(dir_of(target).c_str(), O_RDONLY);
   if (dfd >= 0) {
     fsync(dfd);
     close(dfd);
@@ -289,7 +365,16 @@ pock_status load_checkpoint(pock_trainer* t, const char* path) {
   // Sizes up to the limit are read and validated in full, for precise messages
   // (a missing tensor, a wrong shape); only exactly `want` bytes can pass.
   if (!read_file(path, static_cast<size_t>(limit), &file, &file_size, &err))
-    return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path, std::strerror(err));
+    return fail(POCK_ERR_IO, "cannot read checkpoint '%s': %s", path,
+                err == ESPIPE   ? "it is a FIFO, not a regular file"
+                : err == ENODEV ? "it is a device or socket, not a regular file"
+                                : std::strerror(err));
+  if (is_trained_checkpoint(file.data(), file.size())) {  // pock_save_trained's (trained_ckpt.cpp)
+    if (file_size > limit)
+      return fail(POCK_ERR_CHECKPOINT, "trained-only checkpoint '%s' is %lld bytes, more than model '%s' can hold",
+                  path, (long long)file_size, m->name);
+    return load_trained_checkpoint(t, path, file.data(), file.size());
+  }
   if (file_size > limit) return check_wrong_size(m, path, file, file_size, want);
   return load_bytes(t, path, file);
 }

@@ -179,6 +179,28 @@ pock_status check_finite_group(const char* what, const PockIO* io, const pock_te
   return POCK_OK;
 }
 
+// No real target: every target with an ignore index (a cross-entropy's class targets)
+// holds only that index, so the loss has nothing to average (PyTorch: 0/0) and the
+// step is skipped at the door, before anything runs.
+pock_status check_real_targets(const PockIO* io, const pock_tensor* ts, int32_t n) {
+  bool any = false;
+  int64_t ignore = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (!io[i].has_ignore) continue;
+    any = true;
+    ignore = io[i].int_ignore;
+    const int64_t count = numel(io[i].shape, io[i].ndim), ig = io[i].int_ignore;
+    for (int64_t k = 0; k < count; ++k) {
+      const int64_t v = ts[i].dtype == POCK_I32 ? static_cast<const int32_t*>(ts[i].data)[k]
+                                                : static_cast<const int64_t*>(ts[i].data)[k];
+      if (v != ig) return POCK_OK;
+    }
+  }
+  if (!any) return POCK_OK;
+  return fail(POCK_ERR_NO_TARGETS, "no real target: every target is the ignore index %lld; step skipped, no update "
+              "applied", (long long)ignore);
+}
+
 void copy_group(uint8_t* arena, const PockIO* io, const pock_tensor* ts, int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
     const PockIO& e = io[i];
@@ -393,6 +415,10 @@ POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32
       if (loss_out) *loss_out = NAN;
       return s;
     }
+    if (pock_status s = check_real_targets(m->targets, targets, n_targets)) {
+      if (loss_out) *loss_out = NAN;
+      return s;
+    }
     copy_group(t->arena, m->inputs, inputs, n_inputs);
     copy_group(t->arena, m->targets, targets, n_targets);
     PockCtx ctx = make_ctx(t);
@@ -484,6 +510,14 @@ POCK_API pock_status pock_load(pock_trainer* t, const char* path) {
     CHECK_TRAINER(t, "pock_load");
     if (!path) return fail(POCK_ERR_INVALID_ARGUMENT, "pock_load: path is NULL");
     return pock_rt::load_checkpoint(t, path);
+  });
+}
+
+POCK_API pock_status pock_save_trained(pock_trainer* t, const char* path) {
+  return guarded([&]() -> pock_status {
+    CHECK_TRAINER(t, "pock_save_trained");
+    if (!path) return fail(POCK_ERR_INVALID_ARGUMENT, "pock_save_trained: path is NULL");
+    return pock_rt::save_trained_checkpoint(t, path);
   });
 }
 

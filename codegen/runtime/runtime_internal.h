@@ -42,6 +42,10 @@ pock_status load_checkpoint(pock_trainer* t, const char* path);
 // load_checkpoint on bytes already in memory (`name` for messages): the fuzz target.
 pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8_t* data, size_t size);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
+// trained_ckpt.cpp: trained-only checkpoints (pock_save_trained; pock_load reads them too).
+bool is_trained_checkpoint(const uint8_t* data, size_t size);
+pock_status save_trained_checkpoint(const pock_trainer* t, const char* path);
+pock_status load_trained_checkpoint(pock_trainer* t, const char* path, const uint8_t* data, size_t size);
 
 // threadpool.cpp: the persistent pool behind pk::parallel_for.
 int default_num_threads();                  // online cores, at least 1
@@ -57,6 +61,13 @@ int64_t pool_dispatches(const ThreadPool* pool);
 // Backs the pool off as a busy machine would (every region on the caller) for `ns`
 // nanoseconds from now: how tests reach the back-off path without loading the machine.
 void pool_back_off_for(ThreadPool* pool, int64_t ns);
+// Back-off events of the pool so far (sustained evidence of a busy machine; not
+// pool_back_off_for), and one window of that evidence fed by hand (busy or calm,
+// as a worker's share of a core or the caller's wait would give it): the tests'
+// view of the policy in threadpool.cpp.  0 / nothing for nullptr.
+int64_t pool_backoffs(const ThreadPool* pool);
+void pool_note_window(ThreadPool* pool, bool busy);
+bool pool_backed_off(const ThreadPool* pool);  // backed off now (false for nullptr)
 // Makes `pool` the current thread's pool (pk::parallel_for uses it) while alive.
 class PoolScope {
  public:

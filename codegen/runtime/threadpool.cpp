@@ -29,16 +29,23 @@
 // nothing and costs the caller: the worker is descheduled (the caller does
 // every chunk, or waits for one the worker claimed), and the scheduler shares
 // CPU time between processes (autogroups, cgroups), so a runnable worker takes
-// its share from the caller.  A worker that finds it was descheduled while
-// spinning (a gap of kPreemptedNs between two looks at the clock), or that was
-// on a core less than kMinShare of the time over its last kShareWindowNs (its
-// thread CPU time against the clock, checked after a job), puts the pool in
-// back-off: the worker sleeps, and run() does every chunk itself, in
-// order, without waking anyone (the same chunks, so the same results).  Then
-// the pool tries again; a try is not free (a worker woken into a busy machine
-// may be descheduled inside a chunk the caller then waits for), so while the
-// machine stays busy each back-off is twice as long as the last, kBackoffNs up
-// to 16x that; a whole spin undisturbed (kCalmNs) starts over from kBackoffNs.
+// its share from the caller.  The evidence comes in windows: a worker's share
+// of a core over kShareWindowNs of wall time (its thread CPU time against the
+// clock, looked at after a job and while spinning), and the caller's wait for a
+// worker still inside a chunk after the caller ran out of chunks (longer than
+// the caller's own work in that region and than kCallerWaitNs: the worker was
+// descheduled mid-chunk).  One short dip proves nothing -- a quiet 2-core VM
+// takes a timer tick, a daemon's wake-up, the hypervisor's steal now and then,
+// and a single 1 ms window under 85% once made the pool give up its second core
+// for spells of 100 ms to 1.6 s on such a machine -- so the pool backs off only
+// after kBusyWindows busy windows in a row (a calm window starts the count over):
+// the worker sleeps, and run() does every chunk itself, in order, without waking
+// anyone (the same chunks, so the same results).  A back-off lasts kBackoffNs;
+// then the pool tries again, and the first busy window of that try backs off at
+// once for twice as long (up to kBackoffNs << kMaxBackoffLevel), while one calm
+// window ends the busy spell: the pool is back on both cores within
+// kShareWindowNs of the machine going quiet, after at most the current spell.
+// The back-off events are counted (pool_backoffs) for tests.
 //
 // Nothing is allocated per call.
 #include <algorithm>
@@ -72,15 +79,20 @@ namespace {
 constexpr int64_t kSpinNs = 2'000'000;
 constexpr int kPauseSpins = 1 << 10;  // ~30-60 us of pauses before the spin yields
 // A gap this long between two looks at the clock while spinning: the worker was
-// descheduled, so other threads want the cores.
-constexpr int64_t kPreemptedNs = 200'000;
-// Back-off after that: regions run on the caller alone, kBackoffNs << level.
-constexpr int64_t kBackoffNs = 100'000'000;
-constexpr int kMaxBackoffLevel = 4;
-constexpr int64_t kCalmNs = kSpinNs;  // a whole spin on a free core
-// The worker's check of its own share of a core (worker_loop).
-constexpr int64_t kShareWindowNs = 1'000'000;
-constexpr double kMinShare = 0.85;
+// descheduled (the gap is not running time; its window tells the pool).
+constexpr int64_t kGapNs = 200'000;
+// Back-off after sustained evidence of a busy machine: regions run on the caller
+// alone for kBackoffNs << level.
+constexpr int64_t kBackoffNs = 25'000'000;
+constexpr int kMaxBackoffLevel = 3;
+constexpr int kBusyWindows = 6;  // busy windows in a row before the first back-off
+// A worker's window: wall time over which its share of a core is judged; below
+// kMinShare the window is busy.
+constexpr int64_t kShareWindowNs = 2'000'000;
+constexpr double kMinShare = 0.75;
+// The caller's wait for a worker inside its chunk that counts as a busy window
+// (when it is also longer than the caller's own work in the region).
+constexpr int64_t kCallerWaitNs = 300'000;
 int64_t thread_cpu_ns() {  // CPU time of the calling thread (-1 where unknown)
 #if defined(CLOCK_THREAD_CPUTIME_ID)
   timespec ts;
@@ -119,6 +131,21 @@ class ThreadPool {
     backoff_until_.store(now_ns() + ns, std::memory_order_relaxed);
     backoff_.store(true, std::memory_order_relaxed);
   }
+  // One window of evidence from a worker or the caller: busy (the machine wants
+  // the cores) or calm.  Backs off after kBusyWindows busy windows in a row, or
+  // at the first busy one after a back-off of the same spell; a calm window
+  // ends the spell.  Evidence that arrives while backed off changes nothing.
+  void note_window(bool busy, int64_t now) {
+    if (backoff_.load(std::memory_order_relaxed) && now < backoff_until_.load(std::memory_order_relaxed)) return;
+    if (!busy) {
+      strikes_.store(0, std::memory_order_relaxed);
+      backoff_level_.store(0, std::memory_order_relaxed);
+      return;
+    }
+    const int strikes = strikes_.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (backoff_level_.load(std::memory_order_relaxed) > 0 || strikes >= kBusyWindows) back_off(now);
+  }
+  int64_t backoffs() const { return backoffs_.load(std::memory_order_relaxed); }
   int64_t regions() const { return regions_.load(std::memory_order_relaxed); }
   int64_t dispatches() const { return dispatches_.load(std::memory_order_relaxed); }
 
@@ -165,6 +192,7 @@ class ThreadPool {
       wake_.notify_all();
     }
     std::exception_ptr err;
+    const int64_t t0 = now_ns();
     try {
       work();
     } catch (...) {  // let no worker start another chunk, wait for the rest, rethrow
@@ -172,7 +200,13 @@ class ThreadPool {
       next_.store(nchunks_, std::memory_order_relaxed);
     }
     open_.store(false);  // no worker joins from now on
-    if (active_.load() != 0) wait_workers();
+    if (active_.load() != 0) {  // a worker is still inside a chunk
+      const int64_t t1 = now_ns();
+      wait_workers();
+      const int64_t waited = now_ns() - t1;
+      // It took longer than the caller's whole share of the region: descheduled mid-chunk.
+      if (waited > kCallerWaitNs && waited > t1 - t0) note_window(true, t1 + waited);
+    }
     fn_ = nullptr;
     busy_.store(false, std::memory_order_release);
     if (err) std::rethrow_exception(err);
@@ -190,7 +224,9 @@ class ThreadPool {
     const int level = backoff_level_.load(std::memory_order_relaxed);
     backoff_until_.store(now + (kBackoffNs << level), std::memory_order_relaxed);
     backoff_.store(true, std::memory_order_relaxed);
+    strikes_.store(0, std::memory_order_relaxed);
     if (level < kMaxBackoffLevel) backoff_level_.store(level + 1, std::memory_order_relaxed);
+    backoffs_.fetch_add(1, std::memory_order_relaxed);
   }
 
   // Claim and run chunks of the current job until none is left.
@@ -203,9 +239,26 @@ class ThreadPool {
     }
   }
 
+  // A worker's share of a core since it last woke, judged per kShareWindowNs.
+  struct Window {
+    int64_t wall, cpu;
+    void start() {
+      wall = now_ns();
+      cpu = thread_cpu_ns();
+    }
+  };
+  // Closes the worker's window `w` (a busy or calm note) once it spans kShareWindowNs.
+  void check_window(Window& w, int64_t now) {
+    if (now - w.wall < kShareWindowNs) return;
+    const int64_t cpu = thread_cpu_ns();
+    if (cpu >= 0 && w.cpu >= 0)
+      note_window(static_cast<double>(cpu - w.cpu) < kMinShare * static_cast<double>(now - w.wall), now);
+    w.wall = now;
+    w.cpu = cpu;
+  }
   // Spins until gen_ moves past `seen` (returns true, the new value in g) or
-  // the spin ends (false): kSpinNs of running time, or descheduled (back-off).
-  bool spin(uint64_t seen, uint64_t& g);
+  // the spin ends (false): kSpinNs of running time.  Closes windows on the way.
+  bool spin(uint64_t seen, uint64_t& g, Window& w);
   void worker_loop();
   void shutdown() {
     {
@@ -228,6 +281,8 @@ class ThreadPool {
   std::atomic<bool> backoff_{false};           // regions run on the caller alone ...
   std::atomic<int64_t> backoff_until_{0};      // ... until then (now_ns)
   std::atomic<int> backoff_level_{0};          // the next back-off lasts kBackoffNs << level
+  std::atomic<int> strikes_{0};                // busy windows in a row
+  std::atomic<int64_t> backoffs_{0};           // back-off events (note_window), for tests
   std::atomic<int64_t> regions_{0};            // parallel regions that reached the pool
   std::atomic<int64_t> dispatches_{0};         // of those, handed to the workers
   // The hot words on their own cache lines: the caller writes gen_/open_ once a
@@ -249,7 +304,7 @@ thread_local ThreadPool* tl_pool = nullptr;    // the current step's pool
 thread_local bool tl_in_parallel = false;      // inside a chunk: nested calls run inline
 }  // namespace
 
-bool ThreadPool::spin(uint64_t seen, uint64_t& g) {
+bool ThreadPool::spin(uint64_t seen, uint64_t& g, Window& w) {
   int64_t spun = 0, t = now_ns();
   for (int i = 1;; ++i) {
     if ((g = gen_.load(std::memory_order_acquire)) != seen) return true;
@@ -259,14 +314,8 @@ bool ThreadPool::spin(uint64_t seen, uint64_t& g) {
     if (yielding || (i & 63) == 0) {
       const int64_t t1 = now_ns(), dt = t1 - t;
       t = t1;
-      if (dt > kPreemptedNs) {  // descheduled: the machine is busy
-        back_off(t1);
-        return false;
-      }
-      const bool calm = spun < kCalmNs && spun + dt >= kCalmNs;  // the cores are free again
-      if (calm && backoff_level_.load(std::memory_order_relaxed) != 0)
-        backoff_level_.store(0, std::memory_order_relaxed);
-      if ((spun += dt) > kSpinNs) return false;
+      check_window(w, t1);
+      if (dt < kGapNs && (spun += dt) > kSpinNs) return false;  // a gap was not running time
     }
   }
 }
@@ -276,35 +325,28 @@ void ThreadPool::worker_loop() {
   // gen_ was 0 when the pool was constructed: a job or stop published before
   // this thread got here is still seen as new.
   uint64_t seen = 0;
-  // The share of wall time this worker was on a core (jobs and spinning), over
-  // windows of at least kShareWindowNs since it last woke: below kMinShare, it
-  // was descheduled inside jobs too (which spin() cannot see) -- back off.
-  int64_t ref_wall = now_ns(), ref_cpu = thread_cpu_ns();
+  // The share of wall time this worker is on a core (jobs and spinning), in
+  // windows since it last woke: it is descheduled inside jobs too, which the
+  // spin cannot see.
+  Window w;
+  w.start();
   for (;;) {
     uint64_t g = gen_.load(std::memory_order_acquire);
-    if (g == seen && !spin(seen, g)) {  // sleep until run() or shutdown() bumps gen_
+    if (g == seen && !spin(seen, g, w)) {  // sleep until run() or shutdown() bumps gen_
       std::unique_lock<std::mutex> lk(mu_);
       sleepers_.fetch_add(1);  // seq_cst, then gen_ read: dispatch() bumps gen_, then reads sleepers_
       wake_sent_.store(false, std::memory_order_relaxed);
       wake_.wait(lk, [&] { return (g = gen_.load()) != seen; });
       sleepers_.fetch_sub(1);
       lk.unlock();
-      ref_wall = now_ns();
-      ref_cpu = thread_cpu_ns();
+      w.start();
     }
     seen = g;
     if (stop_.load()) return;
     active_.fetch_add(1);  // count in, then check open (dispatch() closes, then reads active_)
     if (open_.load()) work();
     active_.fetch_sub(1, std::memory_order_release);
-    const int64_t wall = now_ns();
-    if (wall - ref_wall >= kShareWindowNs) {
-      const int64_t cpu = thread_cpu_ns();
-      if (cpu >= 0 && static_cast<double>(cpu - ref_cpu) < kMinShare * static_cast<double>(wall - ref_wall))
-        back_off(wall);
-      ref_wall = wall;
-      ref_cpu = cpu;
-    }
+    check_window(w, now_ns());
   }
 }
 
@@ -321,6 +363,11 @@ int64_t pool_dispatches(const ThreadPool* pool) { return pool ? pool->dispatches
 void pool_back_off_for(ThreadPool* pool, int64_t ns) {
   if (pool) pool->back_off_for(ns);
 }
+int64_t pool_backoffs(const ThreadPool* pool) { return pool ? pool->backoffs() : 0; }
+void pool_note_window(ThreadPool* pool, bool busy) {
+  if (pool) pool->note_window(busy, now_ns());
+}
+bool pool_backed_off(const ThreadPool* pool) { return pool && pool->backed_off(); }
 
 PoolScope::PoolScope(ThreadPool* pool) : prev_(tl_pool) { tl_pool = pool; }
 PoolScope::~PoolScope() { tl_pool = prev_; }

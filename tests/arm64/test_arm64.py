@@ -151,6 +151,7 @@ def linear_cases():
 
 def lowp_cases():
     """Low-precision frozen weights (lowp.cpp): panels of 12 columns on NEON cut q4's 32-blocks."""
+    from pockengine.passes.compute_dtype import round_operand, round_to
     from pockengine.quant import dequantize, quantize
     rng = np.random.default_rng(5)
     for (M, N, K), dt in itertools.product([(5, 17, 64), (13, 30, 96), (1, 3, 288)], ["bf16", "f16", "i8", "q4"]):
@@ -166,6 +167,13 @@ def lowp_cases():
         p = dict(dt={"bf16": 0, "f16": 1, "i8": 2, "q4": 3}[dt], M=M, N=N, K=K)  # pk::LowpDtype
         yield call("linear_fwd_lowp", {"x": x, "b": b, **w}, {"y": x @ wd.T + b}, act=0, **p)
         yield call("linear_bwd_input_lowp", {"dy": dy, **w}, {"dx": dy @ wd}, **p)
+        # compute_dtype: the products in bf16 / fp16 (fcvt's rounding on aarch64), fp32 accumulation
+        for cd in ("bf16", "f16"):
+            wr = round_to(wd.astype(np.float32), cd).astype(np.float64)
+            yield call("linear_fwd_lowp_cd", {"x": x, "b": b, **w}, {"y": round_operand(x, cd) @ wr.T + b},
+                       act=0, cd={"bf16": 0, "f16": 1}[cd], **p)
+            yield call("linear_bwd_input_lowp_cd", {"dy": dy, **w}, {"dx": round_operand(dy, cd) @ wr},
+                       cd={"bf16": 0, "f16": 1}[cd], **p)
 
 
 CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
@@ -509,14 +517,26 @@ def _kernels(case: str) -> set[str]:
 
 
 def test_kernels(tmp_path):
-    callable_, cases = set(driver_kernels()), kernel_cases()
+    check_kernels(kernel_cases(), tmp_path)
+
+
+def test_compute_dtype_kernels_with_and_without_bf16(tmp_path):
+    """compute_dtype's products (lowp.cpp *_cd) on a core without BF16 (qemu neoverse-n1: the portable
+    path) as well as with it (-cpu max, in test_kernels: lowp_dot.cpp's BFDOT for bf16)."""
+    cases = {c: v for c, v in kernel_cases().items() if c.startswith(("linear_fwd_lowp_cd", "linear_bwd_input_lowp_cd"))}
+    assert len(cases) == 48  # 3 shapes x 4 storage formats x (bf16, fp16) x (forward, input gradient)
+    check_kernels(cases, tmp_path, cpu="neoverse-n1")
+
+
+def check_kernels(cases, tmp_path, cpu="max"):
+    callable_ = set(driver_kernels())
     absent = sorted(set().union(*map(_kernels, cases)) - callable_)  # kernels this tree does not have
     cases = {c: v for c, v in cases.items() if _kernels(c) <= callable_}
     (tmp_path / "calls.cpp").write_text(driver_source(callable_))
     exe = cross.build_executable([HERE / "kernel_check.cpp", tmp_path / "calls.cpp"], tmp_path / "kernel_check")
     inputs = {f"{c}/{k}": v for c, (ins, _) in cases.items() for k, v in ins.items()}
     write_tensors(tmp_path / "in.bin", inputs)
-    r = cross.run(exe, tmp_path / "in.bin", tmp_path / "out.bin")
+    r = cross.run(exe, tmp_path / "in.bin", tmp_path / "out.bin", cpu=cpu)
     assert r.returncode == 0, f"kernel_check failed under qemu (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
     got = read_tensors(tmp_path / "out.bin")
 

@@ -54,7 +54,7 @@ def test_table_has_expected_rows_and_sane_numbers(quick_run):
     md = (out / "results.md").read_text()
     lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
     header = _cells(lines[0])
-    for col in ("model", "scheme", "framework", "ms/step (median)", "speed vs eager", "GFLOP/s", "% of FMA peak",
+    for col in ("model", "scheme", "framework", "ms/step (median)", "p10 / p90 ms", "speed vs eager", "GFLOP/s", "% of FMA peak",
                 "train mem MiB"):
         assert col in header, col
     col = {name: i for i, name in enumerate(header)}
@@ -77,6 +77,8 @@ def test_table_has_expected_rows_and_sane_numbers(quick_run):
         assert math.isclose(ratio, eager_ms / ms, rel_tol=0.02, abs_tol=0.011), (model, scheme, fw, ratio, eager_ms, ms)
         if fw == "eager":
             assert r[col["speed vs eager"]] == "1.00x"
+        p10, p90 = (float(v) for v in r[col["p10 / p90 ms"]].split(" / "))  # the spread of the timed steps
+        assert p10 <= ms <= p90, (model, scheme, fw, p10, ms, p90)
         gflops, pct = float(r[col["GFLOP/s"]]), float(r[col["% of FMA peak"]])
         assert gflops > 0 and 0 < pct < 100, (model, scheme, fw, gflops, pct)
         assert float(r[col["train mem MiB"]]) >= 0

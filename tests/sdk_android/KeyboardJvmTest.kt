@@ -1,7 +1,7 @@
 // The Kotlin SDK on the JVM, driven by test_jvm.py: the keyboard model's bundle
 // with a host build of its library (model TU + runtime + pock_jni.cpp).
 //
-//   java -cp core.jar:this.jar:kotlin-stdlib.jar KeyboardJvmTestKt BUNDLE_DIR LIBRARY BATCH WORK_DIR
+//   java -cp core.jar:this.jar:kotlin-stdlib.jar:kotlinx-coroutines.jar KeyboardJvmTestKt BUNDLE_DIR LIBRARY BATCH WORK_DIR
 //
 // BATCH holds the input then the target token ids (int64, native order).  Prints
 // one "key value..." line per fact for the Python side to assert on; exits 1 on
@@ -74,24 +74,24 @@ fun main(args: Array<String>) {
         // int32 token ids are accepted where the model wants int64 (widened on the copy)
         val xInt = IntArray(b * s)
         direct.duplicate().order(ByteOrder.nativeOrder()).asLongBuffer().let { lb -> for (i in xInt.indices) xInt[i] = lb.get(i).toInt() }
-        val predicted = trainer.predict(x).toFloatArray()
-        val predictedInt = trainer.predict(PockTensor.of(xInt, b, s)).toFloatArray()
+        val predicted = trainer.forward(x).toFloatArray()
+        val predictedInt = trainer.forward(PockTensor.of(xInt, b, s)).toFloatArray()
         report("predict_numel", predicted.size)
         report("predict_int32_equal", predicted.contentEquals(predictedInt))
 
         val ckpt = File(work, "user.pockckpt")
         trainer.save(ckpt)
         PockTrainer.open(bundleDir, options).use { fresh ->
-            report("fresh_equal_before_restore", fresh.predict(x).toFloatArray().contentEquals(predicted))
-            fresh.restore(ckpt)
-            report("restored_equal", fresh.predict(x).toFloatArray().contentEquals(predicted))
+            report("fresh_equal_before_restore", fresh.forward(x).toFloatArray().contentEquals(predicted))
+            fresh.load(ckpt)
+            report("restored_equal", fresh.forward(x).toFloatArray().contentEquals(predicted))
             report("restored_step_count", fresh.stepCount)
             report("restored_next_loss_equal", fresh.step(x, y) == trainer.step(x, y))
         }
 
-        trainer.learningRate = 0.5f
+        trainer.setLearningRate(0.5f)
         report("learning_rate_set", trainer.learningRate)
-        expectPockException("negative_lr") { trainer.learningRate = -1f }
+        expectPockException("negative_lr") { trainer.setLearningRate(-1f) }
 
         // wrong shapes and dtypes: caught against model.json, before the native call
         expectPockException("wrong_shape") { trainer.step(PockTensor.of(LongArray(b * (s - 1)), b, s - 1), y) }
@@ -107,20 +107,20 @@ fun main(args: Array<String>) {
         val raw = ckpt.readBytes()
         raw[raw.size / 2] = (raw[raw.size / 2].toInt() xor 0x5a).toByte()
         corrupt.writeBytes(raw)
-        val before = trainer.predict(x).toFloatArray()
-        expectPockException("corrupt_checkpoint") { trainer.restore(corrupt) }
-        expectPockException("missing_checkpoint") { trainer.restore(File(work, "nowhere.pockckpt")) }
-        report("state_kept_after_corrupt", trainer.predict(x).toFloatArray().contentEquals(before))
+        val before = trainer.forward(x).toFloatArray()
+        expectPockException("corrupt_checkpoint") { trainer.load(corrupt) }
+        expectPockException("missing_checkpoint") { trainer.load(File(work, "nowhere.pockckpt")) }
+        report("state_kept_after_corrupt", trainer.forward(x).toFloatArray().contentEquals(before))
 
         // background training: an Executor future and a suspend call, serialised by the trainer's lock
         val pool = Executors.newFixedThreadPool(2)
         try {
             val futures = (0 until 4).map { trainer.stepAsync(pool, listOf(x), listOf(y)) }
             report("async_losses_finite", futures.all { it.get().isFinite() })
-            val last = runSuspending { trainer.runOn(pool) { t -> (0 until 3).map { t.step(x, y) }.last() } }
+            val last = runSuspending { trainer.train(List(3) { listOf(x) to listOf(y) }).losses.last() }
             report("suspend_loss_finite", last.isFinite())
             report("async_step_count", trainer.stepCount)
-            val failed = runCatching { runSuspending { trainer.runOn(pool) { t -> t.step(PockTensor.of(LongArray(3), 3), y) } } }.exceptionOrNull()
+            val failed = runCatching { runSuspending { trainer.train(listOf(listOf(PockTensor.of(LongArray(3), 3)) to listOf(y))) } }.exceptionOrNull()
             report("suspend_error", if (failed is PockException) "PockException ${failed.status}" else failed.toString())
         } finally {
             pool.shutdown()
@@ -133,7 +133,7 @@ fun main(args: Array<String>) {
     closed.close() // idempotent
     val xs = PockTensor.zeros(PockDType.INT64, 4, 16)
     expectPockException("closed_step") { closed.step(xs, xs) }
-    expectPockException("closed_predict") { closed.predict(xs) }
+    expectPockException("closed_predict") { closed.forward(xs) }
     expectPockException("closed_save") { closed.save(File(work, "closed.pockckpt")) }
     report("closed", closed.isClosed)
 

@@ -64,7 +64,7 @@ def build_jvm_model(prog, out: Path) -> tuple[Path, Path]:
 def run_kotlin_main(jars, main: str, args, what: str) -> dict:
     """Run `main` with -Xcheck:jni on jars + the Kotlin stdlib; its stdout's "key value"
     lines as a dict, plus its stderr under "_stderr"."""
-    cp = os.pathsep.join(map(str, [*jars, android.kotlin_stdlib()]))
+    cp = os.pathsep.join(map(str, [*jars, android.kotlin_stdlib(), android.kotlin_coroutines()]))
     r = subprocess.run([str(android.java_home() / "bin" / "java"), "-Xcheck:jni", "-cp", cp, main, *map(str, args)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"{what} failed (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"

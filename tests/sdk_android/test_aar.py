@@ -26,7 +26,9 @@ CXX, CC, QEMU = "aarch64-linux-gnu-g++", "aarch64-linux-gnu-gcc", "qemu-aarch64"
 SYSROOT = "/usr/aarch64-linux-gnu"
 STEPS = 5
 JNI_METHODS = ("open", "close", "step", "forward", "save", "load", "getLearningRate", "setLearningRate",
-               "stepCount", "setNumThreads", "modelName", "modelHash", "version")
+               "stepCount", "setNumThreads", "modelName", "modelHash", "version", "getTensor", "setTensor",
+               "tensorCount", "tensorName", "tensorInfo", "saveTrained", "profileEnable", "profileReset",
+               "profileCount", "profileEntry")
 
 missing = [t for t in (CXX, CC, QEMU) if shutil.which(t) is None]
 pytestmark = pytest.mark.skipif(bool(missing), reason=f"missing {missing} (apt-get install g++-aarch64-linux-gnu qemu-user)")
@@ -45,10 +47,16 @@ def built(tmp_path_factory):
         r = pock_build(f"{KEYBOARD_SPEC}:make", "--platform", "android", "--soc", "sm8550", "--cxx", CXX,
                        "--out", work / "out", cwd=ROOT)
         assert r.returncode == 0, r.stderr[-4000:]
-        return {"stdout": r.stdout}
+        return {"stdout": r.stdout, "stderr": r.stderr}
 
     work, result = run_once(tmp_path_factory, "android-aar", build)
     return work / "out", result["stdout"]
+
+
+@pytest.fixture(scope="module")
+def build_stderr(built, tmp_path_factory):
+    """What that pock-build printed on stderr."""
+    return run_once(tmp_path_factory, "android-aar", None)[1]["stderr"]
 
 
 def test_cli_lists_what_it_wrote(built):
@@ -57,7 +65,7 @@ def test_cli_lists_what_it_wrote(built):
         assert re.search(rf"^\s+{re.escape(what)}\s+\S+", stdout, re.M), stdout
     pom = (out / "pockengine-keyboard.pom").read_text()
     assert "<packaging>aar</packaging>" in pom and "<artifactId>pockengine-keyboard</artifactId>" in pom
-    assert "kotlin-stdlib" in pom
+    assert "kotlin-stdlib" in pom and "<artifactId>kotlinx-coroutines-core</artifactId>" in pom
     assert 'implementation(files("libs/pockengine-keyboard.aar"))' in (out / "consume.gradle.kts").read_text()
 
 
@@ -79,7 +87,11 @@ def test_aar_has_every_entry(built, tmp_path):
         classes = set(jar.namelist())
     for cls in ("PockTrainer", "PockException", "PockTensor", "PockNative", "ModelBundle"):
         assert f"ai/pockengine/{cls}.class" in classes, classes
-    assert not any(c.startswith("android/") or "/android/" in c for c in classes)  # the core API only
+    # the android helpers ship too (issue 41), compiled against stubs that stay out of the AAR
+    for cls in ("PockAssets", "PockTrainingWorker"):
+        assert f"ai/pockengine/android/{cls}.class" in classes, classes
+    assert all(c.startswith(("ai/pockengine/", "META-INF/")) for c in classes), \
+        [c for c in classes if not c.startswith(("ai/pockengine/", "META-INF/"))]
 
 
 def test_library_is_aarch64_and_exports_jni(built):
@@ -159,3 +171,36 @@ def test_htp_needs_a_soc_with_an_npu(tmp_path):
                    "--backends", "htp,cpu", "--cxx", CXX, "--out", tmp_path / "out", cwd=ROOT)
     assert r.returncode == 2 and "needs a SoC with a Hexagon HTP" in r.stderr and "sm8550" in r.stderr, r.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_glibc_build_is_a_loudly_marked_test_artifact(built, build_stderr):
+    """--cxx aarch64-linux-gnu-g++ makes natives that need glibc: pock-build says so on stderr and
+    the AAR's manifest records it (an app build can refuse it)."""
+    out, _ = built
+    assert "TEST ARTIFACT, NOT FOR ANDROID" in build_stderr and "libc.so.6" in build_stderr, build_stderr[-2000:]
+    lib = out / "jni" / "arm64-v8a" / "libpock_keyboard.so"
+    needed = subprocess.run(["aarch64-linux-gnu-readelf", "-d", str(lib)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "[libc.so.6]" in needed  # what the warning is about
+    with zipfile.ZipFile(out / "pockengine-keyboard.aar") as aar:
+        manifest = aar.read("AndroidManifest.xml").decode()
+    assert '<meta-data android:name="ai.pockengine.native_libc" android:value="glibc" />' in manifest
+    assert "TEST ARTIFACT" in manifest
+
+
+def test_the_readmes_android_snippet_compiles_against_the_aar(built, tmp_path):
+    """The README's Kotlin block (## Android) compiled with kotlinc against the AAR's classes.jar and
+    the android stubs (the types an app gets from android.jar and androidx.work)."""
+    from pockengine.platforms import android
+    out, _ = built
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("\n## Android\n"):readme.index("\n## iOS\n")]
+    snippet = re.search(r"```kotlin\n(.*?)```", section, re.S).group(1)
+    assert "ai.pockengine.android.PockAssets" in snippet
+    (tmp_path / "ReadmeSnippet.kt").write_text(snippet)
+    with zipfile.ZipFile(out / "pockengine-keyboard.aar") as aar:
+        (tmp_path / "classes.jar").write_bytes(aar.read("classes.jar"))
+    jar = android.compile_kotlin([tmp_path / "ReadmeSnippet.kt"], "readme-android-snippet",
+                                 classpath=[tmp_path / "classes.jar", android.android_stubs_jar(),
+                                            android.kotlin_coroutines(), android.kotlin_stdlib()])
+    assert jar.exists()

@@ -1,6 +1,6 @@
 """The Kotlin SDK (sdk-android/src/main/kotlin, compiled with kotlinc) on this
 machine's JVM over a host build of the keyboard model's library with
-pock_jni.cpp: 50 training steps, predict, save/restore, and PockException
+pock_jni.cpp: 50 training steps, forward, save/load, and PockException
 for every misuse; KeyboardJvmTest.kt drives it and prints what it saw."""
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _build_and_run(out):
     bundle, library = build_jvm_model(prog, out)
     core = android.kotlin_core_jar()
     test_jar = android.compile_kotlin([os.path.join(HERE, "KeyboardJvmTest.kt")], "keyboard-jvm-test",
-                                      classpath=[core, android.kotlin_stdlib()])
+                                      classpath=[core, android.kotlin_stdlib(), android.kotlin_coroutines()])
     x, y = spec.example_batch(0)
     batch = out / "batch.bin"
     batch.write_bytes(x.numpy().astype("<i8").tobytes() + y.numpy().astype("<i8").tobytes())

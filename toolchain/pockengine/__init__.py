@@ -8,7 +8,8 @@ from .frontends.jax import from_jax, jax_params
 from .frontends.keras import export_keras
 from .frontends.tflite import export_tflite
 from .search import Budget, search_update
+from .tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 __all__ = ["compile", "export_onnx", "from_jax", "jax_params", "export_keras", "export_tflite", "Program", "SGD", "AdamW", "PockError",
-           "LoRA", "Budget", "search_update", "__version__"]
+           "LoRA", "Budget", "search_update", "Tokenizer", "__version__"]

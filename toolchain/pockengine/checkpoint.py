@@ -12,6 +12,7 @@ import math
 import os
 import re
 import secrets
+import stat
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -96,25 +97,98 @@ def decode(blob: bytes, where: str = "checkpoint") -> Checkpoint:
     return ckpt
 
 
-def read_checkpoint(path) -> Checkpoint:
+def read_regular(path, what: str = "checkpoint") -> bytes:
+    """The bytes of the regular file at path; anything else (a FIFO, which would block
+    forever, a device, a directory) is refused with PockError, as pock_load does."""
     try:
-        blob = Path(path).read_bytes()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise PockError(f"cannot read checkpoint {os.fspath(path)!r}: {e.strerror}") from None
-    return decode(blob, f"checkpoint {os.fspath(path)!r}")
+        raise PockError(f"cannot read {what} {os.fspath(path)!r}: {e.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise PockError(f"cannot read {what} {os.fspath(path)!r}: it is {_kind(mode)}, not a regular file")
+        os.set_blocking(fd, True)
+        try:
+            return f.read()
+        except OSError as e:
+            raise PockError(f"cannot read {what} {os.fspath(path)!r}: {e.strerror}") from None
+
+
+def read_checkpoint(path) -> Checkpoint:
+    return decode(read_regular(path), f"checkpoint {os.fspath(path)!r}")
 
 
 _SAVES = itertools.count()
+_TEMP_BASE_MAX = 255 - (5 + 20 + 1 + 20 + 1 + 16)  # NAME_MAX less the longest ".tmp-<pid>-<n>-<16 hex>"
+
+
+def _temp_prefix(path: Path) -> str:
+    """What every temporary name of path starts with: its name, cut (in bytes, as the runtime
+    cuts it) so the temporary name fits NAME_MAX, then ".tmp-"."""
+    return os.fsdecode(os.fsencode(path.name)[:_TEMP_BASE_MAX]) + ".tmp-"
 
 
 def temp_path(path: Path) -> Path:
     """"<path>.tmp-<pid>-<counter>-<random>", as the runtime names it: unique per save."""
-    return path.with_name(f"{path.name}.tmp-{os.getpid()}-{next(_SAVES)}-{secrets.token_hex(8)}")
+    return path.with_name(f"{_temp_prefix(path)}{os.getpid()}-{next(_SAVES)}-{secrets.token_hex(8)}")
+
+
+def _kind(mode: int) -> str:
+    for test, what in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return what
+    return "not a regular file"
+
+
+def save_target(path) -> Path:
+    """The file a save to path replaces: path, or the final target of the symbolic links it
+    names (a save goes through a link and keeps it).  Anything there but a regular file (or
+    nothing yet) is refused with PockError: a device, a FIFO, a directory is never replaced."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        return target
+    except OSError as e:
+        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {str(target)!r} is {_kind(mode)}, not a regular "
+                        f"file; nothing was written")
+    return target
+
+
+def write_atomically(path, blob: bytes) -> None:
+    """Write blob to path the way pock_save does: through symbolic links, refusing anything but
+    a regular file, via a temporary file (fsynced, renamed over the target, directory fsynced)."""
+    target = save_target(path)
+    remove_orphans(target)
+    tmp = temp_path(target)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+    try:
+        fd = os.open(target.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)  # make the rename durable; best effort
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def remove_orphans(path: Path) -> None:
     """Remove "<path>.tmp-<pid>[-...]" files whose process is gone (a crash during a save)."""
-    pattern = re.compile(re.escape(path.name) + r"\.tmp-(\d+)(?:-.*)?$")
+    pattern = re.compile(re.escape(_temp_prefix(path)) + r"(\d+)(?:-.*)?$")
     try:
         names = os.listdir(path.parent)
     except OSError:
@@ -137,20 +211,8 @@ def remove_orphans(path: Path) -> None:
 
 
 def write_checkpoint(path, ckpt: Checkpoint) -> None:
-    """Atomically (temporary file, fsync, rename) write ckpt to path."""
-    path = Path(path)
-    blob = encode(ckpt)
-    remove_orphans(path)
-    tmp = temp_path(path)
-    try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+    """Atomically (temporary file, fsync, rename) write ckpt to path (write_atomically)."""
+    write_atomically(path, encode(ckpt))
 
 
 def _string(s: str) -> bytes:

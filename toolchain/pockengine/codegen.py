@@ -10,6 +10,7 @@ import jinja2
 
 from .backends import cpu
 from .backends.cpu import Emit
+from .decoder import decoder_source
 from .ops import REGISTRY
 from .ops.cpp import CTYPE, MACRO, cstr
 from .ir.graph import Graph, Node, Value, index_ranges
@@ -335,6 +336,7 @@ def render(prog, step: Step | None = None) -> tuple[str, str]:
     state = [{"name": v.name, "kind": KIND_CODE[v.kind], "dtype": DTYPE_CODE[v.dtype], "shape": list(v.shape),
               "offset": state_offsets[v.name], "nbytes": v.nbytes}
              for v in sorted(prog.state.values(), key=lambda v: state_offsets[v.name])]
+    state_names, trained = [t["name"] for t in state], set(prog.trained)  # trained: a trained-only checkpoint's params
     g, fg = step.graph, prog.forward_graph
     ranges = int_ranges(g)  # a partitioned step's inputs are clones: their ranges from its own graph
     fwd_ranges = int_ranges(fg)
@@ -350,6 +352,8 @@ def render(prog, step: Step | None = None) -> tuple[str, str]:
         "outputs": _io(fg.outputs, prog.forward_plan, {}),
         "loss_offset": step.plan.offset(g.loss), "default_lr": repr(float(prog.optimizer.lr)),
         "step_buffers": step.buffers, "forward_buffers": fwd_names.decls,
+        "decoder": decoder_source(prog),  # generation's table of a Llama-family LM, else ""
+        "trained": [n for n in state_names if n in trained],
         **step.blocks,
     }
     return finish(_env().get_template("model.cpp.j2"), ctx)

@@ -187,6 +187,7 @@ class Program:
         self._sources: dict[tuple[str, ...], Source] = {}
         self.lora_adapters: dict[str, float] = {}  # {module: scaling}, set by compile(lora=...)
         self.lora_model = None
+        self.decoder = None  # decoder.DecoderSpec of a Llama-family LM (generation), set by compile
 
     def with_graphs(self, graph: Graph, forward_graph: Graph) -> "Program":
         """This program's model, optimizer and update scheme over new step and inference graphs
@@ -196,6 +197,7 @@ class Program:
         prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans,
                           self.exact_skip)
         prog.lora_adapters, prog.lora_model = dict(self.lora_adapters), self.lora_model
+        prog.decoder = self.decoder
         return prog
 
     # -- reports -------------------------------------------------------------------
@@ -243,6 +245,7 @@ class Program:
         trainer = self._build(target, backends, out_dir)
         trainer.lora_adapters = dict(self.lora_adapters)
         trainer.trained_names = list(self.trained)
+        trainer.decoder = self.decoder  # generation's / export_adapter's view of a Llama-family LM
         return trainer
 
     def _build(self, target: str = "host", backends=None, out_dir=None):
@@ -316,7 +319,7 @@ _cache_dir = cache_dir  # the old name
 
 def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entropy", update="full",
             optimizer: Optimizer | None = None, name: str | None = None, output=None, lora=None,
-            frozen_dtype: str = "fp32", exact_skip: bool = True) -> Program:
+            frozen_dtype: str = "fp32", exact_skip: bool = True, compute_dtype: str = "fp32") -> Program:
     """Compile model's whole training step (see the README / CONTRACT). `output` names the
     model output the loss uses (a ModelOutput/dict key such as "logits", or a tuple index);
     example_inputs may be a dict {forward argument name: tensor} for keyword inputs.
@@ -342,6 +345,8 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     name = _check_name(name) if name is not None else _c_name(type(model).__name__)
     from .quant import check_frozen_dtype
     lowp = check_frozen_dtype(frozen_dtype)
+    from .passes.compute_dtype import apply_compute_dtype, check_compute_dtype
+    check_compute_dtype(compute_dtype)
     resolve_loss(loss)  # fail fast on bad arguments, before the (slow) exports
     named = {n: tuple(p.shape) for n, p in model.named_parameters()}
     from .passes.tied import restrict_tied_uses, split_tied_uses
@@ -362,11 +367,14 @@ def compile(model: nn.Module, example_inputs, example_targets, loss="cross_entro
     if lowp != "f32":
         from .passes.lowp import store_frozen_lowp
         store_frozen_lowp([graph, forward_graph], trained, lowp)
+    apply_compute_dtype([graph, forward_graph], trained, compute_dtype, lowp)  # frozen-weight products in bf16/fp16
     sched = schedule_program(graph, forward_graph, exact_skip)
     plans = plan_program(graph, forward_graph, sched)
     prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, exact_skip)
     prog.lora_adapters = adapters
     prog.lora_model = model if lora is not None else None  # the copy with LoRALinear modules
+    from .decoder import recognize
+    prog.decoder = recognize(model, adapters)  # generation's view of a Llama-family LM, else None
     return prog
 
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import struct
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from .checkpoint import decode, encode
+from .checkpoint import decode, encode, read_regular, write_atomically
 from .errors import PockError
 
 MAGIC = b"POCKTRND"
@@ -32,11 +33,14 @@ VERSION = 1
 
 
 def is_trained_only(path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(8) == MAGIC
+    try:  # O_NONBLOCK: a FIFO must not block here (pock_load refuses it)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        return f.read(8) == MAGIC
 
 
 def _frozen_names(trainer) -> list[str]:
@@ -70,18 +74,12 @@ def save_trained_only(trainer, path) -> None:
     full.tensors = {n: kv for n, kv in full.tensors.items() if kv[0] != "constant" and n not in frozen}
     digest = base_hash(trainer).encode()
     blob = MAGIC + struct.pack("<II", VERSION, len(digest)) + digest + encode(full)
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(blob)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
+    write_atomically(path, blob)
 
 
 def load_trained_only(trainer, path) -> None:
     path = Path(path)
-    blob = path.read_bytes()
+    blob = read_regular(path, "trained-only checkpoint")
     where = f"trained-only checkpoint {str(path)!r}"
     if len(blob) < 16 or blob[:8] != MAGIC:
         raise PockError(f"{where} is not a trained-only checkpoint (bad magic)")

@@ -32,6 +32,7 @@ _KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
 _INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
 _ERR_CLOSED = 7
 _ERR_NONFINITE = 11  # pock.h: the non-finite guard skipped the step's update
+_ERR_NO_TARGETS = 12  # pock.h: every class target was the ignore index; the step was skipped
 _MAX_THREADS = 1024
 
 IOInfo = namedtuple("IOInfo", "name dtype shape")
@@ -354,6 +355,11 @@ class Trainer:
             status = self._lib.pock_step(h, self._in_structs, len(self.step_inputs), self._tg_structs,
                                          len(self.targets), ctypes.byref(loss))
             del keep
+            if status == _ERR_NO_TARGETS:  # nothing to learn from (all labels ignore_index): skipped, even strict
+                self.skipped_steps += 1
+                self.last_step_status = "skipped"
+                self.last_step_message = self._lib.pock_last_error().decode(errors="replace")
+                return float(loss.value)
             if status == _ERR_NONFINITE:
                 self.skipped_steps += 1
                 self.last_step_message = msg = self._lib.pock_last_error().decode(errors="replace")
@@ -379,6 +385,28 @@ class Trainer:
                                                len(outs)))
             del keep
             return outs[0] if len(outs) == 1 else tuple(outs)
+
+    # ------------------------------------------------------------------ generation and adapters (issue 37)
+    def generate(self, prompt_ids, max_new_tokens: int = 32, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int = 0, stop=None, callback=None) -> list[int]:
+        """The new token ids a Llama-family causal LM generates after prompt_ids, from the
+        current weights in place (LoRA adapters, low-precision frozen weights), with a KV cache.
+        temperature 0 is greedy; top_k 0 / top_p 1 are off; the same seed gives the same tokens;
+        stop: ids that end generation (kept in the output, as transformers keeps eos);
+        callback(token_id) is called per new token, a truthy return stops.  See decoder.py."""
+        from .decoder import generate
+        with self._lock:
+            return generate(self, self._live(), prompt_ids, max_new_tokens, temperature, top_k, top_p, seed,
+                            stop, callback)
+
+    def export_adapter(self, path, format: str = "peft") -> None:
+        """Write the LoRA adapters: format="peft" a folder peft.PeftModel.from_pretrained loads
+        (adapter_model.safetensors + adapter_config.json), "gguf" a llama.cpp LoRA adapter
+        file (`--lora`).  Written atomically; see adapters.py."""
+        from .adapters import export_adapter
+        self._live()
+        with self._lock:
+            return export_adapter(self, path, format)
 
     def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
         """Time every node of the training step over `steps` steps on one batch.

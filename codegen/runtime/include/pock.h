@@ -35,8 +35,10 @@ typedef enum pock_status {
   POCK_ERR_NO_MEMORY = 8,
   POCK_ERR_BACKEND = 9,          /* an accelerator backend is missing or failed */
   POCK_ERR_INTERNAL = 10,
-  POCK_ERR_NONFINITE = 11        /* pock_step: an input, the loss or a gradient was NaN/inf;
+  POCK_ERR_NONFINITE = 11,       /* pock_step: an input, the loss or a gradient was NaN/inf;
                                     the step was skipped (see pock_step) */
+  POCK_ERR_NO_TARGETS = 12       /* pock_step: every class target is the ignore index (no real
+                                    token): the step was skipped (see pock_step) */
 } pock_status;
 
 typedef enum pock_dtype {
@@ -52,7 +54,12 @@ typedef enum pock_dtype {
 
 #define POCK_MAX_DIMS 8
 
-/* A caller-owned tensor handed to step/forward. */
+/* A caller-owned tensor handed to step/forward.
+ * Precondition: data points to at least the compiled size of that input or
+ * target (pock_io_info's nbytes; int32 data given for an int64 input: half of
+ * it) and stays valid for the call.  The C API checks dtype, ndim and shape
+ * against the compiled ones but cannot see how much memory data points to:
+ * the SDKs (PockTensor in Kotlin and Swift) check their buffers' sizes. */
 typedef struct pock_tensor {
   const void* data;
   int32_t dtype; /* pock_dtype */
@@ -60,7 +67,8 @@ typedef struct pock_tensor {
   const int64_t* shape;
 } pock_tensor;
 
-/* A caller-owned output buffer for pock_forward. */
+/* A caller-owned output buffer for pock_forward: nbytes must be the output's
+ * compiled size (checked); data must point to at least nbytes bytes. */
 typedef struct pock_buffer {
   void* data;
   int64_t nbytes;
@@ -95,7 +103,12 @@ POCK_API const char* pock_model_hash(void);
 /* Create a trainer.  checkpoint_path: a checkpoint written by pock_save (the
  * model bundle's weights), or NULL for all-zero state. */
 POCK_API pock_status pock_open(const char* checkpoint_path, pock_trainer** out);
-/* Free everything; NULL is a no-op.  The handle is invalid afterwards. */
+/* Free everything; NULL is a no-op.  The handle is invalid afterwards:
+ * precondition of every call taking a pock_trainer*, it is one pock_open
+ * returned and not yet closed (a closed handle is not detected: use after
+ * close is undefined).  The SDKs enforce it (PockException / PockError CLOSED
+ * in Kotlin; Swift closes only in deinit).  One handle is used by one thread
+ * at a time (the SDKs hold a lock per trainer). */
 POCK_API void pock_close(pock_trainer* t);
 
 /* Describe the compiled inputs, targets and forward outputs. */
@@ -120,7 +133,11 @@ POCK_API pock_status pock_tensor_info_at(int32_t index, pock_tensor_info* out);
  * later ones (the message says how many updates of the step had already run:
  * a gradient that overflows late in the backward pass finds earlier ones done).
  * Running statistics (BatchNorm) updated by the forward pass are kept, as
- * PyTorch AMP keeps them on a skipped step. */
+ * PyTorch AMP keeps them on a skipped step.
+ * A batch with no real target (every class target of a cross-entropy with an
+ * ignore index holds that index: PyTorch's mean is 0/0) fails with
+ * POCK_ERR_NO_TARGETS before anything runs: weights, optimizer state, step
+ * count and running statistics unchanged, loss_out NaN. */
 POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32_t n_inputs,
                                const pock_tensor* targets, int32_t n_targets, float* loss_out);
 /* Inference (eval mode) with the current weights into caller buffers. */
@@ -172,6 +189,100 @@ POCK_API pock_status pock_profile_reset(pock_trainer* t);
 POCK_API int32_t pock_profile_count(pock_trainer* t);
 /* Node `index`'s description and counters (zero counters while profiling is off). */
 POCK_API pock_status pock_profile_entry(pock_trainer* t, int32_t index, pock_node_profile* out);
+
+/* ---- Tokenizer ------------------------------------------------------------------
+ * Text <-> token ids, the same ids as Hugging Face `tokenizers`: byte-level BPE
+ * (GPT-2, Llama-3, Qwen2, SmolLM2) and SentencePiece-style BPE with byte fallback
+ * (Llama-2, Mistral, Gemma), read from a tokenizer.json (a folder holding one, and its
+ * tokenizer_config.json for the special tokens and chat template) or from a GGUF
+ * file's tokenizer.ggml.* metadata.  Needs no model: it is in every model library
+ * and in the standalone libpock_tokenizer.  Text is UTF-8; invalid UTF-8 is read as
+ * U+FFFD per maximal invalid subsequence (Rust's from_utf8_lossy).  Results (ids,
+ * text) belong to the tokenizer and stay valid until its next call; a tokenizer is
+ * not locked (serialise calls on one tokenizer, as for a trainer). */
+typedef struct pock_tokenizer pock_tokenizer;
+
+/* path: a tokenizer.json, a folder holding one, or a .gguf file (told by its magic). */
+POCK_API pock_status pock_tokenizer_open(const char* path, pock_tokenizer** out);
+/* The bytes of a tokenizer.json or a GGUF file (copied; data may be freed after). */
+POCK_API pock_status pock_tokenizer_open_memory(const void* data, int64_t nbytes, pock_tokenizer** out);
+POCK_API void pock_tokenizer_close(pock_tokenizer* t); /* NULL is a no-op */
+/* add_special_tokens: the post-processor's tokens (e.g. Llama's BOS) around the ids. */
+POCK_API pock_status pock_tokenizer_encode(pock_tokenizer* t, const char* text, int64_t nbytes,
+                                           int32_t add_special_tokens, const int32_t** ids, int64_t* n_ids);
+/* An id outside the vocabulary fails with POCK_ERR_VALUE naming it and its position. */
+POCK_API pock_status pock_tokenizer_decode(pock_tokenizer* t, const int32_t* ids, int64_t n_ids,
+                                           int32_t skip_special_tokens, const char** text, int64_t* nbytes);
+POCK_API pock_status pock_tokenizer_vocab_size(pock_tokenizer* t, int32_t* size);
+/* -1 where the tokenizer has none. */
+POCK_API pock_status pock_tokenizer_special_ids(pock_tokenizer* t, int32_t* bos, int32_t* eos, int32_t* pad);
+/* *id = -1 when token is not in the vocabulary. */
+POCK_API pock_status pock_tokenizer_token_to_id(pock_tokenizer* t, const char* token, int64_t nbytes, int32_t* id);
+POCK_API pock_status pock_tokenizer_id_to_token(pock_tokenizer* t, int32_t id, const char** token, int64_t* nbytes);
+POCK_API pock_status pock_tokenizer_is_special(pock_tokenizer* t, int32_t id, int32_t* special);
+/* The Jinja chat template from tokenizer_config.json / tokenizer.chat_template ("" if none). */
+POCK_API pock_status pock_tokenizer_chat_template(pock_tokenizer* t, const char** text, int64_t* nbytes);
+
+/* ---- Generation next to training (issue 37) ------------------------------
+ * A decoder-only Llama-family model (LlamaForCausalLM, Qwen2, Mistral, SmolLM2)
+ * generates from the trainer's current weights in place: LoRA adapters and
+ * low-precision frozen weights included, nothing copied.  One prefill over the
+ * prompt, then one decode step per token with an fp32 KV cache of
+ * n_prompt + max_new_tokens positions, allocated for the call.
+ * Sampling (Hugging Face's order): logits / temperature, top-k, top-p, then a
+ * draw from our own RNG seeded by `seed` (the same seed gives the same tokens);
+ * temperature 0 is greedy (the first maximum).  Generation stops after
+ * max_new_tokens, after a stop id (which is written out, as Hugging Face
+ * keeps its eos), or when the callback returns nonzero (after that token).
+ * Errors: POCK_ERR_VALUE for a prompt longer than the model's context, a
+ * prompt + max_new_tokens past it (the KV cache), an id outside the
+ * vocabulary or a bad option, each named; POCK_ERR_INVALID_ARGUMENT for a
+ * model that is not a supported decoder (the message says why).  Like every
+ * call on one trainer, do not run it concurrently with another call on the
+ * same trainer (the SDKs serialize them). */
+typedef int32_t (*pock_token_callback)(int64_t token, void* user_data);
+
+typedef struct pock_generate_options {
+  int32_t max_new_tokens;        /* >= 0 */
+  float temperature;             /* 0: greedy; > 0: sampling */
+  int32_t top_k;                 /* 0: off */
+  float top_p;                   /* in (0, 1]; 1: off */
+  uint64_t seed;
+  const int64_t* stop_ids;       /* nullable when n_stop == 0 */
+  int32_t n_stop;
+  pock_token_callback callback;  /* nullable: called with each new token; nonzero stops */
+  void* user_data;
+} pock_generate_options;
+
+/* max_new_tokens 32, greedy, top_k 0, top_p 1, seed 0, no stop ids, no callback. */
+POCK_API void pock_generate_default_options(pock_generate_options* opts);
+/* 1 when the compiled model can generate (pock_generate's checks aside), else 0. */
+POCK_API int32_t pock_generate_supported(void);
+/* The new tokens go to out_ids (capacity >= max_new_tokens), their count to n_out. */
+POCK_API pock_status pock_generate(pock_trainer* t, const int64_t* prompt, int32_t n_prompt,
+                                   const pock_generate_options* opts, int64_t* out_ids, int32_t capacity,
+                                   int32_t* n_out);
+
+/* Adapters out: the trainer's LoRA adapters written to `path` in `format`.  "peft": a folder
+ * (created if missing) with adapter_model.safetensors + adapter_config.json that
+ * peft.PeftModel.from_pretrained loads onto the Hugging Face base model; each file is
+ * written to a temporary name, fsynced and renamed into place.  (llama.cpp's GGUF adapter is
+ * written by the Python toolchain: trainer.export_adapter(path, format="gguf").)
+ * POCK_ERR_INVALID_ARGUMENT for a model without adapters or decoder table, or another format;
+ * POCK_ERR_IO naming the file that could not be written. */
+POCK_API pock_status pock_export_adapter(pock_trainer* t, const char* path, const char* format);
+
+/* Trained-only checkpoints: the trained parameters (pe.compile's update dict
+ * and LoRA adapters), buffers and optimizer state, the step count and the
+ * learning rate; no frozen base weight.  The file is tied to the base weights
+ * by a SHA-256 of the frozen parameters and has Python's
+ * Trainer.save(path, trained_only=True) format (either side reads the
+ * other's).  Written atomically like pock_save.  pock_load reads such a file
+ * too (by its magic): it validates the whole file, the model hash and the
+ * base hash against the trainer's current frozen weights before changing
+ * any state, then replaces only the tensors the file holds.  Models generated
+ * before this call fail with POCK_ERR_INVALID_ARGUMENT. */
+POCK_API pock_status pock_save_trained(pock_trainer* t, const char* path);
 
 #ifdef __cplusplus
 }

@@ -89,7 +89,62 @@ struct PockModel {
   pock_status (*backend_open)(void** state);
   // Releases what backend_open gave this trainer (pock_close); nullptr: nothing to release.
   void (*backend_close)(void* state);
+  // The trained parameters (pe.compile's update dict and LoRA adapters), by
+  // state-tensor name: what a trained-only checkpoint (trained_ckpt.cpp) keeps
+  // besides buffers and optimizer state; every other parameter is frozen base.
+  // Models generated before this field leave it zero: no trained-only saves.
+  int32_t n_trained;
+  const char* const* trained;
+  // A decoder-only causal LM's layout for pock_generate (generate.cpp); nullptr: the model is
+  // not one (models generated before generation leave it zero-initialised too).
+  const struct PockDecoder* decoder;
 };
+
+// ---- generation (generate.cpp): where a Llama-family decoder's weights live in ctx->state,
+// emitted by toolchain/pockengine/decoder.py.  Offsets are bytes into the state; -1 = absent.
+struct PockDecWeight {   // a linear weight [rows = out, cols = in] (or the embedding table)
+  int64_t offset;
+  int32_t format;        // 0 fp32, 1 bf16, 2 fp16, 3 int8 (per-row scale), 4 q4 (per-block (d, m))
+  int64_t scale_offset;  // int8 / q4: its fp32 scale tensor ("<name>:scale")
+  int64_t rows, cols;
+  int64_t bias_offset;   // fp32 [rows]
+  int64_t lora_a_offset, lora_b_offset;  // fp32 A [rank, cols], B [rows, rank]: y += scaling * (x A^T) B^T
+  int32_t lora_rank;
+  float lora_scaling;
+};
+
+struct PockDecLayer {
+  int64_t attn_norm, mlp_norm;  // fp32 RMSNorm weights [hidden]
+  PockDecWeight q, k, v, o, gate, up, down;
+};
+
+struct PockDecoder {
+  int32_t supported;   // 0: the model looks like a causal LM that generation cannot run; `reason` says why
+  const char* reason;
+  const char* arch;    // the Hugging Face model_type, e.g. "llama"
+  int32_t n_layers, hidden, n_heads, n_kv_heads, head_dim, intermediate, vocab, max_context;
+  int32_t sliding_window;  // 0: none
+  float eps, attn_scale, rope_scaling;  // RMSNorm eps, scores scale, cos/sin factor (attention_scaling)
+  const float* inv_freq;   // [head_dim / 2] rotary inverse frequencies (rope scaling applied)
+  PockDecWeight embed;     // rows = vocab, cols = hidden
+  int64_t final_norm;
+  PockDecWeight lm_head;
+  const PockDecLayer* layers;  // [n_layers]
+  // The forward pass (kernels/decoder.cpp), reached through the generated model so that the
+  // C API links without the kernels: a session holds the KV cache for `positions` positions
+  // (throws std::bad_alloc), forward runs M new rows at positions p0.. and returns the last
+  // row's logits [vocab] (valid until the next call).
+  struct PockDecSession* (*open)(const PockDecoder* d, const uint8_t* state, int64_t positions);
+  const float* (*forward)(PockDecSession* s, const int64_t* ids, int64_t M, int64_t p0);
+  void (*close)(PockDecSession* s);
+  const char* prefix;  // the LM's module path inside the compiled model ("" or e.g. "m."): export.cpp strips it
+};
+
+namespace pk {  // kernels/decoder.cpp
+PockDecSession* decoder_open(const PockDecoder* d, const uint8_t* state, int64_t positions);
+const float* decoder_forward(PockDecSession* s, const int64_t* ids, int64_t M, int64_t p0);
+void decoder_close(PockDecSession* s);
+}  // namespace pk
 
 extern "C" const PockModel* pock_compiled_model();
 

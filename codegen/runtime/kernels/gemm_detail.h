@@ -55,5 +55,11 @@ void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, c
 // C = op(A) @ op(B) + beta*C, then bias (nullable) and act per tile.
 void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, const void* b_ctx, float* C, i64 ldc,
                       i64 M, i64 N, i64 K, float beta, const float* bias, Act act);
+
+// lowp_dot.cpp: compute_dtype's bf16 products on arm64 CPUs with BFDOT (hwcaps, at run time;
+// false elsewhere): C[i][j] (row stride ldc) = sum_l A[i][l] * B[j][l], A [M, L] and B [R, L]
+// bf16 rows, L a multiple of 8 (zero padded), fp32 accumulation.
+bool bf16_dot_available();
+void bf16_dot_rows(const uint16_t* A, const uint16_t* B, float* C, i64 M, i64 R, i64 L, i64 ldc);
 }  // namespace detail
 }  // namespace pk

@@ -15,6 +15,20 @@
 // is exact (every format widens to fp32 without rounding; q4 rounds q * d, then
 // the + m, never one FMA), so a torch model holding the rounded weights in fp32
 // is the reference. The forward applies bias and the fused activation per tile.
+//
+// compute_dtype (compile(compute_dtype=...), passes/compute_dtype.py): the two
+// products above in bf16 or fp16 with fp32 accumulation (the *_cd kernels at the
+// end).  Both operands are rounded to that format (round-to-nearest-even) and
+// multiplied exactly in fp32 (8 x 8 or 11 x 11 significant bits fit in fp32's
+// 24), so the fp32 GEMM over rounded operands is the portable kernel and the
+// exact reference of any bf16/fp16 dot-product instruction that accumulates in
+// fp32.  fp16's exponent range is narrow: the activation operand (x, or the
+// gradient dy) is scaled by a power of two per call so its largest magnitude
+// lands in [2^13, 2^14) before rounding, and the result scaled back (both
+// exact in fp32): small gradients do not flush to zero and large activations do
+// not overflow, with no loss scale to carry between steps.  On arm64 CPUs with
+// BF16 the bf16 products run on BFDOT instead (lowp_dot.cpp, chosen at run time).
+#include <cmath>
 #include <cstring>
 
 #include "pock_kernels.h"
@@ -249,6 +263,189 @@ i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const in
   for (i64 i = 0; i < n; ++i)
     if (idx[i] < 0 || idx[i] >= V) return i;
   return -1;
+}
+
+// ---------------------------------------------------------------- compute_dtype
+
+namespace {
+
+// x rounded to bfloat16 (round-to-nearest-even; NaN stays NaN, quiet), as an fp32.
+inline float round_bf16(float x) {
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  if ((b & 0x7fffffffu) > 0x7f800000u) {
+    b |= 0x00400000u;
+  } else {
+    b += 0x7fffu + ((b >> 16) & 1u);
+  }
+  b &= 0xffff0000u;
+  std::memcpy(&x, &b, 4);
+  return x;
+}
+
+// x rounded to IEEE half (round-to-nearest-even, subnormals, overflow to inf), as an fp32.
+inline float round_f16(float x) {
+#if defined(__aarch64__)
+  return static_cast<float>(static_cast<__fp16>(x));  // fcvt: the hardware's rounding
+#else
+  const float a = std::fabs(x);
+  if (!(a < 65520.0f)) return a != a ? x : std::copysign(INFINITY, x);  // NaN, or rounds past 65504
+  if (a < 6.103515625e-05f) return std::nearbyint(x * 16777216.0f) * 5.9604644775390625e-08f;  // 2^-24 steps
+  uint32_t b;
+  std::memcpy(&b, &x, 4);
+  b += 0xfffu + ((b >> 13) & 1u);
+  b &= ~0x1fffu;
+  std::memcpy(&x, &b, 4);
+  return x;
+#endif
+}
+
+// out[0:n] = round_cd(in[0:n] * mul)  (mul a power of two: exact)
+void round_span(const float* in, float* out, i64 n, LowpDtype cd, float mul) {
+  i64 i = 0;
+  if (cd == LowpDtype::BF16) {
+    for (; i < n; ++i) out[i] = round_bf16(in[i] * mul);
+    return;
+  }
+#if defined(__F16C__)
+  const __m256 m = _mm256_set1_ps(mul);
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(in + i), m), _MM_FROUND_TO_NEAREST_INT);
+    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+  }
+#endif
+  for (; i < n; ++i) out[i] = round_f16(in[i] * mul);
+}
+
+// The power of two the activation operand is multiplied by before its rounding
+// (1 for bf16, whose range is fp32's; for fp16, max |a| lands in [2^13, 2^14)).
+float cd_scale(const float* a, i64 n, LowpDtype cd) {
+  if (cd != LowpDtype::F16) return 1.0f;
+  float amax = 0.0f;
+  for (i64 i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(a[i]));
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;  // zeros, or NaN/inf (the guard reports it)
+  int e;
+  std::frexp(amax, &e);  // amax in [2^(e-1), 2^e)
+  return std::ldexp(1.0f, 14 - e);
+}
+
+struct ScratchCd {};  // thread_scratch tag: the rounded activation operand
+
+// The rounded activation operand (m x k, row-major) in this thread's scratch.
+const float* rounded_operand(const float* a, i64 m, i64 k, LowpDtype cd, float mul) {
+  float* out = detail::thread_scratch<ScratchCd>(m * k);
+  parallel_for(m, grain_for_work(k, kMinChunkElems),
+               [&](i64 b, i64 e) { round_span(a + b * k, out + b * k, (e - b) * k, cd, mul); });
+  return out;
+}
+
+struct LowpCd {
+  LowpW q;
+  LowpDtype cd;
+};
+
+// read_wt / read_w, the dequantized weight then rounded to the compute format
+// (exact when the weight is stored in that format).
+void read_wt_cd(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const LowpCd& c = *static_cast<const LowpCd*>(ctx);
+  read_wt(&c.q, r0, rows, c0, cols, out, ld);
+  if (c.q.dt != c.cd)
+    for (i64 k = 0; k < rows; ++k) round_span(out + k * ld, out + k * ld, cols, c.cd, 1.0f);
+}
+void read_w_cd(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
+  const LowpCd& c = *static_cast<const LowpCd*>(ctx);
+  read_w(&c.q, r0, rows, c0, cols, out, ld);
+  if (c.q.dt != c.cd)
+    for (i64 k = 0; k < rows; ++k) round_span(out + k * ld, out + k * ld, cols, c.cd, 1.0f);
+}
+
+// y[i, :] = act(y[i, :] * mul + b)  (b nullable)
+void scale_bias_act(float* y, i64 M, i64 N, float mul, const float* b, Act act) {
+  parallel_for(M, grain_for_work(N, kMinChunkElems), [&](i64 r0, i64 r1) {
+    for (i64 i = r0; i < r1; ++i) {
+      float* row = y + i * N;
+      for (i64 j = 0; j < N; ++j) {
+        float v = row[j] * mul + (b ? b[j] : 0.0f);
+        if (act == Act::Relu) v = v < 0.0f ? 0.0f : v;
+        else if (act == Act::Relu6) v = v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
+        row[j] = v;
+      }
+    }
+  });
+}
+
+// ---- BFDOT (lowp_dot.cpp, arm64 CPUs with BF16): bf16 rows padded to multiples of 8
+struct ScratchRowsA {};
+struct ScratchRowsB {};
+struct ScratchRow {};
+i64 pad8(i64 n) { return (n + 7) / 8 * 8; }
+uint16_t* scratch_u16(float* f) { return reinterpret_cast<uint16_t*>(f); }
+inline uint16_t bf16_bits(float v) {  // round_bf16's upper half
+  const float r = round_bf16(v);
+  uint32_t b;
+  std::memcpy(&b, &r, 4);
+  return static_cast<uint16_t>(b >> 16);
+}
+// out[i][0:L) = bf16(a[i][0:n)), zeros to L
+void pack_rows_bf16(const float* a, i64 rows, i64 n, i64 L, uint16_t* out) {
+  for (i64 i = 0; i < rows; ++i) {
+    for (i64 l = 0; l < n; ++l) out[i * L + l] = bf16_bits(a[i * n + l]);
+    for (i64 l = n; l < L; ++l) out[i * L + l] = 0;
+  }
+}
+// the dequantized weight's rows (transposed: its columns), in bf16, padded to L
+const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) {
+  const i64 K = q.K, rows = transposed ? K : N;
+  if (!transposed && q.dt == LowpDtype::BF16 && L == K) return static_cast<const uint16_t*>(q.w);  // as stored
+  uint16_t* out = scratch_u16(detail::thread_scratch<ScratchRowsB>((rows * L + 1) / 2));
+  float* row = detail::thread_scratch<ScratchRow>(K);
+  for (i64 i = 0; i < rows * L; ++i) out[i] = 0;
+  for (i64 n = 0; n < N; ++n) {
+    dequant_span(q.w, q.dt, q.scale, K, n, 0, K, row);
+    for (i64 k = 0; k < K; ++k) out[transposed ? k * L + n : n * L + k] = bf16_bits(row[k]);
+  }
+  return out;
+}
+
+}  // namespace
+
+// y[M,N] = act(round(x)[M,K] @ round(dequant(w))[N,K]^T + b[N])  in cd (BF16 or F16)
+void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
+                        i64 M, i64 N, i64 K, Act act, LowpDtype cd) {
+  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFDOT: rows of x . rows of w
+    const i64 L = pad8(K);
+    uint16_t* xb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
+    pack_rows_bf16(x, M, K, L, xb);
+    detail::bf16_dot_rows(xb, pack_weight_bf16(LowpW{w, dt, scale, K}, N, false, L), y, M, N, L, N);
+    if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
+    return;
+  }
+  const float mul = cd_scale(x, M * K, cd);
+  const float* xr = rounded_operand(x, M, K, cd, mul);
+  const LowpCd c{{w, dt, scale, K}, cd};
+  if (mul == 1.0f) {
+    detail::gemm_view_reader(xr, K, 1, read_wt_cd, &c, y, N, M, N, K, 0.0f, b, act);
+  } else {  // unscaled before the bias and the activation
+    detail::gemm_view_reader(xr, K, 1, read_wt_cd, &c, y, N, M, N, K, 0.0f, nullptr, Act::None);
+    scale_bias_act(y, M, N, 1.0f / mul, b, act);
+  }
+}
+
+// dx[M,K] = round(dy)[M,N] @ round(dequant(w))[N,K]  in cd (BF16 or F16)
+void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
+                              i64 N, i64 K, LowpDtype cd) {
+  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFDOT: rows of dy . columns of w
+    const i64 L = pad8(N);
+    uint16_t* dyb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
+    pack_rows_bf16(dy, M, N, L, dyb);
+    detail::bf16_dot_rows(dyb, pack_weight_bf16(LowpW{w, dt, scale, K}, N, true, L), dx, M, K, L, K);
+    return;
+  }
+  const float mul = cd_scale(dy, M * N, cd);
+  const float* dyr = rounded_operand(dy, M, N, cd, mul);
+  const LowpCd c{{w, dt, scale, K}, cd};
+  detail::gemm_view_reader(dyr, N, 1, read_w_cd, &c, dx, K, M, K, N, 0.0f, nullptr, Act::None);
+  if (mul != 1.0f) scale_bias_act(dx, M, K, 1.0f / mul, nullptr, Act::None);
 }
 
 }  // namespace pk

@@ -2,35 +2,99 @@ import CoreML
 import Foundation
 import PockC
 
-/// One compiled model's trainer: a thin layer over the C API (pock.h).  Each
-/// method below calls one C function (step also runs the Core ML prefix first).
+/// What the last step did: Python's `last_step_status`, Kotlin's `PockStepStatus`.
+public enum PockStepStatus: Sendable {
+    case ok
+    /// A NaN/inf input, loss or gradient: no update applied, counted in `skippedSteps`.
+    case skipped
+    /// A gradient found non-finite after some of the step's updates ran (exact_skip=False models).
+    case partial
+}
+
+/// One step of `train(batches:onProgress:)`, handed to its progress callback.
+public struct PockProgress: Sendable {
+    public let step: Int
+    public let loss: Float
+    public let status: PockStepStatus
+    public let skippedSteps: Int
+}
+
+/// What `train(batches:onProgress:)` did: one loss per step (NaN/inf for skipped ones).
+public struct PockTrainResult: Sendable {
+    public let losses: [Float]
+    public let skipped: Int
+}
+
+/// One node of the training step timed by `profile(inputs:targets:steps:warmup:)`.
+public struct PockNodeTime: Sendable {
+    public let index: Int
+    public let phase: String, op: String, kernel: String, module: String
+    public let flops: Int64
+    /// Mean milliseconds per step in this node.
+    public let ms: Double
+}
+
+/// Per-node times (Python's `trainer.profile` rows) and the measured time per step.
+public struct PockProfile: Sendable {
+    public let nodes: [PockNodeTime]
+    public let steps: Int
+    public let stepMs: Double
+    public let losses: [Float]
+}
+
+/// A state tensor of the compiled model (parameter, buffer, optimizer state or constant).
+public struct StateTensorSpec: Sendable {
+    public let name: String
+    public let dtype: Int32   // pock_dtype
+    public let shape: [Int]
+    public let kind: Int32    // pock_tensor_kind
+}
+
+/// One compiled model's trainer: a thin layer over the C API (pock.h), with the
+/// vocabulary of Python's Trainer and Kotlin's PockTrainer.  Each method below
+/// calls one C function (step and forward also run the Core ML prefix first).
 ///
 ///     let trainer = try PockTrainer(modelURL: bundleURL)
 ///     let loss = try trainer.step(inputs: [PockTensor(tokens, shape: [4, 16])],
 ///                                 targets: [PockTensor(next, shape: [4, 16])])
-///     try trainer.save(to: checkpointURL)
+///     try trainer.save(to: checkpointURL, trainedOnly: true)
+///
+/// Bad batches: a NaN/inf batch applies no update and does not throw; it sets
+/// `lastStepStatus` to `.skipped` and counts in `skippedSteps` (unless
+/// `Options.strict`, where it throws `PockError(.nonFinite, ...)`).
 ///
 /// Thread safety: every method takes the trainer's lock, so a PockTrainer may
 /// be shared between threads; its calls run one at a time, as pock.h requires.
-/// Different trainers run in parallel.  deinit frees the native trainer.
+/// Different trainers run in parallel.  close() (or deinit) frees the native trainer.
 public final class PockTrainer: @unchecked Sendable {
     public struct Options {
         /// Start from this checkpoint (one written by save(to:)) instead of the bundle's weights.
         public var checkpointURL: URL?
         /// Where Core ML may run the frozen prefix, if the bundle has one.
         public var computeUnits: MLComputeUnits
+        /// Non-finite batches throw instead of being skipped and counted.
+        public var strict: Bool
 
-        public init(checkpointURL: URL? = nil, computeUnits: MLComputeUnits = .all) {
+        public init(checkpointURL: URL? = nil, computeUnits: MLComputeUnits = .all, strict: Bool = false) {
             self.checkpointURL = checkpointURL
             self.computeUnits = computeUnits
+            self.strict = strict
         }
     }
 
     /// The bundle's model.json: compiled inputs, targets and outputs.
     public let manifest: ModelManifest
-    private let handle: OpaquePointer
+    private var handle: OpaquePointer?
     private let prefix: CoreMLPrefix?
+    private let strict: Bool
     private let lock = NSLock()
+
+    /// What the last step did (.ok before any step).
+    public private(set) var lastStepStatus: PockStepStatus = .ok
+    /// The last skipped step's message; empty after an applied step.
+    public private(set) var lastStepMessage: String = ""
+    /// Steps that applied no update because their batch was non-finite.
+    public private(set) var skippedSteps: Int = 0
 
     /// Opens the model bundle at modelURL (a folder with model.json and weights.pockckpt).
     public init(modelURL: URL, options: Options = Options()) throws {
@@ -38,75 +102,161 @@ public final class PockTrainer: @unchecked Sendable {
         prefix = try manifest.prefix.map {
             try CoreMLPrefix(bundleURL: modelURL, entry: $0, modelHash: manifest.hash, computeUnits: options.computeUnits)
         }
+        try manifest.checkAgainstLibrary(where: modelURL.path)  // buffers are sized from what the library computes
+        strict = options.strict
         let weights = options.checkpointURL ?? modelURL.appendingPathComponent(manifest.weights)
         var opened: OpaquePointer?
         try check(pock_open(weights.path, &opened))
-        handle = opened!
+        handle = opened
     }
 
     deinit {
         pock_close(handle)
     }
 
+    /// Frees the native trainer; idempotent.  Later calls throw PockError(.closed, ...).
+    public func close() {
+        lock.lock()
+        defer { lock.unlock() }
+        pock_close(handle)
+        handle = nil
+    }
+
     /// One training step (forward, loss, backward, optimizer update); returns the loss.
     /// `inputs` are the model's inputs (the prefix's inputs when Core ML runs a prefix).
     public func step(inputs: [PockTensor], targets: [PockTensor]) throws -> Float {
-        try locked {
+        try locked { h in
             let stepInputs = try prefix?.stepInputs(inputs, compiled: manifest.inputs) ?? inputs
             var loss: Float = 0
+            var status = POCK_OK
             try withCTensors(stepInputs) { ins in
                 try withCTensors(targets) { tgs in
-                    try check(pock_step(handle, ins.baseAddress, Int32(ins.count), tgs.baseAddress, Int32(tgs.count), &loss))
+                    status = pock_step(h, ins.baseAddress, Int32(ins.count), tgs.baseAddress, Int32(tgs.count), &loss)
                 }
             }
+            if status == POCK_ERR_NONFINITE {
+                let why = String(cString: pock_last_error())
+                skippedSteps += 1
+                lastStepMessage = why
+                lastStepStatus = why.contains("earlier update(s)") ? .partial : .skipped
+                if strict { throw PockError(.nonFinite, why) }
+                return loss
+            }
+            try check(status)
+            lastStepStatus = .ok
+            lastStepMessage = ""
             return loss
         }
     }
 
-    /// Inference (eval mode) with the current weights: one float tensor per model output.
-    public func predict(inputs: [PockTensor]) throws -> [PockTensor] {
-        try locked {
+    /// Trains on `batches`, checking for Task cancellation before every step
+    /// (`Task.checkCancellation()`: a cancelled task throws CancellationError after the
+    /// step in flight, with every finished step applied); `onProgress` runs after each step.
+    public func train(batches: [(inputs: [PockTensor], targets: [PockTensor])],
+                      onProgress: ((PockProgress) -> Void)? = nil) async throws -> PockTrainResult {
+        var losses: [Float] = []
+        var skipped = 0
+        for batch in batches {
+            try Task.checkCancellation()
+            let loss = try self.step(inputs: batch.inputs, targets: batch.targets)
+            let status = lastStepStatus
+            if status != .ok { skipped += 1 }
+            losses.append(loss)
+            onProgress?(PockProgress(step: losses.count, loss: loss, status: status, skippedSteps: skippedSteps))
+        }
+        return PockTrainResult(losses: losses, skipped: skipped)
+    }
+
+    /// Inference (eval mode) with the current weights: one tensor per model output, of its dtype.
+    public func forward(inputs: [PockTensor]) throws -> [PockTensor] {
+        var outputs = manifest.outputs.map { PockTensor.zeros(dtype: dtypeCode($0.dtype), shape: $0.shape) }
+        try forward(inputs: inputs, into: &outputs)
+        return outputs
+    }
+
+    /// Inference into caller-owned outputs of the compiled shapes and dtypes (their arrays, or
+    /// the memory an UnsafeBufferPointer tensor views, get the results).
+    public func forward(inputs: [PockTensor], into outputs: inout [PockTensor]) throws {
+        try locked { h in
             let stepInputs = try prefix?.stepInputs(inputs, compiled: manifest.inputs) ?? inputs
-            let buffers = manifest.outputs.map { UnsafeMutableBufferPointer<Float>.allocate(capacity: $0.shape.reduce(1, *)) }
-            defer { buffers.forEach { $0.deallocate() } }
-            var views = buffers.map { pock_buffer(data: UnsafeMutableRawPointer($0.baseAddress), nbytes: Int64($0.count * 4)) }
-            try withCTensors(stepInputs) { ins in
-                try check(pock_forward(handle, ins.baseAddress, Int32(ins.count), &views, Int32(views.count)))
+            guard outputs.count == manifest.outputs.count else {
+                throw PockError(.invalidArgument, "forward: the model has \(manifest.outputs.count) outputs, got \(outputs.count)")
             }
-            return zip(buffers, manifest.outputs).map { PockTensor(Array($0), shape: $1.shape) }
+            let buffers = outputs.map {
+                UnsafeMutableRawBufferPointer.allocate(byteCount: $0.withBytes { $0.count }, alignment: 64)
+            }
+            defer { buffers.forEach { $0.deallocate() } }
+            var views = buffers.map { pock_buffer(data: $0.baseAddress, nbytes: Int64($0.count)) }
+            try withCTensors(stepInputs) { ins in
+                try check(pock_forward(h, ins.baseAddress, Int32(ins.count), &views, Int32(views.count)))
+            }
+            for i in outputs.indices {
+                outputs[i].withMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(buffers[i])) }
+            }
         }
     }
 
-    /// Writes weights, optimizer state, step count and learning rate (atomically).
-    public func save(to url: URL) throws {
-        try locked { try check(pock_save(handle, url.path)) }
+    /// Writes a checkpoint atomically: all state, or with trainedOnly only the trained
+    /// tensors, buffers and optimizer state, tied to the base weights by hash.
+    public func save(to url: URL, trainedOnly: Bool = false) throws {
+        try locked { h in try check(trainedOnly ? pock_save_trained(h, url.path) : pock_save(h, url.path)) }
     }
 
-    /// Replaces the state with a checkpoint's; a bad file changes nothing.
-    public func restore(from url: URL) throws {
-        try locked { try check(pock_load(handle, url.path)) }
+    /// Replaces the state with a checkpoint's (full or trained-only); a bad file changes nothing.
+    public func load(from url: URL) throws {
+        try locked { h in try check(pock_load(h, url.path)) }
+    }
+
+    /// The compiled model's state tensors, in model order.
+    public var stateTensors: [StateTensorSpec] {
+        (0..<pock_tensor_count()).compactMap { i in
+            var info = pock_tensor_info()
+            guard pock_tensor_info_at(i, &info) == POCK_OK else { return nil }
+            let shape = withUnsafeBytes(of: info.shape) { Array($0.bindMemory(to: Int64.self).prefix(Int(info.ndim))) }
+            return StateTensorSpec(name: String(cString: info.name), dtype: info.dtype, shape: shape.map { Int($0) },
+                                   kind: info.kind)
+        }
+    }
+
+    /// A copy of the state tensor `name` (parameter, buffer, optimizer state "<param>:<slot>").
+    public func tensor(named name: String) throws -> PockTensor {
+        guard let spec = stateTensors.first(where: { $0.name == name }) else {
+            throw PockError(.invalidArgument, "model '\(manifest.name)' has no state tensor '\(name)'")
+        }
+        var out = PockTensor.zeros(dtype: spec.dtype, shape: spec.shape)
+        try locked { h in
+            try out.withMutableBytes { try check(pock_get_tensor(h, name, $0.baseAddress, Int64($0.count))) }
+        }
+        return out
+    }
+
+    /// Overwrites the state tensor `name` with `value` (its dtype and shape).
+    public func setTensor(_ value: PockTensor, named name: String) throws {
+        try locked { h in
+            try value.withBytes { try check(pock_set_tensor(h, name, $0.baseAddress, Int64($0.count))) }
+        }
     }
 
     public var learningRate: Float {
         get throws {
-            try locked {
+            try locked { h in
                 var lr: Float = 0
-                try check(pock_get_learning_rate(handle, &lr))
+                try check(pock_get_learning_rate(h, &lr))
                 return lr
             }
         }
     }
 
     public func setLearningRate(_ lr: Float) throws {
-        try locked { try check(pock_set_learning_rate(handle, lr)) }
+        try locked { h in try check(pock_set_learning_rate(h, lr)) }
     }
 
     /// Optimizer steps taken (restored with a checkpoint).
     public var stepCount: Int {
         get throws {
-            try locked {
+            try locked { h in
                 var steps: Int64 = 0
-                try check(pock_step_count(handle, &steps))
+                try check(pock_step_count(h, &steps))
                 return Int(steps)
             }
         }
@@ -114,7 +264,33 @@ public final class PockTrainer: @unchecked Sendable {
 
     /// Threads of the trainer's pool (default: all cores).
     public func setNumThreads(_ n: Int) throws {
-        try locked { try check(pock_set_num_threads(handle, Int32(n))) }
+        try locked { h in try check(pock_set_num_threads(h, Int32(n))) }
+    }
+
+    /// Times every node of the training step over `steps` real steps on one batch
+    /// (after `warmup` unprofiled ones), as Python's `trainer.profile`.
+    public func profile(inputs: [PockTensor], targets: [PockTensor], steps: Int = 20, warmup: Int = 3) throws -> PockProfile {
+        guard steps >= 1, warmup >= 0 else {
+            throw PockError(.invalidArgument, "profile: steps must be >= 1 and warmup >= 0, got \(steps), \(warmup)")
+        }
+        for _ in 0..<warmup { _ = try self.step(inputs: inputs, targets: targets) }
+        try locked { h in try check(pock_profile_enable(h, 1)) }
+        defer { _ = try? locked { h in pock_profile_enable(h, 0) } }
+        try locked { h in try check(pock_profile_reset(h)) }
+        let start = DispatchTime.now().uptimeNanoseconds
+        var losses: [Float] = []
+        for _ in 0..<steps { losses.append(try self.step(inputs: inputs, targets: targets)) }
+        let elapsed = Double(DispatchTime.now().uptimeNanoseconds - start)
+        let nodes: [PockNodeTime] = try locked { h in
+            try (0..<pock_profile_count(h)).map { i in
+                var e = pock_node_profile()
+                try check(pock_profile_entry(h, i, &e))
+                return PockNodeTime(index: Int(e.index), phase: String(cString: e.phase), op: String(cString: e.op),
+                                    kernel: String(cString: e.kernel), module: String(cString: e.module), flops: e.flops,
+                                    ms: e.steps > 0 ? Double(e.total_ns) / 1e6 / Double(e.steps) : 0)
+            }
+        }
+        return PockProfile(nodes: nodes, steps: steps, stepMs: elapsed / 1e6 / Double(steps), losses: losses)
     }
 
     /// step(inputs:targets:) off the calling thread: `let loss = try await trainer.stepAsync(...)`.
@@ -123,22 +299,20 @@ public final class PockTrainer: @unchecked Sendable {
         try await Task.detached(priority: priority) { try self.step(inputs: inputs, targets: targets) }.value
     }
 
-    /// Background training: one step per batch, off the calling thread; returns the losses.
-    /// Stops early (returning the losses so far) when the task is cancelled.
-    public func train(batches: [(inputs: [PockTensor], targets: [PockTensor])],
-                      priority: TaskPriority = .utility) async throws -> [Float] {
-        try await Task.detached(priority: priority) {
-            var losses: [Float] = []
-            for batch in batches where !Task.isCancelled {
-                losses.append(try self.step(inputs: batch.inputs, targets: batch.targets))
-            }
-            return losses
-        }.value
+    private func dtypeCode(_ name: String) -> Int32 {
+        switch name {
+        case "i64": return Int32(POCK_I64.rawValue)
+        case "i32": return Int32(POCK_I32.rawValue)
+        case "u8": return Int32(POCK_U8.rawValue)
+        default: return Int32(POCK_F32.rawValue)
+        }
     }
 
-    private func locked<R>(_ body: () throws -> R) throws -> R {
+    /// Runs body with the live handle under the trainer's lock (PockError(.closed) after close()).
+    private func locked<R>(_ body: (OpaquePointer) throws -> R) throws -> R {
         lock.lock()
         defer { lock.unlock() }
-        return try body()
+        guard let h = handle else { throw PockError(.closed, "the trainer of '\(manifest.name)' is closed") }
+        return try body(h)
     }
 }

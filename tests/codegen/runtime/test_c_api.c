@@ -152,12 +152,16 @@ static void test_null_and_closed(void) {
   CHECK_ERR(pock_get_tensor(NULL, "fc.bias", &lr, 4), POCK_ERR_INVALID_ARGUMENT, "trainer is NULL");
   CHECK_ERR(pock_save(NULL, "x"), POCK_ERR_INVALID_ARGUMENT, "trainer is NULL");
   CHECK_ERR(pock_load(NULL, "x"), POCK_ERR_INVALID_ARGUMENT, "trainer is NULL");
+  CHECK_ERR(pock_save_trained(NULL, "x"), POCK_ERR_INVALID_ARGUMENT, "trainer is NULL");
   CHECK_ERR(pock_step_count(NULL, &steps), POCK_ERR_INVALID_ARGUMENT, "trainer is NULL");
   CHECK_ERR(pock_set_learning_rate(NULL, 0.1f), POCK_ERR_INVALID_ARGUMENT, "trainer is NULL");
 
   pock_trainer* t = NULL;
   CHECK_OK(pock_open(NULL, &t));
   CHECK_ERR(pock_save(t, NULL), POCK_ERR_INVALID_ARGUMENT, "path is NULL");
+  CHECK_ERR(pock_save_trained(t, NULL), POCK_ERR_INVALID_ARGUMENT, "path is NULL");
+  /* a hand-written model without a trained-parameter table cannot tell trained from frozen */
+  CHECK_ERR(pock_save_trained(t, "never-written"), POCK_ERR_INVALID_ARGUMENT, "table of trained parameters");
   CHECK_ERR(pock_get_tensor(t, NULL, &lr, 4), POCK_ERR_INVALID_ARGUMENT, "name is NULL");
   CHECK_ERR(pock_get_learning_rate(t, NULL), POCK_ERR_INVALID_ARGUMENT, "NULL");
   CHECK_ERR(pock_step(t, NULL, 2, NULL, 1, &loss), POCK_ERR_INVALID_ARGUMENT, "NULL");

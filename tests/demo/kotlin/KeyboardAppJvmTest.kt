@@ -143,7 +143,7 @@ fun main(args: Array<String>) {
     val fresh = PockTrainer.open(bundleDir, options)
     val freshModel = PockKeyboardModel(shape) { fresh }
     report("fresh_equals_base", PREFIXES.map { SuggestionRanker(tok, freshModel, SEQ).suggest(it) } == basePrefixes)
-    fresh.restore(checkpoint)
+    fresh.load(checkpoint)
     report("restored_step_count", fresh.stepCount)
     val restored = score(tok, freshModel, held)
     report("restored_suggestions_equal", restored.suggestions == trained.suggestions)

@@ -8,10 +8,15 @@ Everything is cached under POCK_CACHE_DIR (default ~/.cache/pockengine):
                           flags, the source and the headers it can see.  The
                           runtime and kernel objects are compiled once and shared
                           by every model, so a new model compiles only its own TU.
-    lib/<stem>-<key>.so   one library per set of objects.
+    lib/<stem>-<key>.so   one library per set of objects; key = hash of the
+                          compiler, the flags and the objects' contents.
 
-Outputs are written to a temporary name and renamed into place, under a file
-lock, so several processes (pytest-xdist workers) can build at once.
+Every entry is stored with its SHA-256 (build/cache.py: `<entry>.sha256`),
+written to a temporary name, fsynced and renamed into place under a file lock,
+so several processes (pytest-xdist workers) can build at once.  An entry is
+checked against its digest before it is linked, copied or loaded; a damaged one
+is reported, discarded and rebuilt.  A library must define the model
+(pock_compiled_model) before it is cached.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import contextlib
 import functools
 import hashlib
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -32,6 +38,7 @@ except ImportError:  # not POSIX: atomic renames alone keep the cache consistent
     fcntl = None
 
 from ..errors import PockError
+from . import cache
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout (sdk-android/, .tools/), when running from one
 PACKAGE_CODEGEN = (Path(__file__).resolve().parents[1] / "_codegen").resolve()  # codegen/, shipped as package data
@@ -44,6 +51,7 @@ MARCH_ENV = "POCK_MARCH"
 # codegen.CHUNK_NODES nodes): -O1 runs it as fast as -O3 and compiles in about half the time
 # (the 30-layer SmolLM2 step: 8.0 s -> 4.4 s).  The runtime and kernels keep -O3.
 MODEL_OPT = "-O1"
+CACHE_VERSION = "cache-v2"  # entries with digests (build/cache.py); older entries are never read
 
 
 def march_flags() -> tuple[str, ...]:
@@ -94,6 +102,7 @@ def _compiler_id(cxx: tuple[str, ...]) -> str:
 def runtime_sources(kernels: bool = True) -> list[Path]:
     rt = runtime_dir()
     srcs = sorted(rt.glob("*.cpp"))
+    srcs += sorted((rt / "tokenizer").glob("*.cpp"))  # pock_tokenizer_* (pock.h), in every model library
     if kernels:
         srcs += sorted((rt / "kernels").glob("*.cpp"))
     return srcs
@@ -108,8 +117,13 @@ def _digest(paths: Iterable[Path]) -> str:
 
 @contextlib.contextmanager
 def _locked(target: Path):
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / (target.name + ".lock"), "a+") as f:
+    lock = target.parent / (target.name + ".lock")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        f = open(lock, "a+")
+    except OSError as e:
+        raise cache.write_failed(Path(e.filename) if e.filename else lock, e) from None
+    with f:
         if fcntl is not None:
             fcntl.flock(f, fcntl.LOCK_EX)
         try:
@@ -132,19 +146,50 @@ def _run(cmd: Sequence[str], what: str) -> None:
 _Command = Callable[[Path], list]  # output path -> the compiler command that writes it
 
 
-def _produce(target: Path, cmd_for: _Command, what: str) -> Path:
-    """Run cmd_for(tmp) to make target unless it exists; atomic and locked."""
-    if target.exists():
+_FULL = ("No space left on device", "Read-only file system", "Permission denied", "Disk quota exceeded")
+
+
+def _produce(target: Path, cmd_for: _Command, what: str, check: Callable[[Path], None] | None = None) -> Path:
+    """Run cmd_for(tmp) to make target unless a verified entry exists (build/cache.py: a
+    damaged one is reported and rebuilt); `check(tmp)` vets the result before it is stored.
+    Atomic and locked."""
+    if cache.entry_ok(target):
         return target
     with _locked(target):
-        if not target.exists():
-            tmp = target.with_name(f"{target.name}.tmp-{os.getpid()}")
+        if not cache.entry_ok(target):
+            cache.remove_dead_temps(target.parent)
+            tmp = cache.temp_name(target)
             try:
-                _run(cmd_for(tmp), what)
-                os.replace(tmp, target)
+                try:
+                    _run(cmd_for(tmp), what)
+                except PockError as e:
+                    if any(w in str(e) for w in _FULL):
+                        raise PockError(f"{e}\ncannot write the build cache file {str(tmp)!r}: set POCK_CACHE_DIR "
+                                        f"to a writable directory with free space") from None
+                    raise
+                if check is not None:
+                    check(tmp)
+                cache.store(tmp, target)
             finally:
                 tmp.unlink(missing_ok=True)
     return target
+
+
+def content_key(paths: Iterable[Path]) -> list[str]:
+    """The recorded digests of verified cache entries (what a library built from them is keyed by)."""
+    return [cache.digest_of(Path(p)) for p in paths]
+
+
+def check_defines_model(lib: Path) -> None:
+    """A model library must define pock_compiled_model: an emptied or foreign model object
+    links into a library without it (found by nm; skipped where nm is missing)."""
+    try:
+        r = subprocess.run(["nm", "-D", "--undefined-only", str(lib)], capture_output=True, text=True)
+    except FileNotFoundError:
+        return
+    if r.returncode == 0 and re.search(r"\bpock_compiled_model\b", r.stdout):
+        raise PockError(f"linking {lib.name}: no object defines the model (pock_compiled_model is undefined); "
+                        f"a model object is empty or damaged: not cached")
 
 
 def compile_objects(jobs: Sequence[tuple[Path, tuple[str, ...], str]], cxx: Sequence[str], *, subdir: str = "obj",
@@ -162,12 +207,12 @@ def compile_objects(jobs: Sequence[tuple[Path, tuple[str, ...], str]], cxx: Sequ
     objs = []
     for src, flags, headers_key in jobs:
         h = hashlib.sha256()
-        for part in (cid, " ".join(cxx), "\0".join(f.replace(rt, "<runtime>") for f in flags), headers_key, src.name):
+        for part in (CACHE_VERSION, cid, " ".join(cxx), "\0".join(f.replace(rt, "<runtime>") for f in flags), headers_key, src.name):
             h.update(part.encode() + b"\0")
         h.update(src.read_bytes())
         obj = cache_dir() / subdir / f"{src.stem}-{h.hexdigest()[:24]}.o"
         objs.append((obj, lambda tmp, src=src, flags=flags: [*cxx, *flags, "-c", str(src), "-o", str(tmp)]))
-    todo = [(obj, cmd) for obj, cmd in objs if not obj.exists()]
+    todo = [(obj, cmd) for obj, cmd in objs if not cache.entry_ok(obj)]
     if todo:
         with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
             for f in [pool.submit(_produce, obj, cmd, what) for obj, cmd in todo]:
@@ -207,20 +252,24 @@ def build_shared_library(
     model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)
     for i, s in enumerate(sources):  # a model TU also sees the headers beside it; first: the longest jobs
         jobs.insert(i, (s, (*model_flags, "-I", str(s.parent)), runtime_headers + _digest(sorted(s.parent.glob("*.h")))))
-    objs = [str(obj) for obj in compile_objects(jobs, cxx)]
-    key = hashlib.sha256("\0".join([*cxx, *objs, *flags]).encode()).hexdigest()[:24]
+    obj_paths = compile_objects(jobs, cxx)
+    objs = [str(obj) for obj in obj_paths]
+    key = hashlib.sha256("\0".join([CACHE_VERSION, _compiler_id(cxx), *cxx, *content_key(obj_paths), *flags])
+                         .encode()).hexdigest()[:24]
     stem = sources[0].stem
-    lib = _produce(cache_dir() / "lib" / f"{stem}-{key}.so",
-                   lambda tmp: [*cxx, "-shared", *flags, *objs, "-o", str(tmp), *extra_flags], "linking")
-
+    lib_entry = cache_dir() / "lib" / f"{stem}-{key}.so"
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     dest = out_dir / (name or f"lib{stem}-{key[:12]}.so")
-    if name is not None or not dest.exists():
-        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
-        shutil.copyfile(lib, tmp)
-        os.replace(tmp, dest)
-    return dest
+    for _ in range(2):  # a library damaged between its check and the copy is rebuilt once
+        lib = _produce(lib_entry, lambda tmp: [*cxx, "-shared", *flags, *objs, "-o", str(tmp), *extra_flags],
+                       "linking", check=check_defines_model)
+        want = cache.digest_of(lib)
+        if name is None and cache.copy_ok(dest, want):
+            return dest
+        if cache.copy_entry(lib, dest) == want:
+            return dest
+        cache.discard(lib, "it changed while being copied")
+    raise PockError(f"the cached library {str(lib_entry)!r} keeps changing while copied to {str(dest)!r}")
 
 
 def build_kernel_library(extra_sources: Sequence[Path], extra_flags: Sequence[str] = (), *,
@@ -237,7 +286,7 @@ def build_kernel_library(extra_sources: Sequence[Path], extra_flags: Sequence[st
     cxx = compiler()
     flags = [opt, "-std=c++17", "-fPIC", "-shared", *((f"-march={march}",) if march else march_flags()),
              *extra_flags]
-    h = hashlib.sha256(" ".join([*cxx, *flags]).encode())
+    h = hashlib.sha256(" ".join([CACHE_VERSION, *cxx, *flags]).encode())
     for src in srcs + sorted(rt.rglob("*.h")):  # kernels/*.h too (conv_common.h, rnn_math.h)
         h.update(src.read_bytes())
     lib = cache_dir() / "shims" / f"{name or srcs[-1].stem}-{h.hexdigest()[:16]}.so"

@@ -35,6 +35,9 @@ def _linear_cpu(e, n, x, w, bias, y):
     N, K = _wshape(n.inputs[1])
     if n.inputs[1].dtype in LOWP:
         act = ACT[n.attrs["act"]] if n.attrs.get("act") else "pk::Act::None"
+        if n.attrs.get("compute"):  # passes/compute_dtype.py: the product in bf16/fp16
+            return (f"pk::linear_fwd_lowp_cd({x}, {_lowp(e, n.inputs[1])}, {bias}, {y}, {_n(n.inputs[0]) // K}, "
+                    f"{N}, {K}, {act}, {LOWP[n.attrs['compute']]});")
         return (f"pk::linear_fwd_lowp({x}, {_lowp(e, n.inputs[1])}, {bias}, {y}, {_n(n.inputs[0]) // K}, {N}, "
                 f"{K}, {act});")
     suffix, arg = _act(n)
@@ -44,6 +47,9 @@ def _linear_cpu(e, n, x, w, bias, y):
 def _linear_bi_cpu(e, n, dy, w, dx):
     N, K = _wshape(n.inputs[1])
     if n.inputs[1].dtype in LOWP:
+        if n.attrs.get("compute"):
+            return (f"pk::linear_bwd_input_lowp_cd({dy}, {_lowp(e, n.inputs[1])}, {dx}, {_n(n.inputs[0]) // N}, "
+                    f"{N}, {K}, {LOWP[n.attrs['compute']]});")
         return f"pk::linear_bwd_input_lowp({dy}, {_lowp(e, n.inputs[1])}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
     return f"pk::linear_bwd_input({dy}, {w}, {dx}, {_n(n.inputs[0]) // N}, {N}, {K});"
 

@@ -30,8 +30,9 @@ def _uses(g: Graph) -> dict[str, set]:
     return uses
 
 
-def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str) -> list[str]:
-    """Convert the eligible frozen parameters of every graph; returns their names."""
+def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str, products_only: bool = False) -> list[str]:
+    """Convert the eligible frozen parameters of every graph; returns their names. products_only:
+    only those a product reads (linear, linear_bwd_input), not tables only looked up (compute_dtype)."""
     uses: dict[str, set] = {}
     for g in graphs:
         for name, u in _uses(g).items():
@@ -40,6 +41,8 @@ def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str) -> list[str]:
     for name, u in uses.items():
         shapes = {g.state[name].shape for g in graphs if name in g.state}
         if name in trained or not u <= DEQUANT_USES or len(next(iter(shapes))) != 2:
+            continue
+        if products_only and not u & {("linear", 1), ("linear_bwd_input", 1)}:
             continue
         dtype = ir_dtype
         if ir_dtype == "q4" and ("embedding", 0) in u:

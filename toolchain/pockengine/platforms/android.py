@@ -5,7 +5,9 @@ native library per ABI and the model bundle.
 
 writes into out/
 
-    pockengine-<name>.aar       classes.jar (sdk-android's core Kotlin, compiled with kotlinc),
+    pockengine-<name>.aar       classes.jar (sdk-android's core Kotlin and its android classes PockAssets and
+                                PockTrainingWorker, compiled with kotlinc against stubs of the android
+                                types they use, src/androidStubs, which stay out of the AAR),
                                 jni/<abi>/libpock_<name>.so, assets/pockengine/<name>/ (the bundle),
                                 AndroidManifest.xml (minSdk 24), R.txt, proguard.txt, aar-metadata
     pockengine-<name>.pom       Maven coordinates + the kotlin-stdlib dependency
@@ -16,7 +18,9 @@ The natives are the generated model TU + the runtime + sdk-android's JNI file,
 built with the Android NDK's clang (found via ANDROID_NDK_HOME,
 ANDROID_NDK_ROOT, or the newest ANDROID_HOME|ANDROID_SDK_ROOT/ndk/*) for API
 level MIN_SDK with the SoC's -march, or with `cxx` (any aarch64 C++ compiler,
-arm64-v8a only: the tests use aarch64-linux-gnu-g++).  Objects are cached by
+arm64-v8a only: the tests use aarch64-linux-gnu-g++).  Natives that need glibc (a GNU
+`cxx`) cannot load on Android: the build says so loudly on stderr and the AAR's manifest
+records it (<meta-data ai.pockengine.native_libc = glibc>), so an app build can refuse it.  Objects are cached by
 content hash under $POCK_CACHE_DIR/android like build/host.py's.
 
 The bundle's initial weights come from building the program for this host
@@ -37,7 +41,7 @@ import zipfile
 from pathlib import Path
 from typing import Sequence
 
-from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, \
+from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, content_key, \
     MODEL_OPT, compile_objects, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
 from ..errors import PockError
@@ -45,11 +49,16 @@ from .socs import Soc, get_soc
 
 SDK_DIR = ROOT / "sdk-android"
 KOTLIN_CORE = SDK_DIR / "src" / "main" / "kotlin"
+KOTLIN_ANDROID = SDK_DIR / "src" / "android" / "kotlin"   # PockAssets, PockTrainingWorker (android.* / androidx.work)
+# QnnPrefixRunner needs ONNX Runtime's Android AAR (not here): shipped as source only, not in classes.jar
+KOTLIN_ANDROID_SOURCE_ONLY = ("QnnPrefixRunner.kt",)
+ANDROID_STUBS = SDK_DIR / "src" / "androidStubs" / "java"  # compile-time stubs of those android types, never shipped
 JNI_SOURCE = SDK_DIR / "src" / "main" / "cpp" / "pock_jni.cpp"
 EXPORT_MAP = JNI_SOURCE.parent / "exports.map"  # linker version script: only pock.h and the JNI entry points
 MIN_SDK = 24
 GROUP, VERSION = "ai.pockengine", "0.1.0"
 KOTLIN_API = "2.2"  # -language-version/-api-version: readable by Kotlin 2.1+ apps; stdlib 2.2 in the POM
+COROUTINES = ("org.jetbrains.kotlinx", "kotlinx-coroutines-core", "1.8.0")  # the version kotlinc ships
 KOTLIN_FLAGS = ("-jvm-target", "1.8", "-language-version", KOTLIN_API, "-api-version", KOTLIN_API)
 ABIS = {  # ABI -> (clang target triple, -march flags; arm64's come from the SoC)
     "arm64-v8a": ("aarch64-linux-android", None),
@@ -105,12 +114,15 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(lib, dest)
         libs[abi] = dest
+    glibc = sorted(abi for abi, lib in libs.items() if links_glibc(lib))
+    if glibc:
+        warn_glibc_build(glibc, cxx)
 
     bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info, prefix_backend=prefix_backend,
                                       source=source)
-    classes_jar = kotlin_core_jar()
+    classes_jar = aar_classes_jar()
     aar = out / f"pockengine-{name}.aar"
-    write_aar(aar, name, classes_jar, libs, bundle_dir)
+    write_aar(aar, name, classes_jar, libs, bundle_dir, test_build=bool(glibc))
     pom = out / f"pockengine-{name}.pom"
     pom.write_text(pom_xml(name, qnn=prefix is not None))
     snippet = out / "consume.gradle.kts"
@@ -189,13 +201,35 @@ def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: t
     model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
     jobs.append((model_cpp, (*model_flags, "-I", str(model_cpp.parent)), headers))
     jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool)), headers))
-    paths = [str(o) for o in compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")]
+    objs = compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")
+    paths = [str(o) for o in objs]
     link = (*target_flags, *LINK_FLAGS, f"-Wl,--version-script={EXPORT_MAP}", f"-Wl,-soname,{soname}")
     if "android" not in " ".join(tool):
         link += ("-static-libgcc", "-lm")  # a GNU toolchain: only libc/libm/libpthread stay dynamic
-    key = hashlib.sha256("\0".join([*tool, *paths, *link, EXPORT_MAP.read_text()]).encode()).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([*tool, *content_key(objs), *link, EXPORT_MAP.read_text()]).encode()).hexdigest()[:24]
     return _produce(cache_dir() / "android" / "lib" / f"{Path(soname).stem}-{key}.so",
                     lambda tmp: [*tool, *paths, *link, "-o", str(tmp)], "linking (android)")
+
+
+def links_glibc(lib: Path) -> bool:
+    """Whether a native library needs glibc (libc.so.6: a GNU toolchain's --cxx build), which
+    Android's bionic loader cannot satisfy: its dynamic string table names libc.so.6."""
+    return b"libc.so.6\0" in Path(lib).read_bytes()
+
+
+GLIBC_MARKER = "ai.pockengine.native_libc"  # the AAR manifest's <meta-data> naming the natives' C library
+
+
+def warn_glibc_build(abis: Sequence[str], cxx: str | None) -> None:
+    """The loud build-time notice of an AAR whose natives cannot load on Android."""
+    import sys
+    bar = "!" * 78
+    print(f"{bar}\npock-build: WARNING: TEST ARTIFACT, NOT FOR ANDROID\n"
+          f"  the natives for {', '.join(abis)} were built with --cxx {cxx} against glibc (they need libc.so.6\n"
+          f"  and libm.so.6); Android's bionic loader cannot load them, so this AAR fails on every device.\n"
+          f"  Its AndroidManifest.xml records <meta-data android:name=\"{GLIBC_MARKER}\" android:value=\"glibc\"/>\n"
+          f"  so an app build can refuse it.  Build with the Android NDK (ANDROID_NDK_HOME) for a real AAR.\n{bar}",
+          file=sys.stderr, flush=True)
 
 
 def _jni_include_flags(tool: tuple[str, ...]) -> tuple[str, ...]:
@@ -286,16 +320,89 @@ def compile_kotlin(sources: Sequence[Path], name: str, classpath: Sequence[Path]
     return jar
 
 
+def kotlin_coroutines() -> Path:
+    """kotlinx-coroutines-core of the kotlinc in use: PockTrainer.train checks cancellation with it
+    (apps have it; the POM declares COROUTINES)."""
+    lib = kotlinc().resolve().parents[1] / "lib" / "kotlinx-coroutines-core-jvm.jar"
+    if not lib.exists():
+        raise PockError(f"{lib} does not exist; is {kotlinc()} a full Kotlin compiler distribution?")
+    return lib
+
+
 def kotlin_core_jar() -> Path:
     """sdk-android's core API (src/main/kotlin: no android.*) compiled: the AAR's classes.jar."""
-    return compile_kotlin(sorted(KOTLIN_CORE.rglob("*.kt")), "pockengine")
+    return compile_kotlin(sorted(KOTLIN_CORE.rglob("*.kt")), "pockengine", classpath=[kotlin_coroutines()])
+
+
+def compile_java(sources: Sequence[Path], name: str) -> Path:
+    """javac sources into a cached jar named <name>-<key>.jar (Java 8 bytecode)."""
+    sources = sorted(Path(s).resolve() for s in sources)
+    h = hashlib.sha256(str(java_home()).encode())
+    for p in sources:
+        h.update(str(p).encode() + b"\0" + p.read_bytes())
+    jar = cache_dir() / "java" / f"{name}-{h.hexdigest()[:24]}.jar"
+    if jar.exists():
+        return jar
+    jar.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(jar):
+        if not jar.exists():
+            classes = jar.with_name(f"{jar.stem}.classes-{os.getpid()}")
+            try:
+                r = subprocess.run([str(java_home() / "bin" / "javac"), "--release", "8", "-nowarn", "-d", str(classes),
+                                    *map(str, sources)], capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise PockError(f"javac failed (exit {r.returncode}):\n{(r.stderr or r.stdout)[-4000:]}")
+                tmp = jar.with_name(f"{jar.stem}.tmp-{os.getpid()}.jar")
+                with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as z:
+                    for f in sorted(classes.rglob("*.class")):
+                        z.write(f, f.relative_to(classes).as_posix())
+                os.replace(tmp, jar)
+            finally:
+                shutil.rmtree(classes, ignore_errors=True)
+    return jar
+
+
+def android_stubs_jar() -> Path:
+    """The compile-time stubs of android.* / androidx.work (src/androidStubs): never shipped."""
+    return compile_java(sorted(ANDROID_STUBS.rglob("*.java")), "pockengine-android-stubs")
+
+
+def kotlin_android_jar() -> Path:
+    """sdk-android's android source set (PockAssets, PockTrainingWorker) compiled against the core
+    jar and the android stubs; holds only ai/pockengine/android/ classes."""
+    sources = [p for p in sorted(KOTLIN_ANDROID.rglob("*.kt")) if p.name not in KOTLIN_ANDROID_SOURCE_ONLY]
+    return compile_kotlin(sources, "pockengine-android",
+                          classpath=[kotlin_core_jar(), android_stubs_jar(), kotlin_coroutines(), kotlin_stdlib()])
+
+
+def aar_classes_jar() -> Path:
+    """The AAR's classes.jar: the core API and the android classes (ai/pockengine/**), no stub."""
+    parts = [kotlin_core_jar(), kotlin_android_jar()]
+    key = hashlib.sha256(b"".join(p.read_bytes() for p in parts)).hexdigest()[:24]
+    jar = cache_dir() / "kotlin" / f"pockengine-classes-{key}.jar"
+    if jar.exists():
+        return jar
+    tmp = jar.with_name(f"{jar.stem}.tmp-{os.getpid()}.jar")
+    seen = set()
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as out:
+        for part in parts:
+            with zipfile.ZipFile(part) as z:
+                for info in z.infolist():
+                    keep = info.filename.startswith("ai/pockengine/") or info.filename.startswith("META-INF/")
+                    if keep and info.filename not in seen:
+                        seen.add(info.filename)
+                        out.writestr(info, z.read(info.filename))
+    os.replace(tmp, jar)
+    return jar
 
 
 # ----------------------------------------------------------------------------- AAR
-def write_aar(aar: Path, name: str, classes_jar: Path, libs: dict[str, Path], bundle_dir: Path) -> Path:
-    """Zip the AAR (fixed timestamps: the same inputs give the same bytes), atomically."""
+def write_aar(aar: Path, name: str, classes_jar: Path, libs: dict[str, Path], bundle_dir: Path,
+              test_build: bool = False) -> Path:
+    """Zip the AAR (fixed timestamps: the same inputs give the same bytes), atomically.
+    test_build: the natives need glibc (a --cxx build); the manifest says so."""
     entries = {
-        "AndroidManifest.xml": android_manifest(name).encode(),
+        "AndroidManifest.xml": android_manifest(name, test_build).encode(),
         "classes.jar": classes_jar.read_bytes(),
         "R.txt": b"",
         "proguard.txt": CONSUMER_RULES.encode(),
@@ -317,11 +424,19 @@ def write_aar(aar: Path, name: str, classes_jar: Path, libs: dict[str, Path], bu
     return aar
 
 
-def android_manifest(name: str) -> str:
+def android_manifest(name: str, test_build: bool = False) -> str:
+    """The AAR's manifest; a test build (glibc natives) carries GLIBC_MARKER = "glibc" so an app
+    build can refuse it (a real build says "bionic")."""
     package = f"{GROUP}.{''.join(c if c.isalnum() else '_' for c in name.lower())}"
+    libc = "glibc" if test_build else "bionic"
+    note = ("\n    <!-- TEST ARTIFACT: natives built with --cxx against glibc; they cannot load on Android -->"
+            if test_build else "")
     return f"""<?xml version="1.0" encoding="utf-8"?>
 <manifest xmlns:android="http://schemas.android.com/apk/res/android" package="{package}">
-    <uses-sdk android:minSdkVersion="{MIN_SDK}" />
+    <uses-sdk android:minSdkVersion="{MIN_SDK}" />{note}
+    <application>
+        <meta-data android:name="{GLIBC_MARKER}" android:value="{libc}" />
+    </application>
 </manifest>
 """
 
@@ -360,6 +475,12 @@ def pom_xml(name: str, qnn: bool = False) -> str:
       <artifactId>kotlin-stdlib</artifactId>
       <version>{KOTLIN_API}.0</version>
       <scope>runtime</scope>
+    </dependency>
+    <dependency>
+      <groupId>{COROUTINES[0]}</groupId>
+      <artifactId>{COROUTINES[1]}</artifactId>
+      <version>{COROUTINES[2]}</version>
+      <scope>runtime</scope>
     </dependency>{ort}
   </dependencies>
 </project>
@@ -372,6 +493,7 @@ def gradle_snippet(name: str, aar_name: str) -> str:
 dependencies {{
     implementation(files("libs/{aar_name}"))
     implementation("org.jetbrains.kotlin:kotlin-stdlib:{KOTLIN_API}.0")
+    implementation("{':'.join(COROUTINES)}")
 }}
 // Or install it into a Maven repository with its POM:
 //   mvn install:install-file -Dfile={aar_name} -DpomFile=pockengine-{name}.pom

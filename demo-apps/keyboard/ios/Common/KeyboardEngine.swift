@@ -29,7 +29,7 @@ final class KeyboardEngine {
                                     statsStore: FileBlobStore(path: dir.appendingPathComponent("learning_stats.txt").path))
         checkpoint = dir.appendingPathComponent("user.pockckpt")
         trainer = try KeyboardBaseModel.makeTrainer()
-        if FileManager.default.fileExists(atPath: checkpoint.path) { try trainer.restore(from: checkpoint) }
+        if FileManager.default.fileExists(atPath: checkpoint.path) { try trainer.load(from: checkpoint) }
         let shape = CompiledShape(batch: Int32(Self.batch), seq: Int32(Self.seq), vocab: tokenizer.size)
         ranker = SuggestionRanker(tokenizer: tokenizer, model: Model(trainer: trainer, shape: shape, lock: lock),
                                   maxContext: Int32(Self.seq))
@@ -48,19 +48,19 @@ final class KeyboardEngine {
         lock.lock(); defer { lock.unlock() }
         personalizer.forget()
         try? FileManager.default.removeItem(at: checkpoint)
-        try trainer.restore(from: KeyboardBaseModel.bundleURL.appendingPathComponent("weights.pockckpt"))
+        try trainer.load(from: KeyboardBaseModel.bundleURL.appendingPathComponent("weights.pockckpt"))
     }
 
     private static func int64s(_ a: KotlinIntArray) -> [Int64] { (0..<a.size).map { Int64(a.get(index: $0)) } }
 
-    /// NextWordModel over PockTrainer.predict (the shared ranker calls it).
+    /// NextWordModel over PockTrainer.forward (the shared ranker calls it).
     private final class Model: NextWordModel {
         let trainer: PockTrainer, shape: CompiledShape, lock: NSLock
         init(trainer: PockTrainer, shape: CompiledShape, lock: NSLock) { self.trainer = trainer; self.shape = shape; self.lock = lock }
         func nextLogits(context: KotlinIntArray) -> KotlinFloatArray {
             lock.lock(); defer { lock.unlock() }
             let x = PockTensor(KeyboardEngine.int64s(shape.input(context: context)), shape: [KeyboardEngine.batch, KeyboardEngine.seq])
-            let out = (try? trainer.predict(inputs: [x]))?.first?.floats ?? []
+            let out = (try? trainer.forward(inputs: [x]))?.first?.floats ?? []
             let flat = KotlinFloatArray(size: Int32(out.count))
             for (i, v) in out.enumerated() { flat.set(index: Int32(i), value: v) }
             return shape.nextLogits(output: flat, context: context)

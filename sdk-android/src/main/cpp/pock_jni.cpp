@@ -216,7 +216,7 @@ POCK_JNI(jlong, open)(JNIEnv* env, jclass, jstring checkpoint) {
 POCK_JNI(void, close)(JNIEnv*, jclass, jlong handle) { pock_close(trainer(handle)); }
 
 POCK_JNI(jfloat, step)(JNIEnv* env, jclass, jlong handle, jobjectArray data, jlongArray offsets, jintArray dtypes,
-                       jintArray ndims, jlongArray dims, jint n_inputs) {
+                       jintArray ndims, jlongArray dims, jint n_inputs, jobjectArray nonfinite) {
   Tensors in;
   if (!in.read(env, data, offsets, dtypes, ndims, dims)) return 0.0f;
   const int32_t n = static_cast<int32_t>(in.args.size());
@@ -237,6 +237,12 @@ POCK_JNI(jfloat, step)(JNIEnv* env, jclass, jlong handle, jobjectArray data, jlo
       if (s != POCK_OK) why = pock_last_error();
     }
   }  // unpinned before any JNI call that may throw
+  if (s == POCK_ERR_NONFINITE && nonfinite && env->GetArrayLength(nonfinite) > 0) {
+    // skipped, not failed: the Kotlin side counts it (or throws when strict)
+    jstring msg = env->NewStringUTF(why.c_str());
+    if (msg) env->SetObjectArrayElement(nonfinite, 0, msg);
+    return loss;
+  }
   if (s != POCK_OK) throw_pock(env, s, why);
   return loss;
 }
@@ -268,7 +274,7 @@ POCK_JNI(void, forward)(JNIEnv* env, jclass, jlong handle, jobjectArray data, jl
   {
     Pins pins(env);
     if (!pins.pin(in.args, JNI_ABORT) || !pins.pin(outs, 0)) {
-      s = POCK_ERR_NO_MEMORY, why = "predict: the VM could not pin an array";
+      s = POCK_ERR_NO_MEMORY, why = "forward: the VM could not pin an array";
     } else {
       in.view();
       std::vector<pock_buffer> buffers(n_out);
@@ -311,4 +317,118 @@ POCK_JNI(jlong, stepCount)(JNIEnv* env, jclass, jlong handle) {
 
 POCK_JNI(void, setNumThreads)(JNIEnv* env, jclass, jlong handle, jint n) {
   failed(env, pock_set_num_threads(trainer(handle), n));
+}
+
+// [dtype, ndim, dims...] of compiled tensor `index` of `group` (pock_io_info), or null past the
+// last: what ModelBundle checks the manifest against (the library is the truth).
+POCK_JNI(jlongArray, ioInfo)(JNIEnv* env, jclass, jint group, jint index) {
+  pock_tensor_info info;
+  if (index < 0 || index >= pock_io_count(group) || pock_io_info(group, index, &info) != POCK_OK) return nullptr;
+  if (info.ndim < 0 || info.ndim > POCK_MAX_DIMS) return nullptr;
+  jlong v[2 + POCK_MAX_DIMS];
+  v[0] = info.dtype;
+  v[1] = info.ndim;
+  for (int32_t d = 0; d < info.ndim; ++d) v[2 + d] = static_cast<jlong>(info.shape[d]);
+  jlongArray out = env->NewLongArray(2 + info.ndim);
+  if (out) env->SetLongArrayRegion(out, 0, 2 + info.ndim, v);
+  return out;
+}
+
+// ---------------------------------------------------------------- state tensors, trained-only saves, profiling
+
+// The pock_dtype of a primitive array object (for its element size), or POCK_U8 (bytes) when unknown.
+static int32_t array_dtype(JNIEnv* env, jobject obj) {
+  for (int32_t d : {POCK_F32, POCK_I64, POCK_I32, POCK_U8})
+    if (obj && env->IsInstanceOf(obj, g_array_class[d])) return d;
+  return POCK_U8;
+}
+
+// `copy` (pock_get_tensor when into, else pock_set_tensor) on `data` (array or direct buffer).
+using TensorCopy = pock_status (*)(pock_trainer*, const char*, uint8_t*, int64_t);
+static void tensor_copy(JNIEnv* env, jlong handle, jstring name, jobject data, jlong offset, jlong nbytes, bool into,
+                        TensorCopy copy) {
+  const char* n = env->GetStringUTFChars(name, nullptr);
+  if (!n) return;
+  const std::string key(n);
+  env->ReleaseStringUTFChars(name, n);
+  jobjectArray one = env->NewObjectArray(1, env->FindClass("java/lang/Object"), data);
+  if (!one) return;
+  std::vector<Arg> args(1);
+  if (!resolve(env, one, 0, array_dtype(env, data), offset, nbytes, into ? "getTensor" : "setTensor", &args[0]))
+    return;
+  pock_status s;
+  std::string why;
+  {
+    Pins pins(env);
+    if (!pins.pin(args, into ? 0 : JNI_ABORT)) {
+      s = POCK_ERR_NO_MEMORY, why = "the VM could not pin the tensor's array";
+    } else {
+      uint8_t* p = args[0].address + args[0].offset;
+      s = copy(trainer(handle), key.c_str(), p, nbytes);
+      if (s != POCK_OK) why = pock_last_error();
+    }
+  }
+  if (s != POCK_OK) throw_pock(env, s, why);
+}
+
+POCK_JNI(void, getTensor)(JNIEnv* env, jclass, jlong handle, jstring name, jobject data, jlong offset, jlong nbytes) {
+  tensor_copy(env, handle, name, data, offset, nbytes, true,
+              [](pock_trainer* t, const char* n, uint8_t* p, int64_t b) { return pock_get_tensor(t, n, p, b); });
+}
+
+POCK_JNI(void, setTensor)(JNIEnv* env, jclass, jlong handle, jstring name, jobject data, jlong offset, jlong nbytes) {
+  tensor_copy(env, handle, name, data, offset, nbytes, false,
+              [](pock_trainer* t, const char* n, uint8_t* p, int64_t b) { return pock_set_tensor(t, n, p, b); });
+}
+
+POCK_JNI(jint, tensorCount)(JNIEnv*, jclass) { return pock_tensor_count(); }
+
+POCK_JNI(jstring, tensorName)(JNIEnv* env, jclass, jint index) {
+  pock_tensor_info info;
+  if (failed(env, pock_tensor_info_at(index, &info))) return nullptr;
+  return env->NewStringUTF(info.name);
+}
+
+POCK_JNI(jlongArray, tensorInfo)(JNIEnv* env, jclass, jint index) {
+  pock_tensor_info info;
+  if (failed(env, pock_tensor_info_at(index, &info))) return nullptr;
+  const int32_t ndim = info.ndim < 0 ? 0 : (info.ndim > POCK_MAX_DIMS ? POCK_MAX_DIMS : info.ndim);
+  std::vector<jlong> v = {info.dtype, ndim, info.kind, info.nbytes};
+  for (int32_t d = 0; d < ndim; ++d) v.push_back(info.shape[d]);
+  jlongArray out = env->NewLongArray(static_cast<jsize>(v.size()));
+  if (out) env->SetLongArrayRegion(out, 0, static_cast<jsize>(v.size()), v.data());
+  return out;
+}
+
+POCK_JNI(void, saveTrained)(JNIEnv* env, jclass, jlong handle, jstring path) {
+  with_path(env, path, pock_save_trained, handle);
+}
+
+POCK_JNI(void, profileEnable)(JNIEnv* env, jclass, jlong handle, jboolean on) {
+  failed(env, pock_profile_enable(trainer(handle), on ? 1 : 0));
+}
+
+POCK_JNI(void, profileReset)(JNIEnv* env, jclass, jlong handle) { failed(env, pock_profile_reset(trainer(handle))); }
+
+POCK_JNI(jint, profileCount)(JNIEnv*, jclass, jlong handle) { return pock_profile_count(trainer(handle)); }
+
+POCK_JNI(jobjectArray, profileEntry)(JNIEnv* env, jclass, jlong handle, jint index, jlongArray counts) {
+  pock_node_profile e;
+  if (failed(env, pock_profile_entry(trainer(handle), index, &e))) return nullptr;
+  if (env->GetArrayLength(counts) < 4) {
+    throw_pock(env, POCK_ERR_INTERNAL, "PockNative.profileEntry: counts needs 4 slots");
+    return nullptr;
+  }
+  const jlong c[4] = {e.index, e.flops, e.steps, e.total_ns};
+  env->SetLongArrayRegion(counts, 0, 4, c);
+  jobjectArray out = env->NewObjectArray(4, env->FindClass("java/lang/String"), nullptr);
+  if (!out) return nullptr;
+  const char* parts[4] = {e.phase, e.op, e.kernel, e.module};
+  for (jsize i = 0; i < 4; ++i) {
+    jstring s = env->NewStringUTF(parts[i] ? parts[i] : "");
+    if (!s) return nullptr;
+    env->SetObjectArrayElement(out, i, s);
+    env->DeleteLocalRef(s);
+  }
+  return out;
 }

@@ -2,9 +2,13 @@
 // (threadpool.cpp) and to the threaded dense kernels, for test_threads*.py,
 // test_gemm_perf*.py and the pointwise tests (pointwise_lib.py).  Built with every
 // kernel, threadpool.cpp and the generated kernel shims.
+#include <pthread.h>
+#include <sched.h>
+
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <vector>
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
@@ -39,6 +43,9 @@ int shim_num_threads() { return pk::num_threads(); }
 i64 shim_pool_regions(void* pool) { return pock_rt::pool_regions(static_cast<ThreadPool*>(pool)); }
 i64 shim_pool_dispatches(void* pool) { return pock_rt::pool_dispatches(static_cast<ThreadPool*>(pool)); }
 void shim_pool_back_off_for(void* pool, i64 ns) { pock_rt::pool_back_off_for(static_cast<ThreadPool*>(pool), ns); }
+i64 shim_pool_backoffs(void* pool) { return pock_rt::pool_backoffs(static_cast<ThreadPool*>(pool)); }
+void shim_pool_note_window(void* pool, int busy) { pock_rt::pool_note_window(static_cast<ThreadPool*>(pool), busy != 0); }
+int shim_pool_backed_off(void* pool) { return pock_rt::pool_backed_off(static_cast<ThreadPool*>(pool)) ? 1 : 0; }
 int shim_parallel_now(void* pool) {
   PoolScope scope(static_cast<ThreadPool*>(pool));
   return pk::parallel_now() ? 1 : 0;
@@ -115,6 +122,48 @@ double shim_time_gemm(void* pool, const float* A, const float* B, float* C, i64 
     if (s < best) best = s;
   }
   return best;
+}
+
+// A busy neighbour: `n` threads spinning (pure arithmetic, no memory traffic),
+// thread i pinned to core i % cores, at the default priority, until
+// shim_neighbours_stop.  Returns a handle.
+struct Neighbours {
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> threads;
+};
+void* shim_neighbours_start(int n) {
+  auto* nb = new Neighbours;
+  const int cores = static_cast<int>(std::thread::hardware_concurrency());
+  for (int i = 0; i < n; ++i) {
+    nb->threads.emplace_back([nb] {
+      volatile double x = 1.0;
+      while (!nb->stop.load(std::memory_order_relaxed))
+        for (int k = 0; k < 1000; ++k) x = x * 1.0000001 + 1e-9;
+    });
+    if (cores > 0) {
+      cpu_set_t set;
+      CPU_ZERO(&set);
+      CPU_SET(i % cores, &set);
+      pthread_setaffinity_np(nb->threads.back().native_handle(), sizeof(set), &set);
+    }
+  }
+  return nb;
+}
+void shim_neighbours_stop(void* handle) {
+  auto* nb = static_cast<Neighbours*>(handle);
+  nb->stop.store(true);
+  for (auto& t : nb->threads) t.join();
+  delete nb;
+}
+
+// Seconds for `reps` threaded GEMMs (A: M x K, B: K x N) back to back on `pool`:
+// the parallel regions of a step.
+double shim_run_gemms(void* pool, const float* A, const float* B, float* C, i64 M, i64 N, i64 K, int reps) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  const pk::GemmParams p{1, M, N, K, false, false, 0, 0, 0, 0.0f};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) pk::gemm(A, B, C, p);
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // extern "C"

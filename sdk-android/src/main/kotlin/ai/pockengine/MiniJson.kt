@@ -8,11 +8,19 @@ package ai.pockengine
  * Values map to Kotlin as: object -> Map<String, Any?> (insertion order),
  * array -> List<Any?>, string -> String, number -> Long when integral else
  * Double, true/false -> Boolean, null -> null.
+ *
+ * Bounded: nesting deeper than [MAX_DEPTH] objects/arrays, a duplicate key, a
+ * number that is not JSON or an integer beyond Long are a [PockException]
+ * (never a StackOverflowError or a silently wrapped value).
  */
 internal class MiniJson private constructor(private val text: String, private val where: String) {
     private var pos = 0
+    private var depth = 0
 
     companion object {
+        /** The deepest nesting of objects and arrays a manifest may use. */
+        const val MAX_DEPTH = 64
+
         /** Parse [text]; a syntax error is a [PockException] naming [where] and the offset. */
         fun parse(text: String, where: String): Any? {
             val p = MiniJson(text, where)
@@ -57,34 +65,43 @@ internal class MiniJson private constructor(private val text: String, private va
         return value
     }
 
+    private fun enter() {
+        if (++depth > MAX_DEPTH) fail("nesting deeper than $MAX_DEPTH")
+    }
+
     private fun obj(): Map<String, Any?> {
+        enter()
         pos++ // '{'
         val out = LinkedHashMap<String, Any?>()
         skipSpace()
-        if (pos < text.length && text[pos] == '}') return out.also { pos++ }
+        if (pos < text.length && text[pos] == '}') return out.also { pos++; depth-- }
         while (true) {
             skipSpace()
             if (pos >= text.length || text[pos] != '"') fail("expected a string key")
             val key = string()
+            if (out.containsKey(key)) fail("duplicate key '$key'")
             expect(':')
             out[key] = value()
             skipSpace()
             if (pos < text.length && text[pos] == ',') { pos++; continue }
             expect('}')
+            depth--
             return out
         }
     }
 
     private fun array(): List<Any?> {
+        enter()
         pos++ // '['
         val out = ArrayList<Any?>()
         skipSpace()
-        if (pos < text.length && text[pos] == ']') return out.also { pos++ }
+        if (pos < text.length && text[pos] == ']') return out.also { pos++; depth-- }
         while (true) {
             out.add(value())
             skipSpace()
             if (pos < text.length && text[pos] == ',') { pos++; continue }
             expect(']')
+            depth--
             return out
         }
     }
@@ -122,8 +139,12 @@ internal class MiniJson private constructor(private val text: String, private va
     private fun number(): Any {
         val start = pos
         if (text[pos] == '-') pos++
-        while (pos < text.length && (text[pos].isDigit() || text[pos] in ".eE+-")) pos++
+        while (pos < text.length && (text[pos] in '0'..'9' || text[pos] in ".eE+-")) pos++
         val s = text.substring(start, pos)
-        return s.toLongOrNull() ?: s.toDoubleOrNull() ?: fail("bad number '$s'")
+        if (!NUMBER.matches(s)) fail("bad number '${s.take(40)}'")
+        if (s.none { it in ".eE" }) return s.toLongOrNull() ?: fail("integer '${s.take(40)}' does not fit 64 bits")
+        return s.toDoubleOrNull()?.takeIf { it.isFinite() } ?: fail("bad number '${s.take(40)}'")
     }
+
+    private val NUMBER = Regex("-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]+)?")
 }

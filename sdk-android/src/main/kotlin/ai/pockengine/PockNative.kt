@@ -18,10 +18,14 @@ internal object PockNative {
     @JvmStatic external fun open(checkpointPath: String?): Long
     @JvmStatic external fun close(handle: Long)
 
-    /** One step over inputs then targets (nInputs of them are inputs); returns the loss. */
+    /**
+     * One step over inputs then targets (nInputs of them are inputs); returns the loss.  A
+     * non-finite batch (POCK_ERR_NONFINITE: no update applied) does not throw: its message goes
+     * into nonfinite[0] (null after a clean step); every other failure throws.
+     */
     @JvmStatic external fun step(
         handle: Long, data: Array<Any>, offsets: LongArray, dtypes: IntArray, ndims: IntArray, dims: LongArray,
-        nInputs: Int,
+        nInputs: Int, nonfinite: Array<String?>,
     ): Float
 
     /** Inference into the output arrays / direct buffers (outBytes bytes each, from outOffsets). */
@@ -36,6 +40,27 @@ internal object PockNative {
     @JvmStatic external fun setLearningRate(handle: Long, lr: Float)
     @JvmStatic external fun stepCount(handle: Long): Long
     @JvmStatic external fun setNumThreads(handle: Long, n: Int)
+    /** [dtype, ndim, dims...] of compiled input/target/output (group 0/1/2) [index], or null past the last. */
+    @JvmStatic external fun ioInfo(group: Int, index: Int): LongArray?
+
+    // state tensors by name (pock_get_tensor / pock_set_tensor): data is a primitive array or a
+    // direct buffer holding nbytes from byte offset
+    @JvmStatic external fun getTensor(handle: Long, name: String, data: Any, offset: Long, nbytes: Long)
+    @JvmStatic external fun setTensor(handle: Long, name: String, data: Any, offset: Long, nbytes: Long)
+    @JvmStatic external fun tensorCount(): Int
+    @JvmStatic external fun tensorName(index: Int): String
+    /** [dtype, ndim, kind, nbytes, shape...] of state tensor [index]. */
+    @JvmStatic external fun tensorInfo(index: Int): LongArray
+
+    /** pock_save_trained: the trained tensors, buffers and optimizer state only. */
+    @JvmStatic external fun saveTrained(handle: Long, path: String)
+
+    // per-node profiling (pock_profile_*)
+    @JvmStatic external fun profileEnable(handle: Long, on: Boolean)
+    @JvmStatic external fun profileReset(handle: Long)
+    @JvmStatic external fun profileCount(handle: Long): Int
+    /** Node [index]: returns [phase, op, kernel, module]; counts gets [index, flops, steps, total_ns]. */
+    @JvmStatic external fun profileEntry(handle: Long, index: Int, counts: LongArray): Array<String>
 
     private var loaded: String? = null
 
@@ -70,5 +95,6 @@ internal object PockNative {
                     "library '$key' holds model '${modelName()}' hash $hash; rebuild them together with pock-build",
             )
         }
+        bundle.checkAgainstLibrary { group, index -> ioInfo(group, index) }
     }
 }

@@ -18,6 +18,12 @@ data class PockOptions @JvmOverloads constructor(
     val libraryFile: File? = null,
     /** Runs the bundle's frozen prefix, if it has one (see [PrefixRunner]). */
     val prefixRunner: PrefixRunner? = null,
+    /**
+     * A non-finite batch (NaN/inf in an input, the loss or a gradient) throws a [PockException]
+     * ([PockStatus.NONFINITE]) instead of being skipped and counted in [PockTrainer.skippedSteps]
+     * (Python's `strict=True`).  Either way no update is applied.
+     */
+    val strict: Boolean = false,
 )
 
 /**
@@ -25,7 +31,7 @@ data class PockOptions @JvmOverloads constructor(
  * exported for an inference runtime (e.g. an NPU), kept out of the compiled
  * C++ step.  The runner turns the caller's tensors into the compiled step's
  * inputs (model.json's `inputs`); the trainer calls it before every step and
- * predict.  This SDK ships no runner: without one, opening such a bundle
+ * forward.  This SDK ships no runner: without one, opening such a bundle
  * fails with a [PockException] that says so.
  */
 fun interface PrefixRunner {

@@ -8,9 +8,17 @@ enum class PockDType(val code: Int, val bytes: Int, val manifestName: String) {
     FLOAT32(0, 4, "f32"),
     INT64(1, 8, "i64"),
     INT32(2, 4, "i32"), // accepted where the model wants int64 (widened on the copy into the arena)
-    UINT8(3, 1, "u8");
+    UINT8(3, 1, "u8"),
+    // frozen weights stored in low precision (state tensors only; getTensor gives them in a direct buffer)
+    BF16(4, 2, "bf16"),
+    FLOAT16(5, 2, "f16"),
+    INT8(6, 1, "i8");
 
     companion object {
+        fun of(code: Int): PockDType =
+            values().firstOrNull { it.code == code }
+                ?: throw PockException(PockStatus.DTYPE, "pock_dtype $code is unknown to this SDK")
+
         fun fromManifest(name: String): PockDType =
             values().firstOrNull { it.manifestName == name }
                 ?: throw PockException(PockStatus.DTYPE, "model.json names dtype '$name', which this SDK does not know")
@@ -18,8 +26,8 @@ enum class PockDType(val code: Int, val bytes: Int, val manifestName: String) {
 }
 
 /**
- * A tensor handed to [PockTrainer.step] or [PockTrainer.predict], or returned
- * by predict: a view of caller memory (a primitive array or a direct
+ * A tensor handed to [PockTrainer.step] or [PockTrainer.forward], or returned
+ * by forward or getTensor: a view of caller memory (a primitive array or a direct
  * [ByteBuffer]) plus its shape.  Nothing is copied or boxed; the native call
  * copies the data once, into the trainer's arena.
  *
@@ -78,6 +86,26 @@ class PockTensor private constructor(
         return FloatArray(numel.toInt()).also { (data as ByteBuffer).duplicate().order(ByteOrder.nativeOrder()).asFloatBuffer().get(it) }
     }
 
+    /** The data as an IntArray: the backing array itself, or a copy out of a direct buffer. */
+    fun toIntArray(): IntArray {
+        checkType(PockDType.INT32)
+        if (data is IntArray) return data
+        return IntArray(numel.toInt()).also { (data as ByteBuffer).duplicate().order(ByteOrder.nativeOrder()).asIntBuffer().get(it) }
+    }
+
+    /** The raw bytes (native order) of any tensor: the backing ByteArray itself, else a copy. */
+    fun toByteArray(): ByteArray {
+        if (data is ByteArray) return data
+        val out = ByteBuffer.allocate(nbytes.toInt()).order(ByteOrder.nativeOrder())
+        when (data) {
+            is FloatArray -> out.asFloatBuffer().put(data)
+            is LongArray -> out.asLongBuffer().put(data)
+            is IntArray -> out.asIntBuffer().put(data)
+            is ByteBuffer -> out.put(data.duplicate().also { it.limit(it.position() + nbytes.toInt()) })
+        }
+        return out.array()
+    }
+
     /** The data as a LongArray: the backing array itself, or a copy out of a direct buffer. */
     fun toLongArray(): LongArray {
         checkType(PockDType.INT64)
@@ -115,6 +143,8 @@ class PockTensor private constructor(
                 PockDType.INT64 -> LongArray(count)
                 PockDType.INT32 -> IntArray(count)
                 PockDType.UINT8 -> ByteArray(count)
+                PockDType.BF16, PockDType.FLOAT16, PockDType.INT8 ->
+                    return PockTensor(ByteBuffer.allocateDirect(count * dtype.bytes).order(ByteOrder.nativeOrder()), dtype, shape)
             }
             return PockTensor(array, dtype, shape)
         }

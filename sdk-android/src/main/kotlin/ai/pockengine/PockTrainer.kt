@@ -4,27 +4,32 @@ import java.io.File
 import java.io.InputStream
 import java.util.concurrent.CompletableFuture
 import java.util.concurrent.Executor
-import kotlin.coroutines.resume
-import kotlin.coroutines.resumeWithException
-import kotlin.coroutines.suspendCoroutine
+import kotlinx.coroutines.currentCoroutineContext
+import kotlinx.coroutines.ensureActive
 
 /**
  * Fine-tunes one compiled model on the device: the whole training step
  * (forward, loss, backward, optimizer) runs in the model's generated C++
- * behind pock.h.
+ * behind pock.h.  The same vocabulary as Python's `Trainer` and Swift's
+ * `PockTrainer` (step, forward, save/load, getTensor/setTensor,
+ * lastStepStatus/skippedSteps, setLearningRate/setNumThreads, close):
  *
  *     PockTrainer.open(modelDir).use { trainer ->
  *         val loss = trainer.step(PockTensor.of(tokens, 4, 16), PockTensor.of(next, 4, 16))
- *         val logits = trainer.predict(PockTensor.of(tokens, 4, 16)).toFloatArray()
- *         trainer.save(File(filesDir, "user.pockckpt"))
+ *         val logits = trainer.forward(PockTensor.of(tokens, 4, 16)).toFloatArray()
+ *         trainer.save(File(filesDir, "user.pockckpt"), trainedOnly = true)
  *     }
+ *
+ * Bad batches: a batch whose input, loss or gradients are NaN/inf applies no
+ * update and does not throw; it sets [lastStepStatus] to SKIPPED and counts
+ * in [skippedSteps] (with [PockOptions.strict] it throws instead).
  *
  * Thread safety: every method may be called from any thread.  Each trainer
  * holds one lock; calls on it run one at a time in the order they take the
  * lock (pock.h's rule: one trainer, serialised calls), and close() waits for
- * a call in flight.  Different trainers never block each other.  To keep
- * training off the main thread use [submit] with an Executor or [runOn] from
- * a coroutine.
+ * a call in flight.  Different trainers never block each other.  Keep
+ * training off the main thread with [train] inside `withContext(Dispatchers.Default)`
+ * (cancellable between steps) or [stepAsync] with an Executor.
  *
  * Memory: the trainer's arena and state are native memory, freed by close()
  * (or `use {}`); any call after close() throws a [PockException] with status
@@ -36,6 +41,8 @@ class PockTrainer private constructor(
     val bundle: ModelBundle,
     private var handle: Long,
     private val prefixRunner: PrefixRunner?,
+    /** Non-finite batches throw instead of being skipped (see [PockOptions.strict]). */
+    val strict: Boolean,
 ) : AutoCloseable {
     private val lock = Any()
 
@@ -47,53 +54,190 @@ class PockTrainer private constructor(
     /** True once close() ran. */
     val isClosed: Boolean get() = synchronized(lock) { handle == 0L }
 
+    /** What the last step did (OK before any step). */
+    @Volatile var lastStepStatus: PockStepStatus = PockStepStatus.OK
+        private set
+
+    /** The last skipped step's message (which tensor was NaN/inf); empty after an applied step. */
+    @Volatile var lastStepMessage: String = ""
+        private set
+
+    /** Steps of this trainer that applied no update because their batch was non-finite. */
+    @Volatile var skippedSteps: Long = 0
+        private set
+
     // -------------------------------------------------------------------------------- training
-    /** One training step on a batch; returns the loss. */
+    /**
+     * One training step on a batch; returns the loss.  A non-finite batch returns the loss it
+     * computed (NaN/inf), applies no update and is counted (see the class comment).
+     */
     fun step(inputs: List<PockTensor>, targets: List<PockTensor>): Float {
         val ins = runPrefix(inputs)
         check("step", "input", ins, bundle.inputs)
         check("step", "target", targets, bundle.targets)
         val args = NativeArgs(ins + targets)
-        return withHandle("step") { PockNative.step(it, args.data, args.offsets, args.dtypes, args.ndims, args.dims, ins.size) }
+        val nonfinite = arrayOfNulls<String>(1)
+        return withHandle("step") {
+            val loss = PockNative.step(it, args.data, args.offsets, args.dtypes, args.ndims, args.dims, ins.size, nonfinite)
+            val why = nonfinite[0]
+            if (why == null) {
+                lastStepStatus = PockStepStatus.OK
+                lastStepMessage = ""
+            } else {
+                skippedSteps++
+                lastStepMessage = why
+                lastStepStatus = if ("earlier update(s)" in why) PockStepStatus.PARTIAL else PockStepStatus.SKIPPED
+                if (strict) throw PockException(PockStatus.NONFINITE, why)
+            }
+            loss
+        }
     }
 
     /** One training step for a model with one input and one target. */
     fun step(input: PockTensor, target: PockTensor): Float = step(listOf(input), listOf(target))
 
-    /** Inference (eval mode) with the current weights: new arrays, one per compiled output. */
-    fun predict(inputs: List<PockTensor>): List<PockTensor> {
+    /**
+     * Train on [batches] (inputs, targets per step) in the calling coroutine, checking for
+     * cancellation before every step: cancel the job and this throws CancellationException
+     * after the step in flight, with every finished step applied.  [onProgress] runs after
+     * each step.  Run it off the main thread: `withContext(Dispatchers.Default) { trainer.train(b) }`.
+     */
+    suspend fun train(
+        batches: Iterable<Pair<List<PockTensor>, List<PockTensor>>>,
+        onProgress: ((PockProgress) -> Unit)? = null,
+    ): PockTrainResult {
+        val losses = ArrayList<Float>()
+        var skipped = 0
+        for ((x, y) in batches) {
+            currentCoroutineContext().ensureActive()
+            val loss = step(x, y)
+            val status = lastStepStatus
+            if (status != PockStepStatus.OK) skipped++
+            losses.add(loss)
+            onProgress?.invoke(PockProgress(losses.size, loss, status, skippedSteps))
+        }
+        return PockTrainResult(losses, skipped)
+    }
+
+    /** [train] over a lazily produced sequence of batches. */
+    suspend fun train(
+        batches: Sequence<Pair<List<PockTensor>, List<PockTensor>>>,
+        onProgress: ((PockProgress) -> Unit)? = null,
+    ): PockTrainResult = train(batches.asIterable(), onProgress)
+
+    /** Inference (eval mode) with the current weights: new tensors, one per compiled output (any dtype). */
+    fun forward(inputs: List<PockTensor>): List<PockTensor> {
         val outs = bundle.outputs.map { PockTensor.zeros(it.dtype, *it.shape) }
-        predictInto(inputs, outs)
+        forward(inputs, outs)
         return outs
     }
 
     /** Inference for a model with one input; returns its first output. */
-    fun predict(input: PockTensor): PockTensor = predict(listOf(input))[0]
+    fun forward(input: PockTensor): PockTensor = forward(listOf(input))[0]
 
-    /** Inference into caller-owned outputs (arrays or direct buffers of the compiled shapes): no allocation. */
-    fun predictInto(inputs: List<PockTensor>, outputs: List<PockTensor>) {
+    /** Inference into caller-owned outputs (arrays or direct buffers of the compiled shapes and dtypes): no allocation. */
+    fun forward(inputs: List<PockTensor>, outputs: List<PockTensor>) {
         val ins = runPrefix(inputs)
-        check("predict", "input", ins, bundle.inputs)
-        check("predict", "output", outputs, bundle.outputs)
+        check("forward", "input", ins, bundle.inputs)
+        check("forward", "output", outputs, bundle.outputs)
         val args = NativeArgs(ins)
         val outData = Array<Any>(outputs.size) { outputs[it].data }
         val outOffsets = LongArray(outputs.size) { outputs[it].byteOffset }
         val outBytes = LongArray(outputs.size) { outputs[it].nbytes }
-        withHandle("predict") {
+        withHandle("forward") {
             PockNative.forward(it, args.data, args.offsets, args.dtypes, args.ndims, args.dims, outData, outOffsets, outBytes)
         }
     }
 
+    /**
+     * Time every node of the training step over [steps] steps on one batch (after [warmup]
+     * unprofiled ones), as Python's `trainer.profile`.  These are real training steps.
+     */
+    @JvmOverloads
+    fun profile(inputs: List<PockTensor>, targets: List<PockTensor>, steps: Int = 20, warmup: Int = 3): PockProfile {
+        if (steps < 1 || warmup < 0) {
+            throw PockException(PockStatus.INVALID_ARGUMENT, "profile: steps must be >= 1 and warmup >= 0, got $steps, $warmup")
+        }
+        val h = withHandle("profile") { it }
+        if (PockNative.profileCount(h) <= 0) {
+            throw PockException(PockStatus.INVALID_ARGUMENT,
+                "profile: model '${bundle.name}' was generated without profiling hooks; rebuild it with pock-build")
+        }
+        repeat(warmup) { step(inputs, targets) }
+        synchronized(lock) {
+            val live = withHandle("profile") { it }
+            PockNative.profileEnable(live, true)
+            try {
+                PockNative.profileReset(live)
+                val start = System.nanoTime()
+                val losses = List(steps) { step(inputs, targets) }
+                val elapsed = System.nanoTime() - start
+                val counts = LongArray(4)
+                val nodes = List(PockNative.profileCount(live)) { i ->
+                    val (phase, op, kernel, module) = PockNative.profileEntry(live, i, counts)
+                    PockNodeTime(counts[0].toInt(), phase, op, kernel, module, counts[1],
+                        if (counts[2] > 0) counts[3] / 1e6 / counts[2] else 0.0)
+                }
+                return PockProfile(nodes, steps, elapsed / 1e6 / steps, losses)
+            } finally {
+                PockNative.profileEnable(live, false)
+            }
+        }
+    }
+
     // -------------------------------------------------------------------------------- state
-    /** Write weights, optimizer state, step count and learning rate to [file] (atomically: temp file, fsync, rename). */
-    fun save(file: File) = withHandle("save") { PockNative.save(it, file.path) }
+    /**
+     * Write a checkpoint to [file] atomically (temp file, fsync, rename): every state tensor,
+     * the step count and the learning rate; with [trainedOnly], only the trained tensors,
+     * buffers and optimizer state, tied to the frozen base weights by hash (Python's
+     * `save(path, trained_only=True)`: the same file format).
+     */
+    @JvmOverloads
+    fun save(file: File, trainedOnly: Boolean = false) = withHandle("save") {
+        if (trainedOnly) PockNative.saveTrained(it, file.path) else PockNative.save(it, file.path)
+    }
 
-    /** Load a checkpoint; it is validated whole (magic, model hash, CRC) before any state changes. */
-    fun restore(file: File) = withHandle("restore") { PockNative.load(it, file.path) }
+    /** Load a checkpoint (full or trained-only); it is validated whole before any state changes. */
+    fun load(file: File) = withHandle("load") { PockNative.load(it, file.path) }
 
-    var learningRate: Float
-        get() = withHandle("learningRate") { PockNative.getLearningRate(it) }
-        set(value) = withHandle("learningRate") { PockNative.setLearningRate(it, value) }
+    /** The compiled model's state tensors, in model order. */
+    val stateTensors: List<StateTensorSpec> by lazy {
+        List(PockNative.tensorCount()) { i ->
+            val info = PockNative.tensorInfo(i)
+            StateTensorSpec(PockNative.tensorName(i), PockDType.of(info[0].toInt()),
+                IntArray(info[1].toInt()) { d -> info[4 + d].toInt() }, StateTensorSpec.Kind.values()[info[2].toInt()])
+        }
+    }
+
+    private fun stateSpec(name: String): StateTensorSpec =
+        stateTensors.firstOrNull { it.name == name }
+            ?: throw PockException(PockStatus.INVALID_ARGUMENT, "model '${bundle.name}' has no state tensor '$name'")
+
+    /** A copy of the state tensor [name] (parameter, buffer, optimizer state "<param>:<slot>"). */
+    fun getTensor(name: String): PockTensor {
+        val spec = stateSpec(name)
+        val out = PockTensor.zeros(spec.dtype, *spec.shape)
+        withHandle("getTensor") { PockNative.getTensor(it, name, out.data, out.byteOffset, out.nbytes) }
+        return out
+    }
+
+    /** Overwrite the state tensor [name] with [data] (its dtype and shape). */
+    fun setTensor(name: String, data: PockTensor) {
+        val spec = stateSpec(name)
+        if (data.dtype != spec.dtype) {
+            throw PockException(PockStatus.DTYPE, "setTensor: '$name' is ${spec.dtype.manifestName}, got ${data.dtype.manifestName}")
+        }
+        if (!data.shape.contentEquals(spec.shape)) {
+            throw PockException(PockStatus.SHAPE, "setTensor: '$name' has shape ${PockTensor.shapeString(spec.shape)}, " +
+                "got ${PockTensor.shapeString(data.shape)}")
+        }
+        withHandle("setTensor") { PockNative.setTensor(it, name, data.data, data.byteOffset, data.nbytes) }
+    }
+
+    /** The learning rate the next step uses. */
+    val learningRate: Float get() = withHandle("learningRate") { PockNative.getLearningRate(it) }
+
+    fun setLearningRate(lr: Float) = withHandle("setLearningRate") { PockNative.setLearningRate(it, lr) }
 
     /** Training steps taken since the initial weights (restored with a checkpoint). */
     val stepCount: Long get() = withHandle("stepCount") { PockNative.stepCount(it) }
@@ -111,37 +255,17 @@ class PockTrainer private constructor(
     }
 
     // -------------------------------------------------------------------------------- background
-    /** Run [work] with this trainer on [executor]; the future completes with its result or exception. */
-    fun <T> submit(executor: Executor, work: (PockTrainer) -> T): CompletableFuture<T> {
-        val future = CompletableFuture<T>()
+    /** One step on [executor]: `trainer.stepAsync(pool, x, y).thenAccept { loss -> ... }`. */
+    fun stepAsync(executor: Executor, inputs: List<PockTensor>, targets: List<PockTensor>): CompletableFuture<Float> {
+        val future = CompletableFuture<Float>()
         executor.execute {
             try {
-                future.complete(work(this))
+                future.complete(step(inputs, targets))
             } catch (e: Throwable) {
                 future.completeExceptionally(e)
             }
         }
         return future
-    }
-
-    /** One step on [executor]: `trainer.stepAsync(pool, x, y).thenAccept { loss -> ... }`. */
-    fun stepAsync(executor: Executor, inputs: List<PockTensor>, targets: List<PockTensor>): CompletableFuture<Float> =
-        submit(executor) { it.step(inputs, targets) }
-
-    /**
-     * Suspend while [work] runs with this trainer on [executor] (e.g. an
-     * Executor-backed dispatcher's executor, or Executors.newSingleThreadExecutor()):
-     *
-     *     val loss = trainer.runOn(trainingExecutor) { t -> batches.map { (x, y) -> t.step(x, y) }.last() }
-     *
-     * Uses only kotlin.coroutines from the standard library.  Cancelling the
-     * caller does not interrupt a native step already running.
-     */
-    suspend fun <T> runOn(executor: Executor, work: (PockTrainer) -> T): T = suspendCoroutine { cont ->
-        executor.execute {
-            val result = runCatching { work(this) }
-            result.fold({ cont.resume(it) }, { cont.resumeWithException(it) })
-        }
     }
 
     override fun toString(): String = "PockTrainer(${bundle.name}${if (isClosed) ", closed" else ""})"
@@ -212,10 +336,10 @@ class PockTrainer private constructor(
             PockNative.ensureLoaded(bundle, options.libraryFile)
             val start = options.checkpoint ?: bundle.weights
             val handle = PockNative.open(start.path)
-            val trainer = PockTrainer(bundle, handle, options.prefixRunner)
+            val trainer = PockTrainer(bundle, handle, options.prefixRunner, options.strict)
             try {
                 if (options.numThreads > 0) trainer.setNumThreads(options.numThreads)
-                options.learningRate?.let { trainer.learningRate = it }
+                options.learningRate?.let { trainer.setLearningRate(it) }
             } catch (e: Throwable) {
                 trainer.close()
                 throw e

@@ -2,7 +2,7 @@ package org.pockengine.keyboard
 
 /**
  * The model behind the suggestion strip. The apps implement it with the SDK's
- * `PockTrainer.predict` on the current (personalized) weights, see [CompiledShape].
+ * `PockTrainer.forward` on the current (personalized) weights, see [CompiledShape].
  */
 fun interface NextWordModel {
     /** Logits over the vocabulary for the word after [context] (ids, oldest first). */

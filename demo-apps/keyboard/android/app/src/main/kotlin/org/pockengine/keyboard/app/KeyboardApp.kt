@@ -31,7 +31,7 @@ class KeyboardApp : Application() {
         val dir = File(noBackupFilesDir, "model/$MODEL")
         if (!dir.exists()) copyAssets("pockengine/$MODEL", dir)
         PockTrainer.open(dir).also { t ->
-            if (checkpoint.exists()) t.restore(checkpoint)
+            if (checkpoint.exists()) t.load(checkpoint)
             opened = t
         }
     }

@@ -8,7 +8,7 @@ import org.pockengine.keyboard.StepTrainer
 
 /**
  * The shared logic's model and trainer over the SDK: [NextWordModel] with
- * `PockTrainer.predict` on the current (personalized) weights and [StepTrainer] with
+ * `PockTrainer.forward` on the current (personalized) weights and [StepTrainer] with
  * `PockTrainer.step`, both at the compiled [shape] (batch x seq ids, int64). [trainer]
  * is asked on every call, so the app may close and reopen its trainer ("forget").
  * Plain Kotlin (no android.*): tests/demo/test_keyboard_app_jvm.py runs it on the JVM.
@@ -18,7 +18,7 @@ class PockKeyboardModel(
     private val trainer: () -> PockTrainer,
 ) : NextWordModel, StepTrainer {
     override fun nextLogits(context: IntArray): FloatArray {
-        val logits = trainer().predict(ids(shape.input(context))).toFloatArray()
+        val logits = trainer().forward(ids(shape.input(context))).toFloatArray()
         return shape.nextLogits(logits, context)
     }
 

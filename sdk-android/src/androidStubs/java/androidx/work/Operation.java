@@ -1,0 +1,4 @@
+package androidx.work;
+
+/** Stub of androidx.work.Operation. */
+public interface Operation {}

@@ -1,0 +1,77 @@
+"""Products over frozen weights in bf16 or fp16 (compile(compute_dtype=...)).
+
+A linear whose weight is frozen (its forward, and linear_bwd_input: the activation gradient
+flowing back through it) multiplies in the compute dtype with fp32 accumulation
+(kernels/lowp.cpp's *_cd kernels: both operands rounded to bf16/fp16, products exact in
+fp32; fp16 scales the activation operand by a power of two per call, so gradients neither
+flush to zero nor overflow). Everything else stays fp32: trained tensors (a partly trained
+weight included) and their weight gradients, the optimizer and its state, the loss, the
+normalizations, attention's activation-by-activation products.
+
+The frozen weights those products read are stored in the compute dtype (passes/lowp.py,
+products only: a table that is only looked up stays fp32), or, with frozen_dtype int8/q4
+(or the other 16-bit format), stay in that storage and are dequantized straight into the
+compute dtype. The nodes carry attrs["compute"] = "bf16" | "f16"; ops/dense.py emits the
+*_cd kernels for them.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import PockError
+from ..ir.graph import Graph
+from .lowp import store_frozen_lowp
+
+COMPUTE_DTYPES = {"fp32": "f32", "bf16": "bf16", "fp16": "f16"}
+PRODUCTS = ("linear", "linear_bwd_input")  # input 1: the (frozen) weight
+STORED = ("bf16", "f16", "i8", "q4")  # formats the lowp kernels dequantize
+
+
+def check_compute_dtype(compute_dtype) -> str:
+    if compute_dtype not in COMPUTE_DTYPES:
+        raise PockError(f"compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, got {compute_dtype!r}")
+    return COMPUTE_DTYPES[compute_dtype]
+
+
+def apply_compute_dtype(graphs: list[Graph], trained, compute_dtype: str, frozen_ir: str) -> list[str]:
+    """Store and mark the frozen-weight products of every graph; returns the weights' names."""
+    cd = check_compute_dtype(compute_dtype)
+    if cd == "f32":
+        return []
+    if frozen_ir == "f32":
+        store_frozen_lowp(graphs, trained, cd, products_only=True)
+    names = set()
+    for g in graphs:
+        for n in g.nodes:
+            w = n.inputs[1] if n.op in PRODUCTS and len(n.inputs) > 1 else None
+            if w is not None and w.kind == "param" and w.dtype in STORED and w.name not in trained:
+                n.attrs["compute"] = cd
+                names.add(w.name)
+    return sorted(names)
+
+
+def round_to(a, cd: str) -> np.ndarray:
+    """a (fp32) rounded to bf16 / f16 (round-to-nearest-even), as fp32: the kernels' rounding."""
+    a = np.ascontiguousarray(a, np.float32)
+    if cd == "bf16":
+        from ..quant import dequantize, quantize
+        return dequantize(quantize(a, "bf16")[0], "bf16")
+    if cd == "f16":
+        with np.errstate(over="ignore"):
+            return a.astype(np.float16).astype(np.float32)
+    return a
+
+
+def operand_scale(a, cd: str) -> float:
+    """The power of two the kernels multiply the activation operand by before rounding it: 1 for
+    bf16; for fp16 the one that puts max |a| in [2^13, 2^14) (1 when a is all zeros or not finite)."""
+    amax = float(np.max(np.abs(a))) if np.size(a) else 0.0
+    if cd != "f16" or not (amax > 0) or not np.isfinite(amax):
+        return 1.0
+    return float(np.ldexp(1.0, 14 - np.frexp(np.float32(amax))[1]))
+
+
+def round_operand(a, cd: str) -> np.ndarray:
+    """The activation operand as a *_cd kernel multiplies it, scaled back (float64: exact)."""
+    s = operand_scale(a, cd)
+    return round_to(np.asarray(a, np.float32) * np.float32(s), cd).astype(np.float64) / s
