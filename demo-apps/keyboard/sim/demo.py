@@ -4,7 +4,9 @@ A base next-word model pretrained on generic English (Debian's `fortunes`) is fi
 through PockEngine's compiled C++ training step, on one user's typed sentences (legal
 prose) arriving in rounds, with a full update and with the app's sparse scheme; it prints
 top-1/top-3 accuracy on the user's held-out sentences before and after, the training
-memory and time per step, and writes out/keyboard_personalization.png.
+memory and time per step, and writes out/keyboard_personalization.png. Then smart compose
+(sim/smart_compose.py): SmolLM2-135M personalized with LoRA on the same user through the C API
+the apps call (tokenizer -> step -> generate), beside the LSTM model (--no-smart-compose skips it).
 
 The model is model/lm.py's KeyboardLM; the simulation is simulate.py.  This runner imports
 the library; the library's `pockengine.demo` only locates demo-apps/ and calls main().
@@ -24,7 +26,9 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(ROOT / "out" / "keyboard_personalization.png"))
     ap.add_argument("--search-mb", type=float, default=None,
                     help="also run a scheme found by pe.search_update for this training-memory budget (MiB)")
-    args = ap.parse_args(argv)
+    ap.add_argument("--no-smart-compose", dest="smart_compose", action="store_false",
+                    help="skip the SmolLM2 smart-compose part (sim/smart_compose.py)")
+    args, rest = ap.parse_known_args(argv)
     from ..model import lm
     from . import simulate as sim
     schemes = {"full": "full", "sparse": lm.SPARSE_UPDATE}
@@ -53,3 +57,7 @@ def main(argv=None) -> None:
     path = sim.plot(result, Path(args.out))
     shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
     print(f"curves: {shown}  ({time.time() - t0:.0f}s)")
+    if args.smart_compose:
+        from . import smart_compose
+        print("\nSmart compose: the same user with SmolLM2-135M (LoRA), next to the LSTM keyboard model")
+        smart_compose.main(rest, lstm=result)
