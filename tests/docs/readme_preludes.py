@@ -121,6 +121,23 @@ def smollm2():
             "labels": ids.roll(-1, 1)}
 
 
+def chat():
+    """The SmolLM2 GGUF under the README's file name in the working directory, a LoRA trainer
+    compiled for one conversation of 128 tokens, and a conversation."""
+    import os
+    import pockengine as pe
+    from pockengine.demo_llm import Logits, load_smollm2, smollm2_dir
+    path = smollm2_dir()
+    os.symlink(path, path.name)
+    _, model = load_smollm2()
+    ids = torch.zeros(1, 128, dtype=torch.long)
+    prog = pe.compile(Logits(model), (ids,), (ids,), update="none", optimizer=pe.AdamW(lr=1e-4),
+                      lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"]))
+    conversations = [[{"role": "user", "content": "What does the license allow?"},
+                      {"role": "assistant", "content": "You may copy and distribute it."}]]
+    return {"trainer": prog.build(), "conversations": conversations}
+
+
 SPEC = textwrap.dedent('''
     import torch
     import torch.nn as nn
@@ -143,4 +160,4 @@ def spec():
     return {}
 
 
-PRELUDES = {f.__name__: f for f in (api, search, prefix, onnx, jax, keras, tflite, hf, smollm2, spec)}
+PRELUDES = {f.__name__: f for f in (api, search, prefix, onnx, jax, keras, tflite, hf, smollm2, chat, spec)}
