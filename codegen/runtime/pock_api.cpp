@@ -415,7 +415,7 @@ POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32
       return s;
     }
     if (pock_status s = check_real_targets(m->targets, targets, n_targets)) {
-      if (loss_out) *loss_out = NAN;
+      if (loss_out) *loss_out = 0.0f;  // nothing to average: the 0 such a batch always reported
       return s;
     }
     copy_group(t->arena, m->inputs, inputs, n_inputs);

@@ -20,6 +20,7 @@ def naming(pattern: str) -> set[str]:
     for top in ("toolchain", "codegen"):
         for p in (ROOT / top).rglob("*"):
             if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts and \
+                    not any(part.endswith(".egg-info") for part in p.parts) and \
                     not p.is_symlink() and not any(q.is_symlink() for q in p.parents if ROOT in q.parents):
                 if rx.search(p.read_text(errors="replace")):
                     found.add(str(p.relative_to(ROOT)))

@@ -46,7 +46,7 @@ from .ir.ops import flops
 from .ops import REGISTRY as OP_RECORDS
 from .ir.verify import verify
 from .memory.budget import memory_stats as _memory_stats
-from .memory.plan import MemoryPlan, plan_memory, state_layout
+from .memory.plan import MemoryPlan, plan_memory, state_layout, written_state
 from .optim.optimizers import SGD, Optimizer
 from .passes.dce import eliminate_dead_code
 from .passes.fuse import fuse_activation_grads, fuse_activations
@@ -325,15 +325,19 @@ class Program:
         return build(self, self.emit(["cpu"]), out_dir)
 
 
-def written_state(graph: Graph, trained) -> set[str]:
-    """Names of the parameters a step writes: the trained ones and whatever an optimizer
-    update node updates (the rest of the frozen state is mapped from the file)."""
-    return set(trained) | {n.inputs[0].name for n in graph.nodes if n.op in ("sgd_update", "adamw_update")}
-
-
 def check_backends(backends) -> list[str]:
     """The backend list, checked against the registry (backends/__init__.py)."""
     return _check_backends(backends)
+
+
+def _backend_emit(backend, prog: Program, cost, options: EmitOptions) -> Source:
+    """A registered backend's emit hook: emit(prog, cost=None, options=None); a hook written
+    before EmitOptions (emit(prog, cost=None)) renders with the default options."""
+    import inspect
+    params = inspect.signature(backend.emit).parameters
+    if "options" in params or any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return backend.emit(prog, cost=cost, options=options)
+    return backend.emit(prog, cost=cost)
 
 
 def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = None) -> Source:
@@ -350,7 +354,7 @@ def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = 
     if cost is None and key in prog._sources:
         return prog._sources[key]
     renderer = step_backend(backends)
-    source = renderer.emit(prog, cost=cost, options=options) if renderer.emit is not None else \
+    source = _backend_emit(renderer, prog, cost, options) if renderer.emit is not None else \
         emit_cpu(prog, options)
     if cost is None:
         prog._sources[key] = source

@@ -37,10 +37,14 @@ def is_trained_only(path) -> bool:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
         return False
-    with os.fdopen(fd, "rb") as f:
+    try:  # not a regular file (a directory, FIFO, device): pock_load names the problem
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
-        return f.read(8) == MAGIC
+        return os.pread(fd, 8, 0) == MAGIC
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _frozen_names(trainer) -> list[str]:

@@ -137,7 +137,7 @@ POCK_API pock_status pock_tensor_info_at(int32_t index, pock_tensor_info* out);
  * A batch with no real target (every class target of a cross-entropy with an
  * ignore index holds that index: PyTorch's mean is 0/0) fails with
  * POCK_ERR_NO_TARGETS before anything runs: weights, optimizer state, step
- * count and running statistics unchanged, loss_out NaN. */
+ * count and running statistics unchanged, loss_out 0 (nothing to average). */
 POCK_API pock_status pock_step(pock_trainer* t, const pock_tensor* inputs, int32_t n_inputs,
                                const pock_tensor* targets, int32_t n_targets, float* loss_out);
 /* Inference (eval mode) with the current weights into caller buffers. */

@@ -15,7 +15,7 @@ from .plan import is_mapped
 
 def memory_stats(prog) -> dict:
     """{"private_bytes", "mapped_bytes", "recompute_flops"} of a Program."""
-    from ..program import written_state
+    from .plan import written_state
     written = written_state(prog.graph, prog.trained)
     mapped = sum(v.nbytes for v in prog.state.values() if is_mapped(v, written))
     state = sum(v.nbytes for v in prog.state.values())
@@ -27,7 +27,7 @@ MIB = 2**20
 
 
 def _private_state(graph, forward_graph, trained) -> int:
-    from ..program import written_state
+    from .plan import written_state
     written = written_state(graph, trained)
     state = dict(graph.state)
     for name, v in forward_graph.state.items():

@@ -190,3 +190,9 @@ def state_layout(g: Graph, trained=None) -> tuple[dict[str, int], int]:
         offsets[v.name] = at
         at += _align(max(v.nbytes, 1))
     return offsets, at
+
+
+def written_state(graph: Graph, trained) -> set[str]:
+    """Names of the parameters a step writes: the trained ones and whatever an optimizer
+    update node updates (the rest of the frozen state is mapped from the file)."""
+    return set(trained) | {n.inputs[0].name for n in graph.nodes if n.op in ("sgd_update", "adamw_update")}

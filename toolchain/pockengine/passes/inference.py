@@ -57,6 +57,10 @@ def inference_graph(train: Graph) -> Graph:
             tracked = g.state.get(rm.name.rsplit(".", 1)[0] + ".num_batches_tracked")
             if tracked is not None:
                 running.add(id(tracked))
+            if len(n.outputs) >= 5:  # a later use of the module reads its running statistics unchanged
+                for new_stat, old_stat in zip(n.outputs[3:5], (rm, rv)):
+                    if new_stat is not None:
+                        replace[id(new_stat)] = old_stat
             n.op, n.attrs, n.outputs = "batch_norm_eval", {"eps": n.attrs["eps"]}, n.outputs[:1]
             n.outputs[0].name = g._unique("batch_norm_eval")  # named as an eval-mode export names it
         if n.op == "assign" and id(n.inputs[0]) in running:
@@ -76,7 +80,10 @@ def reads_training(model: nn.Module) -> list[str]:
         if isinstance(m, HANDLED) and type(m).forward.__module__.startswith("torch.nn.modules"):
             continue  # (a subclass with its own forward is read like any module)
         for cls in type(m).__mro__:
-            if cls in (nn.Module, object) or cls.__module__.startswith("pockengine."):
+            # our own modules (LoRA's) need no reading, but the frontends' (Keras, ONNX, TFLite, JAX
+            # interpreters) are the source model's code and read `training` as it does
+            if cls in (nn.Module, object) or (cls.__module__.startswith("pockengine.")
+                                              and not cls.__module__.startswith("pockengine.frontends.")):
                 continue
             out += [f"{cls.__name__}: {hit}" for hit in _class_reads(cls)]
             out += [f"{cls.__module__}: {hit}" for hit in _file_function_reads(cls.__module__)]
