@@ -92,7 +92,7 @@ def jni_calls() -> dict[str, set[str]]:
     """PockNative function -> the pock.h calls of its JNI implementation (with_path's callee included)."""
     src = JNI_SOURCE.read_text()
     out = {}
-    for m in re.finditer(r"POCK_(?:TOK_)?JNI\(\w+, (\w+)\)", src):  # PockNative's and PockTokenizerNative's
+    for m in re.finditer(r"POCK_JNI\(\w+, (\w+)\)", src):
         body = block(src, m.end())
         out[m.group(1)] = {c for c in re.findall(r"\b(pock_\w+)\b", body) if c not in STRUCTS | IGNORED_C} & DECLARED
     return out
@@ -140,7 +140,8 @@ def test_every_c_call_of_either_sdk_is_declared_and_both_cover_the_same_api():
     # each C entry point a trainer needs is reached from both SDKs (model name/hash: Kotlin checks the library)
     trainer_api = {c for c in DECLARED if c not in {"pock_last_error", "pock_version", "pock_model_name",
                                                     "pock_model_hash", "pock_io_count", "pock_io_info"}}
-    trainer_api -= NOT_YET_IN_THE_SDKS
+    trainer_api = {c for c in trainer_api - NOT_YET_IN_THE_SDKS
+                   if not c.startswith("pock_tokenizer_")}  # PockTokenizer: tests/sdk_*/test_*tokenizer*
     assert trainer_api - kotlin_c == set(), f"pock.h calls the Kotlin SDK never makes: {trainer_api - kotlin_c}"
     assert trainer_api - swift_c == set(), f"pock.h calls the Swift SDK never makes: {trainer_api - swift_c}"
 

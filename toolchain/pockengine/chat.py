@@ -22,6 +22,18 @@ import numpy as np
 from .errors import PockError
 
 
+# Used when the tokenizer brings no chat template of its own: the two families chat_batch
+# knows by their special tokens (ChatML: SmolLM2, Qwen; [INST]: Llama-2, Mistral).
+CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                   "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+                   "{% endif %}")
+LLAMA2_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{% set system = '<<SYS>>\\n' + messages[0]['content'] + "
+                   "'\\n<</SYS>>\\n\\n' %}{% set messages = messages[1:] %}{% else %}{% set system = '' %}{% endif %}"
+                   "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
+                   "(system if loop.first else '') + message['content'].strip() + ' [/INST]' }}"
+                   "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'].strip() + ' ' + eos_token }}"
+                   "{% endif %}{% endfor %}")
+
 def _render(template: str, messages, special: dict, add_generation_prompt: bool = False) -> str:
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -40,7 +52,6 @@ def _render(template: str, messages, special: dict, add_generation_prompt: bool 
 
 def template_for(tok) -> tuple[str, str]:
     """(Jinja template, the text of the token closing an assistant message)."""
-    from .tokenizer import CHATML_TEMPLATE, LLAMA2_TEMPLATE
     chatml = tok.token_to_id("<|im_end|>") is not None and tok.token_to_id("<|im_start|>") is not None
     template = tok.chat_template
     if template is None:

@@ -23,18 +23,6 @@ from .errors import PockError
 
 IGNORE_INDEX = -100
 
-# Used when the tokenizer brings no chat template of its own: the two families chat_batch
-# knows by their special tokens (ChatML: SmolLM2, Qwen; [INST]: Llama-2, Mistral).
-CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
-                   "'<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
-                   "{% endif %}")
-LLAMA2_TEMPLATE = ("{% if messages[0]['role'] == 'system' %}{% set system = '<<SYS>>\\n' + messages[0]['content'] + "
-                   "'\\n<</SYS>>\\n\\n' %}{% set messages = messages[1:] %}{% else %}{% set system = '' %}{% endif %}"
-                   "{% for message in messages %}{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + "
-                   "(system if loop.first else '') + message['content'].strip() + ' [/INST]' }}"
-                   "{% elif message['role'] == 'assistant' %}{{ ' ' + message['content'].strip() + ' ' + eos_token }}"
-                   "{% endif %}{% endfor %}")
-
 
 def _sources() -> list[Path]:
     from .build.host import runtime_dir
