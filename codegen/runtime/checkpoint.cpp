@@ -75,6 +75,7 @@
 // dtype and shape before it changes any state.
 #include <atomic>
 #include <cerrno>
+#include <functional>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -141,34 +142,6 @@ struct Writer {
   }
 };
 
-// Bounds-checked reads from the loaded file.
-struct Reader {
-  const uint8_t* p;
-  size_t size, pos = 0;
-  bool ok = true;
-  bool get(void* dst, size_t n) {
-    if (!ok || n > size - pos) return ok = false;
-    std::memcpy(dst, p + pos, n);
-    pos += n;
-    return true;
-  }
-  template <class T>
-  T take() {
-    T v{};
-    get(&v, sizeof v);
-    return v;
-  }
-  std::string str() {
-    const uint32_t n = take<uint32_t>();
-    if (!ok || n > size - pos) {
-      ok = false;
-      return {};
-    }
-    std::string s(reinterpret_cast<const char*>(p + pos), n);
-    pos += n;
-    return s;
-  }
-};
 
 std::string dir_of(const std::string& path) {
   const size_t slash = path.find_last_of('/');
@@ -176,9 +149,9 @@ std::string dir_of(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
-pock_status io_failure(const char* path, const std::string& tmp, const char* what, int err) {
+pock_status io_failure(const char* what, const char* path, const std::string& tmp, const char* step, int err) {
   std::remove(tmp.c_str());
-  return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, what, std::strerror(err));
+  return fail(POCK_ERR_IO, "%s '%s': %s: %s", what, path, step, std::strerror(err));
 }
 
 // Opens path for reading when it is a regular file: O_NONBLOCK so a FIFO is
@@ -277,13 +250,13 @@ std::string temp_name(const std::string& path) {
 // The file a save to path replaces: path itself, or the final target of the
 // symbolic links it names (followed, at most 40, relative ones from the link's
 // directory).  Anything there but a regular file (or nothing) is refused.
-pock_status save_target(const char* path, std::string* target) {
+pock_status save_target(const char* path, const char* what, std::string* target) {
   std::string p(path);
   for (int hops = 0;; ++hops) {
     struct stat st;
     if (lstat(p.c_str(), &st) != 0) {
       if (errno == ENOENT) break;  // a new file (the directory is checked when the file is created)
-      return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, p.c_str(), std::strerror(errno));
+      return fail(POCK_ERR_IO, "%s '%s': %s: %s", what, path, p.c_str(), std::strerror(errno));
     }
     if (S_ISREG(st.st_mode)) break;
     if (!S_ISLNK(st.st_mode)) {
@@ -293,13 +266,13 @@ pock_status save_target(const char* path, std::string* target) {
                          : S_ISBLK(st.st_mode)  ? "a block device"
                          : S_ISSOCK(st.st_mode) ? "a socket"
                                                 : "not a regular file";
-      return fail(POCK_ERR_IO, "cannot save checkpoint '%s': '%s' is %s, not a regular file; nothing was written",
-                  path, p.c_str(), what);
+      return fail(POCK_ERR_IO, "%s '%s': '%s' is %s, not a regular file; nothing was written",
+                  what, path, p.c_str(), what);
     }
-    if (hops == 40) return fail(POCK_ERR_IO, "cannot save checkpoint '%s': too many symbolic links", path);
+    if (hops == 40) return fail(POCK_ERR_IO, "%s '%s': too many symbolic links", what, path);
     std::vector<char> link(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 2);
     const ssize_t n = readlink(p.c_str(), link.data(), link.size() - 1);
-    if (n < 0) return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s: %s", path, p.c_str(), std::strerror(errno));
+    if (n < 0) return fail(POCK_ERR_IO, "%s '%s': %s: %s", what, path, p.c_str(), std::strerror(errno));
     const std::string to(link.data(), static_cast<size_t>(n));
     p = (to[0] == '/' || p.find('/') == std::string::npos) ? to : dir_of(p) + "/" + to;
   }
@@ -337,49 +310,21 @@ uint32_t crc32_update(uint32_t crc, const void* data, size_t n) {
   return ~crc;
 }
 
-pock_status save_checkpoint(const pock_trainer* t, const char* path) {
-  const PockModel* m = t->model;
-  if (std::strlen(path) == 0) return fail(POCK_ERR_IO, "cannot save checkpoint: the path is empty");
+pock_status write_file_atomically(const char* path, const char* what, const std::function<int(FILE*)>& write) {
+  if (std::strlen(path) == 0) return fail(POCK_ERR_IO, "%s: the path is empty", what);
   std::string target;
-  if (pock_status s = save_target(path, &target)) return s;
+  if (pock_status s = save_target(path, what, &target)) return s;
   remove_orphans(target);
   const std::string tmp = temp_name(target);
   FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
-    return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(),
-                std::strerror(errno));
-
-  const int64_t head = header_size(m), data_at = align_up(head, kDataAlign);
-  Writer w{f};
-  w.put(kMagic, sizeof kMagic);
-  w.u32(kVersion);
-  w.str(m->hash);
-  w.i64(t->steps);
-  w.put(&t->lr, 4);
-  w.u32(static_cast<uint32_t>(m->n_state));
-  w.i64(data_at);
-  w.i64(m->state_bytes);
-  for (int32_t i = 0; i < m->n_state; ++i) {
-    const PockStateTensor& s = m->state[i];
-    w.str(s.name);
-    w.i32(s.kind);
-    w.i32(s.dtype);
-    w.i32(s.ndim);
-    for (int32_t d = 0; d < s.ndim; ++d) w.i64(s.shape[d]);
-    w.i64(s.nbytes);
-    w.i64(s.offset);
-  }
-  static const uint8_t zeros[kDataAlign] = {};
-  w.put(zeros, static_cast<size_t>(data_at - head));
-  w.put(t->state, static_cast<size_t>(m->state_bytes));  // the state image: every tensor at its offset
-  const uint32_t crc = w.crc;
-  w.raw(&crc, 4);
-  if (w.err == 0 && std::fflush(f) != 0) w.err = errno;
-  if (w.err == 0 && fsync(fileno(f)) != 0) w.err = errno;
-  if (std::fclose(f) != 0 && w.err == 0) w.err = errno;
-  if (w.err != 0) return io_failure(path, tmp, "writing failed", w.err);
+  if (!f) return fail(POCK_ERR_IO, "%s '%s': cannot create '%s': %s", what, path, tmp.c_str(), std::strerror(errno));
+  int err = write(f);
+  if (err == 0 && std::fflush(f) != 0) err = errno;
+  if (err == 0 && fsync(fileno(f)) != 0) err = errno;
+  if (std::fclose(f) != 0 && err == 0) err = errno;
+  if (err != 0) return io_failure(what, path, tmp, "writing failed", err);
   if (std::rename(tmp.c_str(), target.c_str()) != 0)
-    return io_failure(path, tmp, "renaming the temporary file failed", errno);
+    return io_failure(what, path, tmp, "renaming the temporary file failed", errno);
 
   // Make the rename itself durable; best effort (not every filesystem allows it).
   const int dfd = open(dir_of(target).c_str(), O_RDONLY);
@@ -388,6 +333,38 @@ pock_status save_checkpoint(const pock_trainer* t, const char* path) {
     close(dfd);
   }
   return POCK_OK;
+}
+
+pock_status save_checkpoint(const pock_trainer* t, const char* path) {
+  const PockModel* m = t->model;
+  return write_file_atomically(path, "cannot save checkpoint", [&](FILE* f) {
+    const int64_t head = header_size(m), data_at = align_up(head, kDataAlign);
+    Writer w{f};
+    w.put(kMagic, sizeof kMagic);
+    w.u32(kVersion);
+    w.str(m->hash);
+    w.i64(t->steps);
+    w.put(&t->lr, 4);
+    w.u32(static_cast<uint32_t>(m->n_state));
+    w.i64(data_at);
+    w.i64(m->state_bytes);
+    for (int32_t i = 0; i < m->n_state; ++i) {
+      const PockStateTensor& s = m->state[i];
+      w.str(s.name);
+      w.i32(s.kind);
+      w.i32(s.dtype);
+      w.i32(s.ndim);
+      for (int32_t d = 0; d < s.ndim; ++d) w.i64(s.shape[d]);
+      w.i64(s.nbytes);
+      w.i64(s.offset);
+    }
+    static const uint8_t zeros[kDataAlign] = {};
+    w.put(zeros, static_cast<size_t>(data_at - head));
+    w.put(t->state, static_cast<size_t>(m->state_bytes));  // the state image: every tensor at its offset
+    const uint32_t crc = w.crc;
+    w.raw(&crc, 4);
+    return w.err;
+  });
 }
 
 // The trainer's state memory: an anonymous mapping (zero pages until written),
@@ -518,7 +495,7 @@ static pock_status check_wrong_size(const PockModel* m, const char* path, const 
   if (n < sizeof kMagic || std::memcmp(p, kMagic, sizeof kMagic) != 0)
     return fail(POCK_ERR_CHECKPOINT, "'%s' is not a PockEngine checkpoint (%s)", path,
                 n < sizeof kMagic ? "too short" : "bad magic");
-  Reader r{p, n, sizeof kMagic};
+  ByteReader r{p, n, sizeof kMagic};
   const uint32_t version = r.take<uint32_t>();
   const std::string hash = r.str();
   if (r.ok && version != 1 && version != kVersion)
@@ -549,7 +526,7 @@ static pock_status parse(const PockModel* m, const char* path, const uint8_t* p,
     return fail(POCK_ERR_CHECKPOINT, "checkpoint '%s' has format version %u; this runtime reads versions 1 and %u",
                 path, version, kVersion);
 
-  Reader r{p, n - 4, sizeof kMagic + 4};
+  ByteReader r{p, n - 4, sizeof kMagic + 4};
   const std::string hash = r.str();
   const int64_t steps = r.take<int64_t>();
   const float lr = r.take<float>();

@@ -27,23 +27,16 @@ bool ends_with(const std::string& s, const char* suffix) {
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
 }
 
+// Writes head then the tensors' bytes as pock_save writes a checkpoint (through links,
+// regular files only, temporary file + fsync + rename).
 pock_status write_atomic(const std::string& path, const std::string& head, const uint8_t* state,
                          const std::vector<const PockStateTensor*>& data) {
-  const std::string tmp = path + ".tmp" + std::to_string(static_cast<long long>(getpid()));
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return fail(POCK_ERR_IO, "pock_export_adapter: cannot write '%s': %s", path.c_str(), std::strerror(errno));
-  bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
-  for (const PockStateTensor* t : data)
-    ok = ok && std::fwrite(state + t->offset, 1, static_cast<size_t>(t->nbytes), f) == static_cast<size_t>(t->nbytes);
-  ok = ok && std::fflush(f) == 0 && fsync(fileno(f)) == 0;
-  const int err = errno;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return fail(POCK_ERR_IO, "pock_export_adapter: writing '%s' failed: %s", path.c_str(),
-                std::strerror(ok ? errno : err));
-  }
-  return POCK_OK;
+  return pock_rt::write_file_atomically(path.c_str(), "pock_export_adapter: cannot write", [&](FILE* f) {
+    bool ok = std::fwrite(head.data(), 1, head.size(), f) == head.size();
+    for (const PockStateTensor* t : data)
+      ok = ok && std::fwrite(state + t->offset, 1, static_cast<size_t>(t->nbytes), f) == static_cast<size_t>(t->nbytes);
+    return ok ? 0 : (errno ? errno : EIO);
+  });
 }
 
 std::string shape_json(const PockStateTensor& t) {

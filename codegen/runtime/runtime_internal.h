@@ -2,6 +2,9 @@
 // callers see only the opaque pock_trainer of pock.h.
 #pragma once
 #include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <functional>
 #include <string>
 
 #include "pock_model.h"
@@ -52,6 +55,44 @@ pock_status load_checkpoint_bytes(pock_trainer* t, const char* name, const uint8
 bool state_alloc(pock_trainer* t);
 void state_release(pock_trainer* t);
 uint32_t crc32_update(uint32_t crc, const void* data, size_t n);  // crc32_update(0, ...) starts
+// Writes `path` as pock_save writes a checkpoint: through symbolic links (the link
+// kept), refusing anything there but a regular file (FIFO, device, directory),
+// into a unique temporary file beside it ("<path>.tmp-<pid>-<n>-<random>", cut to
+// NAME_MAX) that is fsynced, renamed over the target and its directory fsynced;
+// temporary files of dead processes are removed first.  `write` streams the
+// content and returns 0 or an errno.  On failure nothing at path changes and the
+// message starts with "<what> '<path>'" ("cannot save checkpoint").
+pock_status write_file_atomically(const char* path, const char* what, const std::function<int(FILE*)>& write);
+
+// Bounds-checked little-endian reads of a file's bytes (checkpoints): after the
+// first read past the end every read gives zeros/"" and ok stays false.
+struct ByteReader {
+  const uint8_t* p;
+  size_t size, pos = 0;
+  bool ok = true;
+  bool get(void* dst, size_t n) {
+    if (!ok || n > size - pos) return ok = false;
+    std::memcpy(dst, p + pos, n);
+    pos += n;
+    return true;
+  }
+  template <class T>
+  T take() {
+    T v{};
+    get(&v, sizeof v);
+    return v;
+  }
+  std::string str() {
+    const uint32_t n = take<uint32_t>();
+    if (!ok || n > size - pos) {
+      ok = false;
+      return {};
+    }
+    std::string s(reinterpret_cast<const char*>(p + pos), n);
+    pos += n;
+    return s;
+  }
+};
 // trained_ckpt.cpp: trained-only checkpoints (pock_save_trained; pock_load reads them too).
 bool is_trained_checkpoint(const uint8_t* data, size_t size);
 pock_status save_trained_checkpoint(const pock_trainer* t, const char* path);

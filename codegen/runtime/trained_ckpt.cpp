@@ -154,34 +154,6 @@ void put_str(std::vector<uint8_t>& out, const std::string& s) {
   put(out, s.data(), s.size());
 }
 
-// Bounds-checked little-endian reads.
-struct Reader {
-  const uint8_t* p;
-  size_t size, pos = 0;
-  bool ok = true;
-  bool get(void* dst, size_t n) {
-    if (!ok || n > size - pos) return ok = false;
-    std::memcpy(dst, p + pos, n);
-    pos += n;
-    return true;
-  }
-  template <class T>
-  T take() {
-    T v{};
-    get(&v, sizeof v);
-    return v;
-  }
-  std::string str() {
-    const uint32_t n = take<uint32_t>();
-    if (!ok || n > size - pos) {
-      ok = false;
-      return {};
-    }
-    std::string s(reinterpret_cast<const char*>(p + pos), n);
-    pos += n;
-    return s;
-  }
-};
 
 pock_status no_table(const PockModel* m, const char* what) {
   return fail(POCK_ERR_INVALID_ARGUMENT,
@@ -199,7 +171,6 @@ bool is_trained_checkpoint(const uint8_t* data, size_t size) {
 pock_status save_trained_checkpoint(const pock_trainer* t, const char* path) {
   const PockModel* m = t->model;
   if (m->n_trained == 0 || !m->trained) return no_table(m, "pock_save_trained");
-  if (std::strlen(path) == 0) return fail(POCK_ERR_IO, "cannot save checkpoint: the path is empty");
   std::vector<uint8_t> ckpt;
   put(ckpt, kCkptMagic, sizeof kCkptMagic);
   put(ckpt, kCkptVersion);
@@ -228,29 +199,15 @@ pock_status save_trained_checkpoint(const pock_trainer* t, const char* path) {
   put_str(file, base_hash(t));
   put(file, ckpt.data(), ckpt.size());
 
-  // Atomic like pock_save: a unique temporary file, fsync, rename.
-  const std::string tmp = std::string(path) + ".tmp-" + std::to_string(static_cast<long>(getpid())) + "-trained";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (!f)
-    return fail(POCK_ERR_IO, "cannot save checkpoint '%s': cannot create '%s': %s", path, tmp.c_str(),
-                std::strerror(errno));
-  int err = 0;
-  if (std::fwrite(file.data(), 1, file.size(), f) != file.size()) err = errno ? errno : EIO;
-  if (err == 0 && std::fflush(f) != 0) err = errno;
-  if (err == 0 && fsync(fileno(f)) != 0) err = errno;
-  if (std::fclose(f) != 0 && err == 0) err = errno;
-  if (err == 0 && std::rename(tmp.c_str(), path) != 0) err = errno;
-  if (err != 0) {
-    std::remove(tmp.c_str());
-    return fail(POCK_ERR_IO, "cannot save checkpoint '%s': %s", path, std::strerror(err));
-  }
-  return POCK_OK;
+  return write_file_atomically(path, "cannot save checkpoint", [&](FILE* f) {
+    return std::fwrite(file.data(), 1, file.size(), f) == file.size() ? 0 : (errno ? errno : EIO);
+  });
 }
 
 pock_status load_trained_checkpoint(pock_trainer* t, const char* path, const uint8_t* data, size_t n) {
   const PockModel* m = t->model;
   if (m->n_trained == 0 || !m->trained) return no_table(m, "pock_load");
-  Reader outer{data, n, sizeof kTrainedMagic};
+  ByteReader outer{data, n, sizeof kTrainedMagic};
   const uint32_t version = outer.take<uint32_t>();
   if (!outer.ok) return fail(POCK_ERR_CHECKPOINT, "trained-only checkpoint '%s' is truncated", path);
   if (version != kTrainedVersion)
@@ -275,7 +232,7 @@ pock_status load_trained_checkpoint(pock_trainer* t, const char* path, const uin
   if (ck_version != kCkptVersion)
     return fail(POCK_ERR_CHECKPOINT, "trained-only checkpoint '%s' has checkpoint version %u; this runtime reads %u",
                 path, ck_version, kCkptVersion);
-  Reader r{ck, ckn - 4, sizeof kCkptMagic + 4};
+  ByteReader r{ck, ckn - 4, sizeof kCkptMagic + 4};
   const std::string hash = r.str();
   const int64_t steps = r.take<int64_t>();
   const float lr = r.take<float>();

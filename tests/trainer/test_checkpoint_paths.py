@@ -1,7 +1,8 @@
 """Saves respect the path they are given (pock_save in checkpoint.cpp, checkpoint.write_checkpoint,
-trainer.save(trained_only=True)): a symbolic link is saved through (its target replaced, the
+trainer.save(trained_only=True), pock_save_trained in trained_ckpt.cpp: one atomic writer each side): a symbolic link is saved through (its target replaced, the
 link kept), a device, FIFO or directory is refused and left as it was, a legal long name
 (up to NAME_MAX) saves, and loading a FIFO is refused at once instead of blocking."""
+import ctypes
 import os
 import stat
 import threading
@@ -18,12 +19,13 @@ from pockengine.trainer import Trainer
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "tests" / "codegen" / "runtime" / "fixtures" / "tiny_model.cpp"
-WRITERS = ["pock_save", "write_checkpoint", "trained_only"]
+WRITERS = ["pock_save", "write_checkpoint", "trained_only", "pock_save_trained"]
 
 
 @pytest.fixture(scope="module")
 def lib(tmp_path_factory):
-    return build_shared_library([TINY], tmp_path_factory.mktemp("tiny"), kernels=False)
+    # fc.bias trained: the C writer of trained-only files (pock_save_trained) needs the table
+    return build_shared_library([TINY], tmp_path_factory.mktemp("tiny"), ["-DTINY_TRAINED"], kernels=False)
 
 
 @pytest.fixture
@@ -41,6 +43,9 @@ def save(t, path, how):
         t.save(path)
     elif how == "trained_only":
         t.save(path, trained_only=True)
+    elif how == "pock_save_trained":  # the C writer the SDKs call for save(trainedOnly)
+        t._lib.pock_save_trained.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        t._check(t._lib.pock_save_trained(t._live(), os.fsencode(path)))
     else:
         blob = Path(path).parent / "via-python.src"
         t.save(blob)

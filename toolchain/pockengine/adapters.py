@@ -21,13 +21,13 @@ scheme also trains base weights has no adapter-only export (PockError naming the
 from __future__ import annotations
 
 import json
-import os
 import re
 import struct
 from pathlib import Path
 
 import numpy as np
 
+from .checkpoint import write_atomically
 from .errors import PockError
 
 GGUF_NAMES = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
@@ -55,17 +55,9 @@ def _adapters(trainer) -> tuple[str, dict]:
     return prefix, out
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PockError(f"export_adapter: cannot write {str(path)!r}: {e.strerror or e}") from None
+def _atomic_write(path: Path, data) -> None:
+    """data (bytes, or a function writing the file at a Path) to path as a checkpoint is saved."""
+    write_atomically(path, data, what="export_adapter: cannot write")
 
 
 def safetensors_bytes(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
@@ -139,23 +131,21 @@ def export_gguf(trainer, path) -> None:
         alphas.add(scaling * a.shape[0])
     if len(alphas) != 1:
         raise PockError(f"export_adapter(format='gguf'): llama.cpp takes one alpha per adapter, got {sorted(alphas)}")
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    try:
+    path, alpha = Path(path), float(alphas.pop())
+
+    def write(tmp: Path) -> None:
         w = gguf.GGUFWriter(str(tmp), arch)
         w.add_string("general.type", "adapter")
         w.add_string("adapter.type", "lora")
-        w.add_float32("adapter.lora.alpha", float(alphas.pop()))
+        w.add_float32("adapter.lora.alpha", alpha)
         for name, arr in tensors.items():
             w.add_tensor(name, np.ascontiguousarray(arr, np.float32))
         w.write_header_to_file()
         w.write_kv_data_to_file()
         w.write_tensors_to_file()
         w.close()
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise PockError(f"export_adapter: cannot write {str(path)!r}: {e.strerror or e}") from None
+
+    _atomic_write(path, write)
 
 
 def export_adapter(trainer, path, format: str = "peft") -> None:

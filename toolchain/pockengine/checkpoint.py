@@ -211,38 +211,48 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def save_target(path) -> Path:
+def save_target(path, what: str = "cannot save checkpoint") -> Path:
     """The file a save to path replaces: path, or the final target of the symbolic links it
     names (a save goes through a link and keeps it).  Anything there but a regular file (or
-    nothing yet) is refused with PockError: a device, a FIFO, a directory is never replaced."""
+    nothing yet) is refused with PockError ("<what> '<path>': ..."): a device, a FIFO, a
+    directory is never replaced."""
     target = Path(os.path.realpath(path))
     try:
         mode = os.stat(target).st_mode
     except FileNotFoundError:
         return target
     except OSError as e:
-        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+        raise PockError(f"{what} {os.fspath(path)!r}: {e.strerror}") from None
     if not stat.S_ISREG(mode):
-        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {str(target)!r} is {_kind(mode)}, not a regular "
+        raise PockError(f"{what} {os.fspath(path)!r}: {str(target)!r} is {_kind(mode)}, not a regular "
                         f"file; nothing was written")
     return target
 
 
-def write_atomically(path, blob: bytes) -> None:
+def write_atomically(path, blob, what: str = "cannot save checkpoint") -> None:
     """Write blob to path the way pock_save does: through symbolic links, refusing anything but
-    a regular file, via a temporary file (fsynced, renamed over the target, directory fsynced)."""
-    target = save_target(path)
+    a regular file, via a temporary file (fsynced, renamed over the target, directory fsynced).
+    blob is the bytes, or a function that writes the file at the temporary Path it is given
+    (a writer that opens the file itself, e.g. gguf.GGUFWriter).  On failure nothing at path
+    changes and the PockError starts "<what> '<path>'"."""
+    target = save_target(path, what)
     remove_orphans(target)
     tmp = temp_path(target)
     try:
-        with open(tmp, "wb") as f:
-            f.write(blob)
-            f.flush()
+        if callable(blob):
+            blob(tmp)
+        else:
+            with open(tmp, "wb") as f:
+                f.write(blob)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as e:
         tmp.unlink(missing_ok=True)
-        raise PockError(f"cannot save checkpoint {os.fspath(path)!r}: {e.strerror}") from None
+        raise PockError(f"{what} {os.fspath(path)!r}: {e.strerror or e}") from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     try:
         fd = os.open(target.parent, os.O_RDONLY)
     except OSError:

@@ -6,35 +6,13 @@ tokenizer.json and GGUF files written here, for a bounded time (POCK_FUZZ_TOKENI
 default 25 s)."""
 import json
 import os
-import re
-import shutil
 import struct
-import subprocess
 from pathlib import Path
 
-import pytest
-from test_fuzz_checkpoint import clang
+from fuzzing import RUNTIME, build_fuzzer, run_fuzzer
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[3]
-RUNTIME = ROOT / "codegen" / "runtime"
 SECONDS = int(os.environ.get("POCK_FUZZ_TOKENIZER_SECONDS", "25"))
-
-
-def build_fuzzer(out: Path) -> Path:
-    cxx = clang()
-    if cxx is None:
-        pytest.skip("clang++ is not installed (Debian: apt-get install clang-14 libclang-rt-14-dev)")
-    exe = out / "fuzz_tokenizer"
-    srcs = [HERE / "fuzz_tokenizer.cpp", *sorted((RUNTIME / "tokenizer").glob("*.cpp")),
-            RUNTIME / "tokenizer" / "standalone" / "last_error.cpp"]
-    cmd = [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=fuzzer,address,undefined", "-fno-sanitize-recover=undefined",
-           "-I", str(RUNTIME / "include"), "-I", str(RUNTIME), *map(str, srcs), "-pthread", "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0 and "fuzzer" in r.stderr and ("cannot find" in r.stderr or "not found" in r.stderr):
-        pytest.skip(f"clang has no libFuzzer runtime (Debian: apt-get install libclang-rt-14-dev): {r.stderr[-300:]}")
-    assert r.returncode == 0, r.stderr[-3000:]
-    return exe
 
 
 def gguf_bytes(model: str, tokens: list[str], merges=(), scores=None, types=None) -> bytes:
@@ -89,20 +67,13 @@ def seeds(corpus: Path) -> None:
 
 
 def test_fuzz_tokenizer(tmp_path):
-    exe = build_fuzzer(tmp_path)
+    exe = build_fuzzer(tmp_path, "fuzz_tokenizer", [HERE / "fuzz_tokenizer.cpp",
+                                                    *sorted((RUNTIME / "tokenizer").glob("*.cpp")),
+                                                    RUNTIME / "tokenizer" / "standalone" / "last_error.cpp"])
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     seeds(corpus)
-    n_seeds = len(list(corpus.iterdir()))
-    r = subprocess.run([str(exe), f"-max_total_time={SECONDS}", "-timeout=10", "-rss_limit_mb=3072",
-                        "-malloc_limit_mb=256", "-max_len=8192", "-print_final_stats=1",
-                        f"-artifact_prefix={tmp_path}/", str(corpus)],
-                       capture_output=True, text=True, timeout=SECONDS + 120, cwd=tmp_path,
-                       env={**os.environ, "ASAN_OPTIONS": "detect_leaks=1"})
-    log = r.stderr
-    assert r.returncode == 0, log[-4000:]
-    runs = int(re.search(r"stat::number_of_executed_units:\s*(\d+)", log).group(1))
-    grown = len(list(corpus.iterdir()))
+    runs, n_seeds, grown = run_fuzzer(exe, corpus, SECONDS, malloc_limit_mb=256, max_len=8192, detect_leaks=True)
     print(f"fuzzed the tokenizer {SECONDS} s: {runs} runs, corpus {n_seeds} seeds -> {grown} inputs")
     assert runs > 1000 and grown > n_seeds
 
