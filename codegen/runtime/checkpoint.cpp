@@ -260,14 +260,14 @@ pock_status save_target(const char* path, const char* what, std::string* target)
     }
     if (S_ISREG(st.st_mode)) break;
     if (!S_ISLNK(st.st_mode)) {
-      const char* what = S_ISDIR(st.st_mode)   ? "a directory"
+      const char* kind = S_ISDIR(st.st_mode)   ? "a directory"
                          : S_ISFIFO(st.st_mode) ? "a FIFO"
                          : S_ISCHR(st.st_mode)  ? "a character device"
                          : S_ISBLK(st.st_mode)  ? "a block device"
                          : S_ISSOCK(st.st_mode) ? "a socket"
                                                 : "not a regular file";
       return fail(POCK_ERR_IO, "%s '%s': '%s' is %s, not a regular file; nothing was written",
-                  what, path, p.c_str(), what);
+                  what, path, p.c_str(), kind);
     }
     if (hops == 40) return fail(POCK_ERR_IO, "%s '%s': too many symbolic links", what, path);
     std::vector<char> link(static_cast<size_t>(st.st_size > 0 ? st.st_size : 255) + 2);
