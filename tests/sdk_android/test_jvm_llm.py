@@ -2,7 +2,7 @@
 tiny Llama with LoRA adapters and a byte-level BPE trained here: PockTokenizer.encode -> step
 -> generate -> exportAdapter (LlmJvmTest.kt), each judged against Python's trainer driven
 through the same steps from the same bundle: the same ids, losses, greedy / streamed /
-stopped / sampled tokens, and the same PEFT adapter.  A batch whose every label is ignored is
+stopped / sampled tokens, and the same PEFT and GGUF adapter files.  A batch whose every label is ignored is
 skipped and counted (strict or not) and moves nothing; misuse is a PockException naming it."""
 from __future__ import annotations
 
@@ -22,12 +22,14 @@ TEXT = " ".join(["the licensee may copy the program and distribute it under the 
                  "you may charge a fee for the physical act of transferring a copy of the program",
                  "the program is distributed in the hope that it will be useful but without any warranty"] * 3)
 PROMPT, SEQ = "the program is", 24
+# q and k (4 and 2 heads): llama.cpp's rotary row order in the GGUF; o and down: no permutation
+LORA_TARGETS = ["*.q_proj", "*.k_proj", "*.v_proj", "*.o_proj", "*.down_proj"]
 
 pytestmark = pytest.mark.skipif(bool(jvm_toolchain_missing()), reason=f"{jvm_toolchain_missing()}")
 
 
 def tiny_llm(out):
-    """(tokenizer.json path, pe.Tokenizer, the compiled tiny Llama with LoRA on q/v/down)."""
+    """(tokenizer.json path, pe.Tokenizer, the compiled tiny Llama with LoRA on LORA_TARGETS)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM
     bpe = Tokenizer(models.BPE())
@@ -45,8 +47,7 @@ def tiny_llm(out):
                                          pad_token_id=None)).train()
     ids = torch.tensor([tok.encode(TEXT)[:SEQ + 1]])
     prog = pe.compile(model, (ids[:, :-1],), (ids[:, 1:],), output="logits", update="none",
-                      optimizer=pe.AdamW(lr=2e-2), lora=pe.LoRA(rank=4, alpha=8, targets=["*.q_proj", "*.v_proj",
-                                                                                         "*.down_proj"]),
+                      optimizer=pe.AdamW(lr=2e-2), lora=pe.LoRA(rank=4, alpha=8, targets=LORA_TARGETS),
                       name="llmjvm")
     return path, tok, prog
 
@@ -129,13 +130,17 @@ def test_export_adapter_equals_pythons(llm_run):
     out, facts, _ = llm_run
     kt, py = out / "work" / "peft", out / "py_peft"
     got, want = load_file(kt / "adapter_model.safetensors"), load_file(py / "adapter_model.safetensors")
-    assert sorted(got) == sorted(want) and len(got) == 2 * 3 * 2  # two layers, q/v/down, A and B
+    assert sorted(got) == sorted(want) and len(got) == 2 * len(LORA_TARGETS) * 2  # two layers, A and B
     for k in want:
         np.testing.assert_array_equal(got[k], want[k])
+    assert (kt / "adapter_model.safetensors").read_bytes() == (py / "adapter_model.safetensors").read_bytes()
     kt_config, py_config = json.loads((kt / "adapter_config.json").read_text()), json.loads((py / "adapter_config.json").read_text())
     kt_config["target_modules"].sort()
     assert kt_config == {k: v for k, v in py_config.items() if k != "revision"}
     assert kt_config["r"] == 4 and kt_config["lora_alpha"] == 8
+    # llama.cpp's LoRA adapter: the bytes gguf-py writes for Python's export
+    assert facts["gguf"] == "written"
+    assert (out / "work" / "adapter.gguf").read_bytes() == (out / "py_adapter.gguf").read_bytes()
 
 
 def test_misuse_is_a_named_pock_exception(llm_run):
