@@ -316,7 +316,8 @@ public final class PockTrainer: @unchecked Sendable {
     /// Kotlin's `generate`), from the current weights in place with a KV cache.  temperature 0
     /// is greedy; topK 0 and topP 1 are off; the same seed gives the same tokens; a `stop` id ends
     /// generation and is kept.  `onToken` streams: called on this thread with each new token,
-    /// returning true stops after it.  It must not call this trainer (PockError(.invalidArgument)).
+    /// returning true stops after it.  It must not call this trainer: its methods throw
+    /// PockError(.invalidArgument) there (and close() would wait for the lock generate holds).
     /// Bad arguments throw PockError(.value, ...) naming them (pock_generate's checks).
     public func generate(promptIds: [Int32], maxNewTokens: Int = 32, temperature: Float = 0, topK: Int = 0,
                          topP: Float = 1, seed: UInt64 = 0, stop: [Int32] = [],
@@ -332,7 +333,7 @@ public final class PockTrainer: @unchecked Sendable {
                 throw PockError(.noMemory, "generate: no memory for maxNewTokens \(maxNewTokens) ids")
             }
             defer { free(out) }
-            let sink = onToken.map(TokenSink.init)
+            let sink = onToken.map { TokenSink($0) }
             var opts = pock_generate_options()
             pock_generate_default_options(&opts)
             opts.max_new_tokens = Int32(maxNewTokens)
@@ -341,7 +342,7 @@ public final class PockTrainer: @unchecked Sendable {
             opts.top_p = topP
             opts.seed = seed
             if let sink = sink {
-                opts.callback = { token, user in
+                opts.callback = { (token: Int64, user: UnsafeMutableRawPointer?) -> Int32 in
                     Unmanaged<TokenSink>.fromOpaque(user!).takeUnretainedValue().body(Int32(truncatingIfNeeded: token)) ? 1 : 0
                 }
                 opts.user_data = Unmanaged.passUnretained(sink).toOpaque()
@@ -349,9 +350,9 @@ public final class PockTrainer: @unchecked Sendable {
             var n: Int32 = 0
             Thread.current.threadDictionary[generatingKey] = true
             defer { Thread.current.threadDictionary[generatingKey] = nil }
-            let status = withExtendedLifetime(sink) {
-                prompt.withUnsafeBufferPointer { p in
-                    stops.withUnsafeBufferPointer { s in
+            let status: pock_status = withExtendedLifetime(sink) {
+                prompt.withUnsafeBufferPointer { p -> pock_status in
+                    stops.withUnsafeBufferPointer { s -> pock_status in
                         opts.stop_ids = s.baseAddress
                         opts.n_stop = Int32(s.count)
                         return pock_generate(h, p.baseAddress, Int32(p.count), &opts, out, Int32(capacity), &n)
