@@ -92,7 +92,8 @@ fun main(args: Array<String>) {
     expectError("empty_prompt") { trainer.generate(IntArray(0)) }
     expectError("out_of_vocab") { trainer.generate(intArrayOf(prompt[0], tok.vocabSize)) }
     expectError("negative_new") { trainer.generate(prompt, maxNewTokens = -1) }
-    expectError("past_context") { trainer.generate(prompt, maxNewTokens = Int.MAX_VALUE) }
+    expectError("past_context") { trainer.generate(prompt, maxNewTokens = 1000) }
+    expectError("huge_new") { trainer.generate(prompt, maxNewTokens = Int.MAX_VALUE) }
     expectError("top_p") { trainer.generate(prompt, topP = 0f) }
     expectError("temperature") { trainer.generate(prompt, temperature = Float.NaN) }
     expectError("top_k") { trainer.generate(prompt, topK = -1) }

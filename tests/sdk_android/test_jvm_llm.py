@@ -150,6 +150,8 @@ def test_misuse_is_a_named_pock_exception(llm_run):
     assert e["out_of_vocab"].startswith("VALUE ") and f"id {ref['vocab']} at position 1" in e["out_of_vocab"]
     assert e["negative_new"].startswith("VALUE ") and "max_new_tokens must be >= 0" in e["negative_new"]
     assert e["past_context"].startswith("VALUE ") and "past the KV cache" in e["past_context"]
+    # past the KV cache too, unless the machine refuses even the lazily mapped room for 2^31 ids first
+    assert e["huge_new"].startswith(("VALUE ", "NO_MEMORY ")) and "max_new_tokens 2147483647" in e["huge_new"]
     assert e["top_p"].startswith("VALUE ") and "top_p" in e["top_p"]
     assert e["temperature"].startswith("VALUE ") and "temperature" in e["temperature"]
     assert e["top_k"].startswith("VALUE ") and "top_k" in e["top_k"]

@@ -117,6 +117,14 @@ def test_export_errors_are_named(trained, tmp_path):
                        name="no_adapters").build()
     with pytest.raises(pe.PockError, match="no LoRA adapters"):
         plain.export_adapter(tmp_path / "y")
+    import ctypes  # the C API (what the SDKs call) names it too, for either format
+    lib = plain._lib
+    lib.pock_export_adapter.restype = ctypes.c_int32
+    lib.pock_export_adapter.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    for fmt in (b"peft", b"gguf"):
+        assert lib.pock_export_adapter(plain._handle, str(tmp_path / "z").encode(), fmt) == 1
+        assert "Llama-family decoder" in lib.pock_last_error().decode()
+    assert not (tmp_path / "z").exists()
     plain.close()
 
 
