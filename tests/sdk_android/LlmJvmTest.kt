@@ -110,6 +110,15 @@ fun main(args: Array<String>) {
     }
     say("usable_after_errors", trainer.generate(prompt, maxNewTokens = 16).contentEquals(greedy) && trainer.stepCount == 5L)
     say("decoded", tok.decode(greedy))
+
+    // generation while another thread trains on the same trainer: serialized by its lock
+    val trainer2 = Thread { repeat(3) { trainer.step(x, y) } }
+    val lengths = ArrayList<Int>()
+    trainer2.start()
+    repeat(5) { lengths.add(trainer.generate(prompt, maxNewTokens = 8).size) }
+    trainer2.join()
+    say("concurrent", "${trainer.stepCount} ${lengths.joinToString(" ")}")
+    say("greedy_8_steps", ids(trainer.generate(prompt, maxNewTokens = 16)))
     trainer.close()
     expectError("closed") { trainer.generate(prompt) }
     tok.close()

@@ -66,6 +66,9 @@ def _python_side(prog, bundle, tok, out):
     tr.export_adapter(out / "py_peft", format="peft")
     tr.export_adapter(out / "py_adapter.gguf", format="gguf")
     ref["decoded"] = tok.decode(ref["greedy"])
+    for _ in range(3):
+        tr.step((x,), (y,))
+    ref["greedy_8_steps"] = tr.generate(prompt, max_new_tokens=16)
     ref["vocab"] = tok.vocab_size
     tr.close()
     return ref
@@ -141,6 +144,12 @@ def test_export_adapter_equals_pythons(llm_run):
     # llama.cpp's LoRA adapter: the bytes gguf-py writes for Python's export
     assert facts["gguf"] == "written"
     assert (out / "work" / "adapter.gguf").read_bytes() == (out / "py_adapter.gguf").read_bytes()
+
+
+def test_generation_while_another_thread_trains_is_serialized(llm_run):
+    _, facts, ref = llm_run
+    assert facts["concurrent"] == "8 8 8 8 8 8"  # every step applied, every generation whole
+    assert ints(facts["greedy_8_steps"]) == ref["greedy_8_steps"]  # the state 8 sequential steps give
 
 
 def test_misuse_is_a_named_pock_exception(llm_run):
