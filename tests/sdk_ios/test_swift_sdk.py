@@ -27,7 +27,9 @@ WRAPS = {"init(modelURL:": ("pock_open",), "deinit": ("pock_close",), "func clos
          "var learningRate": ("pock_get_learning_rate",), "func setLearningRate(": ("pock_set_learning_rate",),
          "var stepCount": ("pock_step_count",), "func setNumThreads(": ("pock_set_num_threads",),
          "func profile(": ("pock_profile_enable", "pock_profile_reset", "pock_profile_count", "pock_profile_entry"),
-         "func stepAsync(": None, "func train(": None}
+         "func stepAsync(": None, "func train(": None,
+         "var canGenerate": ("pock_generate_supported",), "func generate(": ("pock_generate_default_options", "pock_generate"),
+         "func exportAdapter(": ("pock_export_adapter",)}
 
 
 def members(source: str) -> dict[str, str]:
@@ -65,7 +67,7 @@ def test_every_trainer_member_calls_one_c_function():
             assert set(calls) == set(WRAPS[key]), (signature, calls)
         if key in ("func step(", "func forward(inputs: [PockTensor], into"):
             assert code.count("prefix?.stepInputs(") == 1  # the Core ML prefix, then the compiled step
-        if key not in ("init(modelURL:", "deinit", "func close(", "var stateTensors") and WRAPS[key]:
+        if key not in ("init(modelURL:", "deinit", "func close(", "var stateTensors", "var canGenerate") and WRAPS[key]:
             assert "try locked {" in code, f"{signature} must hold the trainer's lock"
     assert seen == set(WRAPS)
     every = c_calls("".join(p.read_text() for p in SOURCES.glob("*.swift")))

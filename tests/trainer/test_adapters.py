@@ -1,7 +1,8 @@
 """Adapters out (trainer.export_adapter, pockengine/adapters.py): a trained LoRA adapter as
 PEFT (peft.PeftModel.from_pretrained on the transformers base model gives the trainer's
 logits) and as a llama.cpp GGUF LoRA adapter (read back with gguf.GGUFReader; with
-llama-cpp-python installed, the slow test runs it on the real SmolLM2 GGUF)."""
+llama-cpp-python installed, the slow test runs it on the real SmolLM2 GGUF); the C API's
+pock_export_adapter (what the SDKs call) writes both byte for byte / tensor for tensor alike."""
 import json
 
 import numpy as np
@@ -55,10 +56,24 @@ def test_c_api_writes_the_same_peft_adapter(trained, tmp_path):
     py_config = json.loads((tmp_path / "py" / "adapter_config.json").read_text())
     c_config["target_modules"].sort()
     assert c_config == {k: v for k, v in py_config.items() if k != "revision"}
-    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "d").encode(), b"gguf") == 1
+    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "d").encode(), b"onnx") == 1
     assert "format must be" in lib.pock_last_error().decode()
     (tmp_path / "file").write_text("")
     assert lib.pock_export_adapter(trained._handle, str(tmp_path / "file" / "x").encode(), b"peft") == 5  # IO
+
+
+def test_c_api_writes_the_same_gguf_adapter(trained, tmp_path):
+    """pock_export_adapter(t, path, "gguf") (export.cpp) writes the bytes gguf-py's GGUFWriter
+    writes for adapters.py: kv pairs, tensor infos, q's permuted rows, 32-byte alignment."""
+    import ctypes
+    lib = trained._lib
+    lib.pock_export_adapter.restype = ctypes.c_int32
+    lib.pock_export_adapter.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "c.gguf").encode(), b"gguf") == 0
+    trained.export_adapter(tmp_path / "py.gguf", format="gguf")
+    got, want = (tmp_path / "c.gguf").read_bytes(), (tmp_path / "py.gguf").read_bytes()
+    assert len(got) == len(want) and got == want
+    assert lib.pock_export_adapter(trained._handle, str(tmp_path / "nowhere" / "x.gguf").encode(), b"gguf") == 5  # IO
 
 
 def test_gguf_adapter_layout(trained, tmp_path):
@@ -102,6 +117,14 @@ def test_export_errors_are_named(trained, tmp_path):
                        name="no_adapters").build()
     with pytest.raises(pe.PockError, match="no LoRA adapters"):
         plain.export_adapter(tmp_path / "y")
+    import ctypes  # the C API (what the SDKs call) names it too, for either format
+    lib = plain._lib
+    lib.pock_export_adapter.restype = ctypes.c_int32
+    lib.pock_export_adapter.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p]
+    for fmt in (b"peft", b"gguf"):
+        assert lib.pock_export_adapter(plain._handle, str(tmp_path / "z").encode(), fmt) == 1
+        assert "Llama-family decoder" in lib.pock_last_error().decode()
+    assert not (tmp_path / "z").exists()
     plain.close()
 
 

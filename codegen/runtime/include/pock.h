@@ -263,12 +263,14 @@ POCK_API pock_status pock_generate(pock_trainer* t, const int64_t* prompt, int32
                                    const pock_generate_options* opts, int64_t* out_ids, int32_t capacity,
                                    int32_t* n_out);
 
-/* Adapters out: the trainer's LoRA adapters written to `path` in `format`.  "peft": a folder
- * (created if missing) with adapter_model.safetensors + adapter_config.json that
- * peft.PeftModel.from_pretrained loads onto the Hugging Face base model; each file is
- * written to a temporary name, fsynced and renamed into place.  (llama.cpp's GGUF adapter is
- * written by the Python toolchain: trainer.export_adapter(path, format="gguf").)
- * POCK_ERR_INVALID_ARGUMENT for a model without adapters or decoder table, or another format;
+/* Adapters out: the trainer's LoRA adapters written to `path` in `format`, the bytes Python's
+ * trainer.export_adapter(path, format) writes.  "peft": a folder (created if missing) with
+ * adapter_model.safetensors + adapter_config.json that peft.PeftModel.from_pretrained loads
+ * onto the Hugging Face base model.  "gguf": one llama.cpp LoRA adapter file (`--lora`):
+ * general.type = adapter, adapter.type = lora, adapter.lora.alpha, blk.N.attn_q.weight.lora_a
+ * / .lora_b, ...  Each file is written to a temporary name, fsynced and renamed into place.
+ * POCK_ERR_INVALID_ARGUMENT for a model without adapters or decoder table, one that also
+ * trains base weights, an adapter llama.cpp has no tensor for (gguf), or another format;
  * POCK_ERR_IO naming the file that could not be written. */
 POCK_API pock_status pock_export_adapter(pock_trainer* t, const char* path, const char* format);
 

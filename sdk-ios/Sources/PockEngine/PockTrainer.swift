@@ -61,7 +61,9 @@ public struct StateTensorSpec: Sendable {
 ///
 /// Bad batches: a NaN/inf batch applies no update and does not throw; it sets
 /// `lastStepStatus` to `.skipped` and counts in `skippedSteps` (unless
-/// `Options.strict`, where it throws `PockError(.nonFinite, ...)`).
+/// `Options.strict`, where it throws `PockError(.nonFinite, ...)`).  A batch with
+/// no real target (every label the ignore index) is skipped and counted the same
+/// way, strict or not, with loss 0.
 ///
 /// Thread safety: every method takes the trainer's lock, so a PockTrainer may
 /// be shared between threads; its calls run one at a time, as pock.h requires.
@@ -93,7 +95,7 @@ public final class PockTrainer: @unchecked Sendable {
     public private(set) var lastStepStatus: PockStepStatus = .ok
     /// The last skipped step's message; empty after an applied step.
     public private(set) var lastStepMessage: String = ""
-    /// Steps that applied no update because their batch was non-finite.
+    /// Steps that applied no update: a non-finite batch, or one with no real target.
     public private(set) var skippedSteps: Int = 0
 
     /// Opens the model bundle at modelURL (a folder with model.json and weights.pockckpt).
@@ -133,6 +135,12 @@ public final class PockTrainer: @unchecked Sendable {
                 try withCTensors(targets) { tgs in
                     status = pock_step(h, ins.baseAddress, Int32(ins.count), tgs.baseAddress, Int32(tgs.count), &loss)
                 }
+            }
+            if status == POCK_ERR_NO_TARGETS {  // every label ignore_index: nothing to learn from, skipped even when strict
+                skippedSteps += 1
+                lastStepMessage = String(cString: pock_last_error())
+                lastStepStatus = .skipped
+                return loss
             }
             if status == POCK_ERR_NONFINITE {
                 let why = String(cString: pock_last_error())
@@ -299,6 +307,80 @@ public final class PockTrainer: @unchecked Sendable {
         try await Task.detached(priority: priority) { try self.step(inputs: inputs, targets: targets) }.value
     }
 
+    // MARK: the LLM loop (issue 37)
+
+    /// True when the compiled model is a Llama-family causal LM that `generate` runs.
+    public var canGenerate: Bool { pock_generate_supported() != 0 }
+
+    /// The new token ids the model generates after `promptIds` (Python's `trainer.generate`,
+    /// Kotlin's `generate`), from the current weights in place with a KV cache.  temperature 0
+    /// is greedy; topK 0 and topP 1 are off; the same seed gives the same tokens; a `stop` id ends
+    /// generation and is kept.  `onToken` streams: called on this thread with each new token,
+    /// returning true stops after it.  It must not call this trainer: its methods throw
+    /// PockError(.invalidArgument) there (and close() would wait for the lock generate holds).
+    /// Bad arguments throw PockError(.value, ...) naming them (pock_generate's checks).
+    public func generate(promptIds: [Int32], maxNewTokens: Int = 32, temperature: Float = 0, topK: Int = 0,
+                         topP: Float = 1, seed: UInt64 = 0, stop: [Int32] = [],
+                         onToken: ((Int32) -> Bool)? = nil) throws -> [Int32] {
+        guard (0...Int(Int32.max)).contains(maxNewTokens), (0...Int(Int32.max)).contains(topK) else {
+            throw PockError(.value, "generate: maxNewTokens and topK must be in [0, 2^31), got \(maxNewTokens), \(topK)")
+        }
+        return try locked { h in
+            let prompt = promptIds.map { Int64($0) }, stops = stop.map { Int64($0) }
+            // calloc: pages are touched only as ids are written (a huge maxNewTokens is refused by pock_generate)
+            let capacity = max(maxNewTokens, 1)
+            guard let out = calloc(capacity, MemoryLayout<Int64>.stride)?.assumingMemoryBound(to: Int64.self) else {
+                throw PockError(.noMemory, "generate: no memory for maxNewTokens \(maxNewTokens) ids")
+            }
+            defer { free(out) }
+            let sink = onToken.map { TokenSink($0) }
+            var opts = pock_generate_options()
+            pock_generate_default_options(&opts)
+            opts.max_new_tokens = Int32(maxNewTokens)
+            opts.temperature = temperature
+            opts.top_k = Int32(topK)
+            opts.top_p = topP
+            opts.seed = seed
+            if let sink = sink {
+                opts.callback = { (token: Int64, user: UnsafeMutableRawPointer?) -> Int32 in
+                    Unmanaged<TokenSink>.fromOpaque(user!).takeUnretainedValue().body(Int32(truncatingIfNeeded: token)) ? 1 : 0
+                }
+                opts.user_data = Unmanaged.passUnretained(sink).toOpaque()
+            }
+            var n: Int32 = 0
+            Thread.current.threadDictionary[generatingKey] = true
+            defer { Thread.current.threadDictionary[generatingKey] = nil }
+            let status: pock_status = withExtendedLifetime(sink) {
+                prompt.withUnsafeBufferPointer { p -> pock_status in
+                    stops.withUnsafeBufferPointer { s -> pock_status in
+                        opts.stop_ids = s.baseAddress
+                        opts.n_stop = Int32(s.count)
+                        return pock_generate(h, p.baseAddress, Int32(p.count), &opts, out, Int32(capacity), &n)
+                    }
+                }
+            }
+            try check(status)
+            return (0..<Int(n)).map { Int32(truncatingIfNeeded: out[$0]) }
+        }
+    }
+
+    /// Writes the LoRA adapters to `url` (Python's `export_adapter`): format "peft" makes `url` a
+    /// folder of adapter_model.safetensors + adapter_config.json (peft.PeftModel.from_pretrained
+    /// loads it), "gguf" a llama.cpp LoRA adapter file.  Written atomically.
+    public func exportAdapter(to url: URL, format: String = "peft") throws {
+        try locked { h in try check(pock_export_adapter(h, url.path, format)) }
+    }
+
+    /// The onToken closure of a generate call, handed to the C callback as user_data.
+    private final class TokenSink {
+        let body: (Int32) -> Bool
+        init(_ body: @escaping (Int32) -> Bool) { self.body = body }
+    }
+
+    /// Set in the generating thread's dictionary while generate runs: a call from its onToken
+    /// callback is refused instead of deadlocking on the (non-recursive) lock.
+    private var generatingKey: String { "ai.pockengine.generating.\(ObjectIdentifier(self).hashValue)" }
+
     private func dtypeCode(_ name: String) -> Int32 {
         switch name {
         case "i64": return Int32(POCK_I64.rawValue)
@@ -310,6 +392,9 @@ public final class PockTrainer: @unchecked Sendable {
 
     /// Runs body with the live handle under the trainer's lock (PockError(.closed) after close()).
     private func locked<R>(_ body: (OpaquePointer) throws -> R) throws -> R {
+        if Thread.current.threadDictionary[generatingKey] != nil {
+            throw PockError(.invalidArgument, "called from generate's onToken callback; the trainer is busy generating")
+        }
         lock.lock()
         defer { lock.unlock() }
         guard let h = handle else { throw PockError(.closed, "the trainer of '\(manifest.name)' is closed") }

@@ -14,6 +14,7 @@
 #include <jni.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -237,10 +238,15 @@ POCK_JNI(jfloat, step)(JNIEnv* env, jclass, jlong handle, jobjectArray data, jlo
       if (s != POCK_OK) why = pock_last_error();
     }
   }  // unpinned before any JNI call that may throw
-  if (s == POCK_ERR_NONFINITE && nonfinite && env->GetArrayLength(nonfinite) > 0) {
-    // skipped, not failed: the Kotlin side counts it (or throws when strict)
+  if ((s == POCK_ERR_NONFINITE || s == POCK_ERR_NO_TARGETS) && nonfinite && env->GetArrayLength(nonfinite) > 0) {
+    // skipped, not failed: the Kotlin side counts it (or throws when strict and non-finite);
+    // nonfinite[1], when there, says which: "NONFINITE" or "NO_TARGETS" (every label ignored)
     jstring msg = env->NewStringUTF(why.c_str());
     if (msg) env->SetObjectArrayElement(nonfinite, 0, msg);
+    if (env->GetArrayLength(nonfinite) > 1) {
+      jstring kind = env->NewStringUTF(s == POCK_ERR_NO_TARGETS ? "NO_TARGETS" : "NONFINITE");
+      if (kind) env->SetObjectArrayElement(nonfinite, 1, kind);
+    }
     return loss;
   }
   if (s != POCK_OK) throw_pock(env, s, why);
@@ -518,3 +524,94 @@ POCK_TOK_JNI(jint, tokenToId)(JNIEnv* env, jclass, jlong handle, jbyteArray utf8
   return id;
 }
 // ---- end PockTokenizer -----------------------------------------------------------
+
+// ---- generation and adapters out (issue 37) --------------------------------------
+// PockNative.generate over pock_generate: the prompt and stop ids cross as int[] (copied into
+// the int64 ids pock.h takes), the new ids come back as int[].  The listener (nullable) is
+// called on this thread from the decode loop through a C callback: a true return stops after
+// that token; an exception it throws stops generation too and is the one that reaches Kotlin.
+namespace {
+struct TokenSink {
+  JNIEnv* env;
+  jobject listener;
+  jmethodID on_token;
+};
+
+int32_t call_listener(int64_t token, void* user) {
+  auto* sink = static_cast<TokenSink*>(user);
+  if (sink->env->ExceptionCheck()) return 1;
+  const jboolean stop = sink->env->CallBooleanMethod(sink->listener, sink->on_token, static_cast<jlong>(token));
+  return sink->env->ExceptionCheck() || stop ? 1 : 0;
+}
+
+std::vector<int64_t> ids_of(JNIEnv* env, jintArray ids) {
+  const jsize n = env->GetArrayLength(ids);
+  std::vector<jint> v(static_cast<size_t>(n));
+  if (n) env->GetIntArrayRegion(ids, 0, n, v.data());
+  return std::vector<int64_t>(v.begin(), v.end());
+}
+}  // namespace
+
+POCK_JNI(jboolean, generateSupported)(JNIEnv*, jclass) { return pock_generate_supported() ? JNI_TRUE : JNI_FALSE; }
+
+POCK_JNI(jintArray, generate)(JNIEnv* env, jclass, jlong handle, jintArray prompt, jint max_new_tokens,
+                              jfloat temperature, jint top_k, jfloat top_p, jlong seed, jintArray stop,
+                              jobject listener) {
+  if (!prompt || !stop) {
+    throw_pock(env, POCK_ERR_INVALID_ARGUMENT, "generate: the prompt and stop ids must not be null");
+    return nullptr;
+  }
+  const std::vector<int64_t> ids = ids_of(env, prompt), stops = ids_of(env, stop);
+  pock_generate_options o;
+  pock_generate_default_options(&o);
+  o.max_new_tokens = max_new_tokens;
+  o.temperature = temperature;
+  o.top_k = top_k;
+  o.top_p = top_p;
+  o.seed = static_cast<uint64_t>(seed);
+  o.stop_ids = stops.empty() ? nullptr : stops.data();
+  o.n_stop = static_cast<int32_t>(stops.size());
+  TokenSink sink{env, listener, nullptr};
+  if (listener) {
+    jclass cls = env->GetObjectClass(listener);
+    sink.on_token = cls ? env->GetMethodID(cls, "onToken", "(J)Z") : nullptr;
+    if (!sink.on_token) return nullptr;  // NoSuchMethodError pending
+    o.callback = call_listener;
+    o.user_data = &sink;
+  }
+  // calloc: pages are touched only as ids are written, so a max_new_tokens far past the
+  // model's context is refused by pock_generate (naming it), not by the allocator
+  const size_t capacity = static_cast<size_t>(max_new_tokens > 0 ? max_new_tokens : 1);
+  int64_t* out = static_cast<int64_t*>(std::calloc(capacity, sizeof(int64_t)));
+  if (!out) {
+    throw_pock(env, POCK_ERR_NO_MEMORY, "generate: no memory for max_new_tokens " + std::to_string(max_new_tokens) +
+                                            " ids");
+    return nullptr;
+  }
+  int32_t n_out = 0;
+  const pock_status s = pock_generate(trainer(handle), ids.data(), static_cast<int32_t>(ids.size()), &o, out,
+                                      static_cast<int32_t>(capacity), &n_out);
+  std::vector<jint> got(out, out + (s == POCK_OK ? n_out : 0));
+  std::free(out);
+  if (env->ExceptionCheck()) return nullptr;  // the listener threw: that exception goes up
+  if (failed(env, s)) return nullptr;
+  jintArray result = env->NewIntArray(static_cast<jsize>(got.size()));
+  if (result && !got.empty()) env->SetIntArrayRegion(result, 0, static_cast<jsize>(got.size()), got.data());
+  return result;
+}
+
+POCK_JNI(void, exportAdapter)(JNIEnv* env, jclass, jlong handle, jstring path, jstring format) {
+  const char* p = env->GetStringUTFChars(path, nullptr);
+  if (!p) return;
+  const char* f = env->GetStringUTFChars(format, nullptr);
+  if (!f) {
+    env->ReleaseStringUTFChars(path, p);
+    return;
+  }
+  const pock_status s = pock_export_adapter(trainer(handle), p, f);
+  const std::string why = s == POCK_OK ? "" : pock_last_error();
+  env->ReleaseStringUTFChars(format, f);
+  env->ReleaseStringUTFChars(path, p);
+  if (s != POCK_OK) throw_pock(env, s, why);
+}
+// ---- end generation and adapters out ---------------------------------------------

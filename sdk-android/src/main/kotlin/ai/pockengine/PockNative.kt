@@ -20,8 +20,10 @@ internal object PockNative {
 
     /**
      * One step over inputs then targets (nInputs of them are inputs); returns the loss.  A
-     * non-finite batch (POCK_ERR_NONFINITE: no update applied) does not throw: its message goes
-     * into nonfinite[0] (null after a clean step); every other failure throws.
+     * skipped batch (POCK_ERR_NONFINITE, or POCK_ERR_NO_TARGETS: every label ignored; no update
+     * applied) does not throw: its message goes into nonfinite[0] (null after a clean step) and,
+     * when the array has a second slot, "NONFINITE" or "NO_TARGETS" into nonfinite[1]; every
+     * other failure throws.
      */
     @JvmStatic external fun step(
         handle: Long, data: Array<Any>, offsets: LongArray, dtypes: IntArray, ndims: IntArray, dims: LongArray,
@@ -61,6 +63,20 @@ internal object PockNative {
     @JvmStatic external fun profileCount(handle: Long): Int
     /** Node [index]: returns [phase, op, kernel, module]; counts gets [index, flops, steps, total_ns]. */
     @JvmStatic external fun profileEntry(handle: Long, index: Int, counts: LongArray): Array<String>
+
+    // generation and adapters out (issue 37): pock_generate_supported / pock_generate / pock_export_adapter
+    /** Called with each new token of [generate]; true stops generation after it. */
+    fun interface TokenListener {
+        fun onToken(token: Long): Boolean
+    }
+
+    @JvmStatic external fun generateSupported(): Boolean
+    /** The new ids after prompt (pock_generate with these options; listener nullable). */
+    @JvmStatic external fun generate(
+        handle: Long, prompt: IntArray, maxNewTokens: Int, temperature: Float, topK: Int, topP: Float, seed: Long,
+        stop: IntArray, listener: TokenListener?,
+    ): IntArray
+    @JvmStatic external fun exportAdapter(handle: Long, path: String, format: String)
 
     private var loaded: String? = null
 

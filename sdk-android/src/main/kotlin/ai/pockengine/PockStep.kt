@@ -4,7 +4,10 @@ package ai.pockengine
 enum class PockStepStatus {
     /** The update was applied. */
     OK,
-    /** A NaN/inf input, loss or gradient: no update applied, counted in [PockTrainer.skippedSteps]. */
+    /**
+     * A NaN/inf input, loss or gradient, or no real target (every label the ignore index): no
+     * update applied, counted in [PockTrainer.skippedSteps].
+     */
     SKIPPED,
     /**
      * A gradient found non-finite after some of the step's updates had already run (models

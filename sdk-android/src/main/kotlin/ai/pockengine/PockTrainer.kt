@@ -22,7 +22,9 @@ import kotlinx.coroutines.ensureActive
  *
  * Bad batches: a batch whose input, loss or gradients are NaN/inf applies no
  * update and does not throw; it sets [lastStepStatus] to SKIPPED and counts
- * in [skippedSteps] (with [PockOptions.strict] it throws instead).
+ * in [skippedSteps] (with [PockOptions.strict] it throws instead).  A batch
+ * with no real target (every label the ignore index) is skipped and counted
+ * the same way, strict or not, with loss 0.
  *
  * Thread safety: every method may be called from any thread.  Each trainer
  * holds one lock; calls on it run one at a time in the order they take the
@@ -62,7 +64,7 @@ class PockTrainer private constructor(
     @Volatile var lastStepMessage: String = ""
         private set
 
-    /** Steps of this trainer that applied no update because their batch was non-finite. */
+    /** Steps of this trainer that applied no update: a non-finite batch, or one with no real target. */
     @Volatile var skippedSteps: Long = 0
         private set
 
@@ -76,18 +78,20 @@ class PockTrainer private constructor(
         check("step", "input", ins, bundle.inputs)
         check("step", "target", targets, bundle.targets)
         val args = NativeArgs(ins + targets)
-        val nonfinite = arrayOfNulls<String>(1)
+        val skipped = arrayOfNulls<String>(2)  // [why, "NONFINITE" | "NO_TARGETS"] of a skipped step
         return withHandle("step") {
-            val loss = PockNative.step(it, args.data, args.offsets, args.dtypes, args.ndims, args.dims, ins.size, nonfinite)
-            val why = nonfinite[0]
+            val loss = PockNative.step(it, args.data, args.offsets, args.dtypes, args.ndims, args.dims, ins.size, skipped)
+            val why = skipped[0]
             if (why == null) {
                 lastStepStatus = PockStepStatus.OK
                 lastStepMessage = ""
             } else {
+                // no real target (every label ignore_index): nothing to learn from, skipped even when strict
+                val noTargets = skipped[1] == PockStatus.NO_TARGETS.name
                 skippedSteps++
                 lastStepMessage = why
-                lastStepStatus = if ("earlier update(s)" in why) PockStepStatus.PARTIAL else PockStepStatus.SKIPPED
-                if (strict) throw PockException(PockStatus.NONFINITE, why)
+                lastStepStatus = if (!noTargets && "earlier update(s)" in why) PockStepStatus.PARTIAL else PockStepStatus.SKIPPED
+                if (strict && !noTargets) throw PockException(PockStatus.NONFINITE, why)
             }
             loss
         }
@@ -247,12 +251,63 @@ class PockTrainer private constructor(
     /** Free the native memory; idempotent.  Waits for a call in flight on another thread. */
     override fun close() {
         synchronized(lock) {
+            if (generating) throw reentered("close")
             if (handle != 0L) {
                 PockNative.close(handle)
                 handle = 0L
             }
         }
     }
+
+    // -------------------------------------------------------------------------------- the LLM loop (issue 37)
+    /** True when the compiled model is a Llama-family causal LM that [generate] runs (pock_generate_supported). */
+    val canGenerate: Boolean get() = PockNative.generateSupported()
+
+    /**
+     * The new token ids the model generates after [promptIds] (Python's `trainer.generate`), from
+     * the current weights in place (LoRA adapters, low-precision frozen weights) with a KV cache.
+     * [temperature] 0 is greedy; [topK] 0 and [topP] 1 are off; the same [seed] gives the same
+     * tokens; a [stop] id ends generation and is kept in the result.  [onToken] streams: it is
+     * called on this thread with each new token, and returning true stops after that token (as
+     * Python's callback); an exception it throws stops generation and propagates.  It must not
+     * call this trainer (PockException INVALID_ARGUMENT).  Bad arguments (an empty prompt, an id
+     * outside the vocabulary, prompt + maxNewTokens past the model's context, maxNewTokens or
+     * topK < 0, temperature < 0 or NaN, topP outside (0, 1]) throw PockException(VALUE) naming
+     * them; a model that cannot generate throws INVALID_ARGUMENT saying why.
+     */
+    @JvmOverloads
+    fun generate(
+        promptIds: IntArray,
+        maxNewTokens: Int = 32,
+        temperature: Float = 0f,
+        topK: Int = 0,
+        topP: Float = 1f,
+        seed: Long = 0,
+        stop: IntArray = IntArray(0),
+        onToken: ((Int) -> Boolean)? = null,
+    ): IntArray {
+        val listener = onToken?.let { f -> PockNative.TokenListener { token -> f(token.toInt()) } }
+        return withHandle("generate") {
+            generating = true
+            try {
+                PockNative.generate(it, promptIds, maxNewTokens, temperature, topK, topP, seed, stop, listener)
+            } finally {
+                generating = false
+            }
+        }
+    }
+
+    /**
+     * Write the trainer's LoRA adapters to [path] (Python's `trainer.export_adapter`): [format]
+     * "peft" makes [path] a folder of adapter_model.safetensors + adapter_config.json that
+     * `peft.PeftModel.from_pretrained` loads onto the Hugging Face base model; "gguf" a llama.cpp
+     * LoRA adapter file (`--lora`).  Written atomically (temp file, fsync, rename).  A model
+     * without adapters or another format throws PockException(INVALID_ARGUMENT), an unwritable
+     * path PockException(IO), each naming it.
+     */
+    @JvmOverloads
+    fun exportAdapter(path: File, format: String = "peft") =
+        withHandle("exportAdapter") { PockNative.exportAdapter(it, path.path, format) }
 
     // -------------------------------------------------------------------------------- background
     /** One step on [executor]: `trainer.stepAsync(pool, x, y).thenAccept { loss -> ... }`. */
@@ -273,8 +328,15 @@ class PockTrainer private constructor(
     // -------------------------------------------------------------------------------- internals
     private inline fun <T> withHandle(what: String, call: (Long) -> T): T = synchronized(lock) {
         if (handle == 0L) throw PockException(PockStatus.CLOSED, "PockTrainer.$what: the trainer of '${bundle.name}' is closed")
+        if (generating) throw reentered(what)
         call(handle)
     }
+
+    /** True while [generate] runs (under the lock): only its onToken callback can see it. */
+    private var generating = false
+
+    private fun reentered(what: String) = PockException(PockStatus.INVALID_ARGUMENT,
+        "PockTrainer.$what: called from generate's onToken callback; the trainer is busy generating")
 
     private fun runPrefix(inputs: List<PockTensor>): List<PockTensor> {
         val prefix = bundle.prefix ?: return inputs
