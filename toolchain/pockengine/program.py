@@ -30,7 +30,7 @@ from pathlib import Path
 import torch.nn as nn
 
 from .autodiff.backward import build_backward
-from .autodiff.rules import FULL
+from .ops import FULL
 from .backends import cpu as _cpu  # noqa: F401  (the built-in backends register themselves, in this order)
 from .backends import vulkan as _vulkan  # noqa: F401
 from .backends import htp as _htp  # noqa: F401
@@ -42,7 +42,7 @@ from .codegen import EmitOptions, Source, emit_cpu, emit_options
 from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
-from .ir.ops import flops
+from .ops import flops
 from .ops import REGISTRY as OP_RECORDS
 from .ir.verify import verify
 from .memory.budget import memory_stats as _memory_stats
@@ -502,15 +502,12 @@ def resolve_trained(model: nn.Module, update) -> tuple[dict, dict]:
     return {n: k for n, k in trained.items() if params[n].requires_grad}, tied_uses
 
 
-# Ops whose kernels take float32 tensors only: an integer tensor reaching one
-# (clamp on token ids, loss="mse" with class-index targets) is a PockError here,
-# not a g++ error in the generated code.
-FLOAT_ONLY_OPS = tuple(name for name, r in OP_RECORDS.items() if r.float_only)
-
-
 def check_float_ops(graph) -> None:
+    """Ops whose kernels take float32 tensors only (their records' float_only): an integer tensor
+    reaching one (clamp on token ids, loss="mse" with class-index targets) is a PockError here,
+    not a g++ error in the generated code."""
     for n in graph.nodes:
-        if n.op not in FLOAT_ONLY_OPS:
+        if not OP_RECORDS[n.op].float_only:
             continue
         for i, v in enumerate(n.inputs):
             if v is not None and v.dtype != "f32":

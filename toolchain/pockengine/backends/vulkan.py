@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import PockError
 from ..ir.graph import Node, Value
-from ..ir.ops import flops
+from ..ops import flops
 from ..memory.plan import ALIGN, root_of
 from ..ops.cpp import _fit, bcast_strides, strides
 from ..passes.partition import ALWAYS, partition, plan_spaces

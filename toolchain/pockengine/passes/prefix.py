@@ -40,13 +40,6 @@ from ..ops import REGISTRY
 from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
 from .partition import ALWAYS, frozen_state, partition
 
-# ops that only move data: a prefix of nothing else is not worth splitting off
-LAYOUT_OPS = {name for name, r in REGISTRY.items() if r.layout}
-
-# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes):
-# the records' torch references (eval semantics)
-TORCH_OPS = {name: (r.torch, r.torch_outputs) for name, r in REGISTRY.items() if r.torch is not None}
-
 
 # ---- choosing the prefix ---------------------------------------------------------------
 def torch_supports(n: Node) -> bool:
@@ -54,7 +47,7 @@ def torch_supports(n: Node) -> bool:
     with a torch reference, with no fused activation other than ReLU/ReLU6.  The htp and
     coreml backends declare it as their `supports`; passes/partition.prefix_nodes decides
     the prefix with it."""
-    return n.op in TORCH_OPS and n.attrs.get("act") in (None, "relu", "relu6")
+    return REGISTRY[n.op].torch is not None and n.attrs.get("act") in (None, "relu", "relu6")
 
 
 def prefix_partitions(prog, backend: str = "htp"):
@@ -272,7 +265,7 @@ class PrefixModule(nn.Module):
         env = dict(zip(self._input_ids, inputs))
         env.update({key: getattr(self, attr) for key, attr in self._state_ids.items()})
         for op, attrs, ins, outs in self._program:
-            fn, computed = TORCH_OPS[op]
+            fn, computed = REGISTRY[op].torch, REGISTRY[op].torch_outputs
             y = fn([None if i is None else env[i] for i in ins], attrs)
             ys = list(y) if isinstance(y, (tuple, list)) else [y]
             for o, t in zip(outs[:computed], ys):
@@ -298,7 +291,7 @@ def split_prefix(prog, backend: str = "htp"):
     g, fg = prog.graph, prog.forward_graph
     tpart, fpart = prefix_partitions(prog, backend)
     tnodes, fnodes = _nodes_on(tpart, g, backend), _nodes_on(fpart, fg, backend)
-    if not any(n.op not in LAYOUT_OPS for n in tnodes) and not any(n.op not in LAYOUT_OPS for n in fnodes):
+    if all(REGISTRY[n.op].layout for n in tnodes) and all(REGISTRY[n.op].layout for n in fnodes):
         return None, prog
     fsig, fval = _signatures(fg, fnodes)
     tnodes, extra, tval = _match(g, tnodes, fsig)
@@ -408,5 +401,5 @@ def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
     return trainer
 
 
-__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "TORCH_OPS", "frozen_state",
+__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "frozen_state",
            "prefix_partitions", "torch_runner", "torch_supports"]
