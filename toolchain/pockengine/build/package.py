@@ -69,6 +69,16 @@ def package(prog, backends, target: Target, out) -> dict:
     return {**target.layout(step, source, out, libraries, weights, bundle, entry), "source": cpp, "bundle": bundle}
 
 
+def write_initial_bundle(prog, out, source=None) -> Path:
+    """out/bundle: model.json + the initial weights of `source` (default: the all-CPU step),
+    written without building; what package() writes for a step with no frozen prefix (the host
+    JVM tests open it with a host-built library)."""
+    from ..bundle import write_bundle
+    from ..checkpoint import write_initial_checkpoint
+    weights = write_initial_checkpoint(prog, Path(out) / f"{prog.name}.pockckpt", source)
+    return write_bundle(prog, weights, Path(out) / "bundle", source=source)
+
+
 def _report_prefix(backend: str, prefix) -> None:
     if prefix is None:
         print(f"partition: no frozen prefix for {backend} (every forward op leads to a gradient); "
@@ -121,4 +131,4 @@ def build_step(prog, source, out_dir=None, *, input_stage=None, prefix_manifest=
                         input_stage=input_stage, prefix_manifest=prefix_manifest)
 
 
-__all__ = ["Target", "package", "compile_library", "load_trainer", "build_step"]
+__all__ = ["Target", "package", "compile_library", "load_trainer", "build_step", "write_initial_bundle"]

@@ -44,7 +44,7 @@ from typing import Sequence
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, content_key, \
     MODEL_OPT, compile_objects, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
-from ..build.package import Target, package
+from ..build.package import Target, package, write_initial_bundle  # noqa: F401  (tests/sdk_android's JVM models)
 from ..errors import PockError
 from .socs import Soc, get_soc
 
