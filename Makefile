@@ -37,7 +37,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: setup
-	$(PY) -m pockengine.demo
+	cd demo-apps && $(abspath $(PY)) -m keyboard.sim.demo
 
 # make test also runs the end-to-end steps as an AVX2+FMA (x86-64-v3) machine builds them, first, so
 # an AVX-512 CI machine checks the vector width most phones and laptops have (its summary stays last).

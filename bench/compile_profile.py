@@ -55,7 +55,7 @@ def main() -> None:
 
     import pockengine as pe
     from pockengine import program as P
-    from pockengine.autodiff.rules import FULL
+    from pockengine.ops import FULL
     from pockengine.frontends.torch_export import tied_aliases
     from pockengine.lora import apply_lora
     from pockengine.quant import check_frozen_dtype

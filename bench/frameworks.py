@@ -130,7 +130,7 @@ def pe_variant(framework: str) -> dict:
 def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
     import pockengine as pe
     from pockengine.build.host import build_shared_library
-    from pockengine.trainer import Trainer
+    from pockengine.build.package import load_trainer
     var = pe_variant(framework)
     model, update, _, _, batches = ctx.load()
     (x, y) = batches[0]
@@ -154,10 +154,7 @@ def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
                 os.environ.pop("POCK_RUNTIME_DIR", None)
             else:
                 os.environ["POCK_RUNTIME_DIR"] = old
-    trainer = Trainer(str(lib), aliases=prog.aliases)
-    for name, v in prog.state.items():
-        if v.data is not None:
-            trainer.set_tensor(name, v.data)
+    trainer = load_trainer(prog, lib)
     ckpt = ctx.art_dir / "init.pockckpt"
     trainer.save(ckpt)
     _KEEP.append(trainer)

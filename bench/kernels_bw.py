@@ -22,6 +22,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables import bw_table_lines  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RT = ROOT / "codegen" / "runtime"
 KERNELS = ["activation", "optimizer", "layer_norm", "rms_norm", "linear", "gemm", "softmax", "loss", "elementwise",
@@ -42,16 +45,6 @@ def measure(mib: int = 64, march: str = "native", timeout: float = 600) -> dict:
     return res
 
 
-def table_lines(res: dict) -> list[str]:
-    lines = [f"Kernels on one thread (`bench/kernels_bw.cpp`, -march={res['march']}, {res['elements']} floats per "
-             f"array), against the measured bandwidth **{res['bandwidth_gbs']:.1f} GB/s** (triad, one thread):", "",
-             "| kernel | bound | GB/s | % of bandwidth | elements/ns |", "|---|---|---:|---:|---:|"]
-    for k in res["kernels"]:
-        lines.append(f"| {k['kernel']} | {'memory' if k['memory_bound'] else 'compute'} | {k['gbs']:.2f} | "
-                     f"{k['pct_bandwidth']:.0f}% | {k['elems_per_ns']:.3f} |")
-    return lines
-
-
 def update(results: Path, mib: int = 64) -> None:
     """Re-measure meta["kernels_bw"] of a results.json; rewrite its results.md and targets.md."""
     import time
@@ -61,7 +54,6 @@ def update(results: Path, mib: int = 64) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
     meta["kernels_bw_measured"] = f"{time.strftime('%Y-%m-%d %H:%M')} at commit {commit.strip() or '?'}"
     results.write_text(json.dumps(data, indent=1))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     from report import write_markdown
     import targets
     write_markdown(results.parent / "results.md", meta, data["rows"])
@@ -77,7 +69,7 @@ def main(argv=None) -> int:
     if a.update:
         update(Path(a.update), a.mib)
         return 0
-    print("\n".join(table_lines(measure(a.mib, a.march))))
+    print("\n".join(bw_table_lines(measure(a.mib, a.march))))
     return 0
 
 

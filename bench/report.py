@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 
-SCHEME_TITLES = {"full": "full", "last": "last layer", "sparse": "sparse"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tables import SCHEME_TITLES, bw_table_lines, sig, slower_on_more_threads, thread_pairs  # noqa: E402,F401
+
 COLUMNS = ["model", "scheme", "framework", "ms/step (median)", "p10 / p90 ms", "min-max ms", "speed vs eager", "GFLOP/s",
            "% of FMA peak", "train mem MiB", "loss @ step 1", "loss @ last step", "notes"]
 
@@ -18,17 +19,7 @@ def _f(v, fmt):
     return "n/a" if v is None else format(v, fmt)
 
 
-def _sig(v, digits=3) -> str:
-    """v with >= `digits` significant digits, never in scientific notation."""
-    if v is None:
-        return "n/a"
-    if v == 0 or not math.isfinite(v):
-        return str(v)
-    places = max(1, min(8, digits - 1 - math.floor(math.log10(abs(v)))))
-    return format(v, f".{places}f")
-
-
-_ms = _sig
+_ms = _sig = sig
 
 
 def _esc(s: str) -> str:
@@ -51,25 +42,6 @@ def table_lines(rows, loss_step=None) -> list[str]:
                      _esc("; ".join(r.get("notes") or []))]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
-
-
-def thread_pairs(rows) -> list[tuple[str, str, str, float, float]]:
-    """(title, scheme, framework, ms on 1 thread, ms on all threads) for every framework that ran both
-    ways in one run (pockengine vs pockengine-1t, pockengine-v3 vs -v3-1t, eager vs eager-1t), in row order."""
-    ms = {(r["title"], r["scheme"], r["framework"]): r["ms"] for r in rows if r["status"] == "ok"}
-    order = [(r["title"], r["scheme"], r["framework"]) for r in rows]
-    pairs = sorted({(t, s, fw) for (t, s, fw) in ms if not fw.endswith("-1t") and (t, s, fw + "-1t") in ms},
-                   key=order.index)
-    return [(t, s, fw, ms[(t, s, fw + "-1t")], ms[(t, s, fw)]) for t, s, fw in pairs]
-
-
-def slower_on_more_threads(rows, tolerance: float = 0.05) -> list[str]:
-    """The target "no row slower on 2 threads than on 1", checked: one line per PockEngine build and
-    (model, scheme) whose step on all threads took more than (1 + tolerance) x its step on one
-    thread in the same run (the tolerance absorbs the run-to-run noise of a median)."""
-    return [f"{t} / {SCHEME_TITLES.get(s, s)} / {fw}: {_ms(one)} ms on 1 thread, {_ms(two)} ms on more"
-            for t, s, fw, one, two in thread_pairs(rows)
-            if fw.startswith("pockengine") and two > (1 + tolerance) * one]
 
 
 def thread_lines(rows) -> list[str]:
@@ -140,8 +112,7 @@ def write_markdown(path: Path, meta: dict, rows: list[dict]) -> None:
         out += ["", f"The kernel tables below were measured again on {meta['kernels_bw_measured']} "
                     "(bench/kernels_bw.py --update), after the run above."]
     for res in meta.get("kernels_bw") or []:
-        from kernels_bw import table_lines as bw_lines
-        out += [""] + bw_lines(res)
+        out += [""] + bw_table_lines(res)
     stats = meta.get("stats") or {}
     if stats:
         out += ["", "PockEngine's compiled programs (`prog.stats()`):", "",

@@ -40,6 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+from tables import pct_reference, percentile  # noqa: E402,F401  (llm.py, threads_ab.py import percentile from here)
 
 # pockengine-1t / -v3 / -v3-1t: the same step on one thread and built for -march=x86-64-v3
 # (bench/frameworks.py); eager-1t: PyTorch eager on one thread; eager-v3[-1t]: PyTorch eager with its
@@ -68,15 +69,6 @@ def sample_load():
         time.sleep(5)
 
 
-def percentile(xs, q: float) -> float:
-    """The q-quantile of xs (0 <= q <= 1), linear between the two nearest ranks (numpy's default)."""
-    s = sorted(xs)
-    pos = q * (len(s) - 1)
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
-
-
 def log(msg: str):
     print(f"[{time.perf_counter() - T0:7.1f}s] {msg}", flush=True)
 
@@ -92,15 +84,6 @@ def fma_peak(threads: int, out_dir: Path, march: str = "native") -> dict:
     except (OSError, subprocess.SubprocessError, ValueError) as e:
         log(f"FMA peak microbenchmark failed: {e}")
         return {}
-
-
-def pct_reference(framework: str, threads: int, peak: dict, peak_v3: dict) -> float | None:
-    """The FMA peak a row's "% of peak" is taken against: the -v3 builds against the AVX2 peak,
-    the one-thread rows against one core's."""
-    p = peak_v3 if "-v3" in framework and peak_v3 else peak
-    if not p:
-        return None
-    return p.get("single_gflops") if threads == 1 or framework.endswith("-1t") else p.get("all_gflops")
 
 
 def cpu_name() -> str:

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from tables import pct_reference, slower_on_more_threads, thread_pairs  # noqa: E402  (the peak run.py's "% of peak" is taken against)
 
 
 @dataclass
@@ -96,8 +98,6 @@ def step_targets(results: dict | None) -> list[Target]:
     rows = (results or {}).get("rows", [])
     meta = (results or {}).get("meta", {})
     fw = "pockengine-v3"
-    sys.path.insert(0, str(HERE))
-    from run import pct_reference  # the peak run.py's "% of peak" of this row is taken against
     peak_v3 = pct_reference(fw, meta.get("threads") or 0, {}, meta.get("peak_v3") or {})
     out = []
     for workload, title, scheme, bound in (("transformer", "transformer LM", "full", 1.5),
@@ -126,7 +126,6 @@ def step_targets(results: dict | None) -> list[Target]:
                       detail=(f"lowest: {worst['kernel']}" + (f"; measured again {again}" if again else ""))
                       if worst else ""))
     slower = None
-    from report import slower_on_more_threads, thread_pairs
     if rows and any(fw.startswith("pockengine") for _, _, fw, _, _ in thread_pairs(rows)):
         slower = slower_on_more_threads(rows)
     out.append(Target(17, "PockEngine rows slower on 2 threads than on 1", None if slower is None else

@@ -10,7 +10,7 @@ import torch
 import torch.nn as nn
 
 import pockengine as pe
-from pockengine.autodiff.rules import FULL
+from pockengine.ops import FULL
 from pockengine.frontends.torch_export import resolve_loss
 from pockengine.program import resolve_update
 

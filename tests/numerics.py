@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from helpers import reference_train
-from pockengine.autodiff.rules import FULL
+from pockengine.ops import FULL
 
 FACTOR = 4.0        # our error may be this many times PyTorch fp32's
 REL_FLOOR = 1e-6    # plus this fraction of the tensor's largest fp64 magnitude (~8 fp32 ulps)

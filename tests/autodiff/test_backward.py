@@ -10,7 +10,7 @@ import pockengine as pe
 from models import GPT, batches
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
 from pockengine.autodiff import backward
-from pockengine.autodiff.rules import FULL
+from pockengine.ops import FULL
 
 
 def _compile(model, data, update):

@@ -2,6 +2,8 @@
 travel, frozen elements stay bit-identical on every client and on the server, and a Flower
 round equals FedAvg of the clients' uploads. Also the loopback processes and Ray engines."""
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -9,11 +11,13 @@ import torch
 
 import pockengine as pe
 from pockengine.bundle import write_bundle
-from pockengine.demo import keyboard
 from pockengine.federated import sparse
 from pockengine.federated.data import User
 from pockengine.federated.flower import PockClient, Setup, SparseFedAvg, run_inprocess, run_processes, run_ray
 from pockengine.federated.simulate import ClientFactory
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "demo-apps"))
+from keyboard.model.lm import KeyboardLM  # noqa: E402  (the demo's model; the library imports no demo)
 
 VOCAB, B, T = 40, 2, 6
 UPDATE = {"lstm.weight_ih_l0": 0.5, "lstm.bias_*": 1.0, "out.weight": 0.5, "out.bias": 1.0}
@@ -24,7 +28,7 @@ def tiny(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("fed")
     torch.manual_seed(0)
     x = torch.randint(0, VOCAB, (B, T))
-    prog = pe.compile(keyboard().model.lm.KeyboardLM(VOCAB, emb=8, hidden=12), (x,), (x,), loss="cross_entropy", update=UPDATE,
+    prog = pe.compile(KeyboardLM(VOCAB, emb=8, hidden=12), (x,), (x,), loss="cross_entropy", update=UPDATE,
                       optimizer=pe.AdamW(lr=1e-2, weight_decay=0.0), name="fedtiny")
     trainer = prog.build()
     trainer.save(tmp / "initial.pockckpt")

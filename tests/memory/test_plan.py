@@ -7,7 +7,7 @@ import torch
 
 import pockengine as pe
 from models import MODELS, SPARSE, batches
-from pockengine.ir.ops import OPS
+from pockengine.ops import REGISTRY
 from pockengine.memory.plan import ALIGN, MemoryPlan, plan_memory, root_of, verify_plan
 from pockengine.passes.schedule import schedule
 
@@ -182,7 +182,7 @@ def test_reshape_view_shares_its_source_offset():
         for n in order:
             if n.op != "reshape" or n.inputs[0].in_state:
                 continue
-            assert OPS["reshape"].view
+            assert REGISTRY["reshape"].view
             src, view = n.inputs[0], n.out
             assert plan.offset(view) == plan.offset(src)
             assert all(b.value is not view for b in plan.buffers)  # no storage of its own
@@ -291,7 +291,7 @@ def test_in_place_ops_reuse_a_dying_input_and_shrink_the_arena():
     for b in plan.buffers:
         for v in b.aliases:
             n = v.producer
-            if n is not None and not OPS[n.op].view:
+            if n is not None and not REGISTRY[n.op].view:
                 src = [x for x in n.inputs if x is not None and not x.in_state and buffer_of(plan, x) is b]
                 for x in src:
                     later = [m for m in order[order.index(n) + 1:] if x in m.inputs]

@@ -69,7 +69,7 @@ def test_package_imports_form_a_dag():
 
 def test_library_imports_nothing_from_demo_apps():
     """The demo's model and runner live in demo-apps/ and import the library, never the
-    reverse; pockengine.demo only finds demo-apps/ at run time to start its runner."""
+    reverse."""
     apps = {p.name for p in (PACKAGE.parents[1] / "demo-apps").iterdir() if p.is_dir()}
     assert "keyboard" in apps
     for path in PACKAGE.rglob("*.py"):
@@ -80,3 +80,12 @@ def test_library_imports_nothing_from_demo_apps():
             assert not any(n.split(".")[0] in apps for n in names), f"{path.name} imports {names} from demo-apps"
         if path.name != "demo.py":
             assert "demo-apps" not in text, f"{path} reaches into the checkout's demo-apps/"
+
+
+
+def test_the_demo_runners_live_in_demo_apps():
+    """`make demo` runs the keyboard demo's runner in demo-apps/ (keyboard.sim.demo); the package
+    has no demo runner that would have to find demo-apps/ at run time (issue 35)."""
+    assert not (PACKAGE / "demo.py").exists()
+    assert (PACKAGE.parents[1] / "demo-apps" / "keyboard" / "sim" / "demo.py").is_file()
+    assert "cd demo-apps && $(abspath $(PY)) -m keyboard.sim.demo" in (PACKAGE.parents[1] / "Makefile").read_text()

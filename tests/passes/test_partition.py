@@ -6,7 +6,7 @@ import torch
 import pockengine as pe
 from models import MODELS, SPARSE, batches
 from pockengine.backends.vulkan import supports
-from pockengine.ir.ops import OPS
+from pockengine.ops import REGISTRY
 from pockengine.passes.partition import (CostModel, Device, format_partition, partition, plan_spaces,
                                          trained_dependents)
 
@@ -49,7 +49,7 @@ def test_vulkan_takes_what_it_has_shaders_for_with_explicit_transfers(name):
         if n.op in ("transfer", "state_transfer"):
             continue
         want = "vulkan" if supports(n) else "cpu"
-        if not OPS[n.op].view:
+        if not REGISTRY[n.op].view:
             assert part.backend[id(n)] == want, n
     on_vk = {n.op for n in part.nodes_on("vulkan")}
     assert {"linear", "linear_bwd_weight", "cross_entropy", "cross_entropy_bwd", "sgd_update"} <= on_vk
@@ -120,20 +120,20 @@ def test_the_partitioner_decides_the_frozen_prefix(npu):
     stem = ["conv2d", "batch_norm_eval"] * 3
     slow = CostModel({**CostModel().devices, "htp": Device(1.0, 1.0, 1.0), npu: Device(1.0, 1.0, 1.0)})
     part = partition(prog.order, prog.graph, ["htp", "cpu"], cost=slow)
-    ops = [n.op for n in part.nodes_on("htp") if not OPS[n.op].view]
+    ops = [n.op for n in part.nodes_on("htp") if not REGISTRY[n.op].view]
     # the step also slices the stem's output for project.weight's sparse gradient: work the
     # inference pass does not share, so the split leaves it to the CPU
     assert [op for op in ops if op != "slice"] == stem and ops.count("slice") == 1
     check_spaces(part)
     prefix, suffix = split_prefix(prog, "htp")
     assert [n.op for n in prefix.nodes] == stem
-    assert [n.op for n in prefix.partition.nodes_on("htp") if not OPS[n.op].view] == stem
+    assert [n.op for n in prefix.partition.nodes_on("htp") if not REGISTRY[n.op].view] == stem
     assert "slice" in [n.op for n in suffix.graph.nodes if n.phase == "forward"]
     text = format_partition(prefix.partition)
     assert "\n  htp        6 nodes" in text and "segments: htp[" in text, text
 
     part = partition(prog.order, prog.graph, [npu, "cpu"], cost=slow)
-    assert [n.op for n in part.nodes_on(npu) if not OPS[n.op].view] == ["conv2d"]
+    assert [n.op for n in part.nodes_on(npu) if not REGISTRY[n.op].view] == ["conv2d"]
     assert f"\n  {npu:7}    1 nodes" in format_partition(part)
     check_spaces(part)
     prefix, suffix = split_prefix(prog, npu)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine.autodiff.rules import FULL
+from pockengine.ops import FULL
 from pockengine.search import (Budget, SchemeCompiler, candidate_groups, last_layer_update,
                                measure_contributions, search, split_batches)
 from models import MODELS, SPARSE, batches

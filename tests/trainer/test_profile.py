@@ -12,7 +12,7 @@ import torch
 import pockengine as pe
 from pockengine.build.host import build_shared_library
 from pockengine.errors import PockError
-from pockengine.ir.ops import flops
+from pockengine.ops import flops
 from pockengine.profile import Profile, format_table, summarize
 from pockengine.trainer import Trainer, _NodeProfile
 

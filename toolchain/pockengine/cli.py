@@ -103,15 +103,13 @@ def _did_you_mean(key: str, valid) -> str:
 
 def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
     """Sources, CMakeLists.txt, the library, initial weights, the model bundle
-    and the summary in out/.  With "htp" among the backends the frozen prefix
-    is split off, compiled to a QNN context binary for `soc` and recorded in
-    the bundle; the library is then the step that follows it."""
-    from .backends import split_roles
-    from .bundle import write_bundle
-    from .codegen import RUNTIME_DIR
-    from .program import build, check_backends, emit
-    backends = check_backends(backends)
+    and the summary in out/ (build/package.package for the host).  With "htp" among the
+    backends the frozen prefix is split off, compiled to a QNN context binary for `soc` and
+    recorded in the bundle; the library is then the step that follows it."""
     from .backends import get
+    from .build.package import Target, package
+    from .program import check_backends
+    backends = check_backends(backends)
     off = [b for b in backends if "host" not in get(b).platforms]
     if off:  # e.g. the reference interpreter: it runs in Python and builds nothing to ship
         where = "; ".join(f"{b} builds for --platform {','.join(get(b).platforms)}"
@@ -119,38 +117,25 @@ def build_host(prog, out: Path, backends=None, soc: str | None = None) -> dict:
         raise PockError(f"--platform host: --backends {','.join(off)} "
                         f"{'builds' if len(off) == 1 else 'build'} no library for a device"
                         + (f" ({where})" if where else ""))
-    out.mkdir(parents=True, exist_ok=True)
-    prefix, step_prog = None, prog
-    prefix_backend, backends = split_roles(backends)
-    if prefix_backend is not None:
-        name = prefix_backend.name
-        prefix, step_prog = prefix_backend.split(prog)
-        print(f"partition: {name} runs the frozen prefix {prefix!r}" if prefix else
-              f"partition: no frozen prefix for {name} (every forward op leads to a gradient); the step runs without it")
-        if prefix is not None and getattr(prefix, "partition", None) is not None:
-            from .passes.partition import format_partition
-            print(format_partition(prefix.partition))  # the step as the partitioner split it
-    source = emit(step_prog, backends)  # the one source: written, summarized, built and hashed
-    if source.partition is not None:
-        from .passes.partition import format_partition
-        print(format_partition(source.partition))
-    cpp = out / f"{prog.name}.cpp"
-    cpp.write_text(source.text)
-    (out / "CMakeLists.txt").write_text(cmake_lists(prog.name, RUNTIME_DIR, vulkan="vulkan" in source.backends))
-    (out / "summary.md").write_text(step_prog.summary(source))
-    trainer = build(step_prog, source, out_dir=out / "build")
-    lib = Path(trainer.lib_path)
-    target = out / f"libpock_{prog.name}{lib.suffix}"
+    return package(prog, backends, Target("host", _host_compile, _host_layout, prefix_soc=soc), out)
+
+
+def _host_compile(step, source, cpp: Path) -> dict:
+    """The host library of the written source (its step backend's, build/package.compile_library)."""
+    from .build.package import compile_library
+    lib = compile_library(step, source, cpp.parent / "build")
+    target = cpp.parent / f"libpock_{step.name}{lib.suffix}"
     target.write_bytes(lib.read_bytes())
-    weights = out / f"{prog.name}.pockckpt"
-    trainer.save(str(weights))
-    trainer.close()
-    files = {"library": target, "weights": weights, "source": cpp}
-    prefix_entry = None
-    if prefix is not None:
-        prefix_entry = prefix_backend.export(prefix, out / "bundle", soc)
-        files["prefix"] = out / "bundle" / prefix_entry["files"]["context_binary"]
-    files["bundle"] = write_bundle(step_prog, weights, out / "bundle", prefix=prefix_entry, source=source)
+    return {"library": target}
+
+
+def _host_layout(step, source, out: Path, libraries: dict, weights: Path, bundle: Path, prefix_entry) -> dict:
+    """CMakeLists.txt beside the source; the files pock-build lists."""
+    from .codegen import RUNTIME_DIR
+    (out / "CMakeLists.txt").write_text(cmake_lists(step.name, RUNTIME_DIR, vulkan="vulkan" in source.backends))
+    files = {"library": libraries["library"], "weights": weights}
+    if prefix_entry is not None and "context_binary" in prefix_entry.get("files", {}):
+        files["prefix"] = bundle / prefix_entry["files"]["context_binary"]
     return files
 
 

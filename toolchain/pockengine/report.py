@@ -3,8 +3,7 @@ from __future__ import annotations
 
 import math
 
-from .autodiff.rules import FULL
-from .ir.ops import flops
+from .ops import FULL, flops
 
 
 def _mib(n: int) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch.nn as nn
 
-from .autodiff.rules import FULL
+from .ops import FULL
 from .errors import PockError
 from .frontends.torch_export import check_example, resolve_loss, tied_aliases
 from .optim.optimizers import SGD, Optimizer

@@ -212,7 +212,9 @@ class Trainer:
     prefix_manifest = None  # a prefix backend's manifest["prefix"] (backends/htp.py)
 
     def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None,
-                 strict: bool = False, open_device=None, input_stage=None):
+                 strict: bool = False, open_device=None, input_stage=None, partition=None, prefix_manifest=None,
+                 lora_adapters: Mapping[str, float] | None = None, trained_names: Sequence[str] | None = None,
+                 decoder=None):
         """aliases: {name: canonical name} for tied parameters that PyTorch's
         state_dict lists under several names but the library stores once.
 
@@ -222,7 +224,12 @@ class Trainer:
         open_device: the device hook, called with lib_path before the library is loaded
         (a backend's Backend.open, e.g. Vulkan's: PockError naming what is missing).
 
-        input_stage: see the class docstring and use_input_stage()."""
+        input_stage: see the class docstring and use_input_stage().
+
+        What the program it was built from says about it (build.package.load_trainer passes them):
+        partition (the step's backend partition), prefix_manifest (a prefix backend's
+        manifest["prefix"]), lora_adapters ({module: scaling}: merged_state_dict, export_adapter),
+        trained_names (save(trained_only=True)), decoder (generation's view of a Llama-family LM)."""
         self._handle = None  # first, so that close()/__del__ work whatever fails below
         self._lock = threading.RLock()
         self.strict = bool(strict)
@@ -230,8 +237,11 @@ class Trainer:
         self.last_step_status = "ok"    # "ok" | "skipped" | "partial" (non-finite, see step()) for the last step()
         self.last_step_message = ""     # why the last step was skipped
         self._aliases = dict(aliases or {})
-        self.lora_adapters: dict[str, float] = {}  # {module: scaling} of a compile(lora=...) step
-        self.trained_names: list[str] | None = None  # set by prog.build(); for save(trained_only=True)
+        self.lora_adapters: dict[str, float] = dict(lora_adapters or {})  # {module: scaling} of a compile(lora=...) step
+        self.trained_names: list[str] | None = list(trained_names) if trained_names is not None else None
+        self.partition = partition  # passes/partition.Partition of a step built over several backends
+        self.prefix_manifest = prefix_manifest  # a prefix backend's manifest["prefix"] (backends/htp.py)
+        self.decoder = decoder  # decoder.DecoderSpec of a Llama-family LM (generate, export_adapter)
         self.lib_path = Path(lib_path)
         if open_device is not None:
             open_device(lib_path)

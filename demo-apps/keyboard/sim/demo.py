@@ -1,4 +1,4 @@
-"""`make demo` (`python -m pockengine.demo`): the keyboard personalization simulation.
+"""`make demo` (`cd demo-apps && python -m keyboard.sim.demo`): the keyboard personalization simulation.
 
 A base next-word model pretrained on generic English (Debian's `fortunes`) is fine-tuned,
 through PockEngine's compiled C++ training step, on one user's typed sentences (legal
@@ -9,11 +9,13 @@ memory and time per step, and writes out/keyboard_personalization.png. Then smar
 the apps call (tokenizer -> step -> generate), beside the LSTM model (--no-smart-compose skips it).
 
 The model is model/lm.py's KeyboardLM; the simulation is simulate.py.  This runner imports
-the library; the library's `pockengine.demo` only locates demo-apps/ and calls main().
+the library; the library imports nothing from demo-apps/.  `--model smollm2` runs
+pockengine.demo_llm on this demo's user text instead.
 """
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from pathlib import Path
 
@@ -21,7 +23,11 @@ ROOT = Path(__file__).resolve().parents[3]  # the checkout
 
 
 def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m pockengine.demo", description=__doc__.splitlines()[0])
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--model" in argv or any(a.startswith("--model=") for a in argv):
+        from pockengine.demo_llm import main as llm_main  # --model smollm2
+        return llm_main(argv, corpus=ROOT / "demo-apps" / "keyboard" / "data" / "corpus.txt")
+    ap = argparse.ArgumentParser(prog="python -m keyboard.sim.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6, help="rounds in which the user's text arrives")
     ap.add_argument("--out", default=str(ROOT / "out" / "keyboard_personalization.png"))
     ap.add_argument("--search-mb", type=float, default=None,
@@ -61,3 +67,11 @@ def main(argv=None) -> None:
         from . import smart_compose
         print("\nSmart compose: the same user with SmolLM2-135M (LoRA), next to the LSTM keyboard model")
         smart_compose.main(rest, lstm=result)
+
+
+if __name__ == "__main__":
+    import pockengine as pe
+    try:
+        main()
+    except pe.PockError as e:
+        sys.exit(f"keyboard.sim.demo: error: {e}")

@@ -1,7 +1,7 @@
 """Smart compose on the keyboard: SmolLM2-135M personalized with LoRA on the user's typed
 sentences, then suggesting the next words — through the same C API the apps call.
 
-    python -m pockengine.demo --smart-compose [--steps 40] [--seq 64]
+    python -m keyboard.sim.demo --smart-compose [--steps 40] [--seq 64]
 
 The keyboard demo's user (legal prose, data/corpus.txt) types the same sentences the LSTM
 keyboard model trains on (model/corpora.py's typed / held-out split). The host simulation
@@ -220,7 +220,7 @@ def plot(result: dict, path: Path) -> Path:
 
 
 def main(argv=None, lstm: dict | None = None) -> dict:
-    ap = argparse.ArgumentParser(prog="python -m pockengine.demo --smart-compose", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m keyboard.sim.demo --smart-compose", description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)

@@ -6,12 +6,20 @@ on a path between them, and gradients are emitted for exactly those nodes.
 A parameter used several times (tied weights) receives the sum of its
 gradients (sum_grads: an embedding's row scatter sums onto the other use's).
 Partial updates (need = k) get gradients of shape (shape[0], k, ...).
+
+The gradient rules live in the op records (pockengine/ops, `OpRecord.grad`):
+rule(b, node, gouts, need) -> one gradient (or None) per input. `gouts[i]` is the
+gradient flowing into output i (None: nothing flows); `need[i]` is None (input i needs
+no gradient), FULL, or an int k: only the first k slices along dim 1 of that parameter
+are trained. Only the inputs in a record's `partial` get k itself (the rule computes just
+that slice, saving just the activation slice it needs); for every other input the driver
+asks for FULL and slices the result.
 """
 from __future__ import annotations
 
 from ..errors import PockError
 from ..ir.graph import Graph, Node, Value, dependents
-from .rules import FULL, PARTIAL, RULES
+from ..ops import FULL, REGISTRY
 
 
 class GradBuilder:
@@ -101,12 +109,12 @@ def build_backward(g: Graph, trained: dict[str, object]) -> dict[str, Value]:
                 need.append(None)
             elif id(v) in params:
                 k = trained[params[id(v)]]
-                need.append(k if (k is FULL or i in PARTIAL.get(n.op, ())) else FULL)
+                need.append(k if (k is FULL or i in REGISTRY[n.op].partial) else FULL)
             else:
                 need.append(FULL)
         if not any(need):
             continue
-        fn = RULES.get(n.op)
+        fn = REGISTRY[n.op].grad if n.op in REGISTRY else None
         if fn is None:
             raise PockError(f"no gradient rule for op '{n.op}' (in {n.source or 'the model'})")
         b.node = n

@@ -13,7 +13,10 @@ and ExecuTorch's partitioner/preprocess split, written for this compiler):
                   frozen prefix included
   emit(prog, cost)            step backends: the step's codegen.Source with this backend's
                               partition (None: the all-CPU renderer)
-  build(prog, source, out)    step backends: compile and load `source` (None: the host build)
+  compile(prog, source, out)  step backends: the host library of `source` (None: the CPU
+                              runtime's; build/package.compile_library), loaded with `open`
+  build(prog, source, out)    step backends that load without a library (the reference
+                              interpreter): their trainer for `source`
   split(prog)                 prefix backends: (prefix or None, the program that follows it), cut
                               where the partitioner puts its nodes (passes/prefix.split_prefix)
   build_with(prog, others, out, **kw)  prefix backends: a trainer running the prefix here
@@ -57,6 +60,7 @@ class Backend:
     inference_only: bool = False
     supports: Callable | None = None
     emit: Callable | None = None
+    compile: Callable | None = None
     build: Callable | None = None
     split: Callable | None = None
     build_with: Callable | None = None

@@ -11,8 +11,6 @@ from ..memory.plan import root_of
 from ..ops import REGISTRY
 from ..ops.cpp import MACRO, _n, cstr
 
-# op -> the record's C++ call builder (e, node, *input pointers, *output pointers) -> line(s)
-EMITTERS: dict = {name: r.cpu for name, r in REGISTRY.items() if r.cpu is not None}
 
 @dataclass(frozen=True)
 class EmitOptions:

@@ -217,10 +217,7 @@ def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, p
                                        precision=precision, runtime="onnxruntime-qnn")
         return HtpRunner(prefix, built[0]), manifest
 
-    trainer = build_with_prefix(prog, other_backends, out_dir, "htp", prepare)
-    if built:
-        trainer.htp = built[0]
-    return trainer
+    return build_with_prefix(prog, other_backends, out_dir, "htp", prepare)
 
 
 # ---- Qualcomm AI Hub -------------------------------------------------------------------------------

@@ -97,6 +97,7 @@ class ReferenceTrainer:
         self._order = [name for name, v in sorted(prog.state.items(), key=lambda kv: prog.state_offsets[kv[0]])
                        if v.kind in ("param", "buffer")]
         self._aliases = dict(prog.aliases)
+        self.lora_adapters, self.trained_names, self.decoder = dict(prog.lora_adapters), list(prog.trained), prog.decoder
 
     def _tensor(self, data, dtype: str) -> torch.Tensor:
         t = torch.from_numpy(np.array(data, copy=True))

@@ -1,6 +1,6 @@
 """Vulkan backend: the trainable part of the step as GLSL compute shaders.
 
-    trainer = prog.build(backends=["vulkan", "cpu"])   # -> build_vulkan(prog, out_dir)
+    trainer = prog.build(backends=["vulkan", "cpu"])   # -> compile_vulkan + load_trainer (build/package.py)
 
 The partitioner (passes/partition.py) puts every node that has a shader here
 (`supports`) on Vulkan and the rest on the CPU, with explicit transfer nodes.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from ..errors import PockError
 from ..ir.graph import Node, Value
-from ..ir.ops import flops
+from ..ops import flops
 from ..memory.plan import ALIGN, root_of
 from ..ops.cpp import _fit, bcast_strides, strides
 from ..passes.partition import ALWAYS, partition, plan_spaces
@@ -675,23 +675,15 @@ def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None, options: EmitOption
 
 
 # ---- building and loading ----------------------------------------------------------------------------------
-def build_vulkan(prog, out_dir=None, cost=None, source=None):
-    """Compile and load the step with its trainable part on Vulkan (from `source`, an
-    emit_vulkan result, or emitted here)."""
+def compile_vulkan(prog, source, out_dir=None) -> Path:
+    """The host library of `source` (an emit_vulkan result): the step with the Vulkan runtime,
+    linked to the Vulkan loader."""
     from ..build.host import build_shared_library, cache_dir, write_source
     from ..build.vulkan import LINK_FLAGS, runtime_sources, vulkan_dir
 
-    source = source if source is not None else emit_vulkan(prog, cost=cost)
     src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
     path = write_source(src_dir / f"{prog.name}-vk-{source.hash}.cpp", source.text)
-    lib = build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
-    from ..trainer import Trainer
-    trainer = Trainer(str(lib), aliases=prog.aliases, open_device=open_backend)
-    trainer.partition = source.partition
-    for name, v in prog.state.items():
-        if v.data is not None:
-            trainer.set_tensor(name, v.data)
-    return trainer
+    return build_shared_library([path, *runtime_sources()], src_dir, ("-I", str(vulkan_dir()), *LINK_FLAGS))
 
 
 def open_backend(lib_path) -> None:
@@ -729,7 +721,7 @@ register(Backend(
     Device(flops_per_s=200e9, dispatch_s=1e-6, handover_s=30e-6),
     supports=supports,
     emit=lambda prog, cost=None, options=None: emit_vulkan(prog, cost=cost, options=options),  # over ("vulkan", "cpu")
-    build=lambda prog, source, out_dir=None: build_vulkan(prog, out_dir, source=source),
+    compile=compile_vulkan,
     open=open_backend, check_target=_check_soc,
     platforms=("host",),
     doc="the trainable part of the step as SPIR-V compute shaders (codegen/runtime/vulkan)"))

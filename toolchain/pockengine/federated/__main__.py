@@ -1,6 +1,7 @@
-"""python -m pockengine.federated simulate --clients N --rounds R [--scheme sparse|full]
-[--engine simulation|processes|inprocess]: federated personalization of the keyboard demo
-on Flower (see pockengine/federated/__init__.py). `client` is the entry of one client
+"""python -m pockengine.federated simulate --task MODULE:FUNCTION --clients N --rounds R
+[--scheme sparse|full] [--engine simulation|processes|inprocess]: federated personalization on
+Flower (see pockengine/federated/__init__.py); the keyboard demo's task is
+keyboard.sim.federated:task, run from the demo apps' folder. `client` is the entry of one client
 process of `--engine processes` (started by the server side, not by hand)."""
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from pathlib import Path
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m pockengine.federated", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    s = sub.add_parser("simulate", help="N simulated keyboard users, R rounds of federated averaging")
+    s = sub.add_parser("simulate", help="N simulated users, R rounds of federated averaging")
+    s.add_argument("--task", required=True, metavar="MODULE:FUNCTION",
+                   help="function(scheme) -> federated.simulate.Task: the model, tokenizer and evaluation "
+                        "(the keyboard demo's: keyboard.sim.federated:task, run from the demo apps' folder)")
     s.add_argument("--clients", type=int, default=8)
     s.add_argument("--rounds", type=int, default=5)
     s.add_argument("--scheme", choices=("sparse", "full"), default="sparse")
@@ -45,10 +49,10 @@ def main(argv=None) -> int:
         client_main(args.run_dir, args.user, args.server, args.timeout)
         return 0
     from . import report
-    from .simulate import simulate
+    from .simulate import load_task, simulate
 
     out = Path(args.out)
-    result = simulate(clients=args.clients, rounds=args.rounds, scheme=args.scheme, engine=args.engine,
+    result = simulate(load_task(args.task, args.scheme), clients=args.clients, rounds=args.rounds, scheme=args.scheme, engine=args.engine,
                       local_steps=args.local_steps, personalize_steps=args.personalize_steps,
                       clients_per_round=args.clients_per_round, clip=args.clip, noise_multiplier=args.noise,
                       delta=args.delta, seed=args.seed, held_tokens=args.held_tokens,

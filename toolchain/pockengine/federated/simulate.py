@@ -1,18 +1,22 @@
-"""`python -m pockengine.federated simulate`: N keyboard users improve the shared base model.
+"""`python -m pockengine.federated simulate --task MODULE:FUNCTION`: N users improve a shared model.
 
-The keyboard demo's base model (pretrained on Debian's fortunes) is compiled with the
-app's sparse scheme (or a full update) exactly as `pock-build ...spec.py:make_base` does,
-its bundle written, and N simulated phones (one licence text each, data.py) run R rounds of
+A `Task` says what is trained and how it is measured: the compiled base model, the tokenizer
+that turns each user's text into tokens, the evaluation (top-1/top-3 next-token accuracy) and
+the batch shape. The keyboard demo's task is keyboard/sim/federated.py of the demo apps
+(`--task keyboard.sim.federated:task`, run from their folder): this module imports no demo. Its
+bundle is written, and N simulated phones (one licence text each, data.py) run R rounds of
 federated averaging through Flower. After the rounds every user personalizes the global
 model locally and is measured on their own held-out sentences. It prints a table, writes
 a report and a plot, and ends with the one-line summary.
 """
 from __future__ import annotations
 
+import importlib
 import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -60,17 +64,31 @@ class ClientFactory:
         return PockClient(self.setup, self.users[i], i)
 
 
-def keyboard_program(scheme: str):
-    """pe.compile of the keyboard demo's base model (spec.py:make_base) with the scheme."""
-    import pockengine as pe
-    from ..demo import keyboard
+@dataclass(frozen=True)
+class Task:
+    """What a federated simulation trains and measures."""
+    program: object  # the compiled base model (pe.compile), trained with the scheme asked for
+    tokenizer: object  # turns a user's text into token ids (data.users)
+    evaluate: Callable  # evaluate(trainer, tokenizer, tokens, batch, seq) -> (top-1, top-3)
+    batch: int
+    seq: int
 
-    kb = keyboard()
-    spec = kb.model.spec
-    update = {"sparse": kb.model.lm.SPARSE_UPDATE, "full": "full"}.get(scheme)
-    if update is None:
-        raise PockError(f"--scheme must be 'sparse' or 'full', got {scheme!r}")
-    return pe.compile(**spec.make_base(update=update)), kb
+
+def load_task(ref: str, scheme: str) -> Task:
+    """The Task of `ref` ("module:function", the module importable from here) for `scheme`."""
+    module, _, fn = ref.partition(":")
+    if not module or not fn:
+        raise PockError(f"--task must be MODULE:FUNCTION (e.g. keyboard.sim.federated:task, run from "
+                        f"the demo apps' folder), got {ref!r}")
+    try:
+        make = getattr(importlib.import_module(module), fn)
+    except (ImportError, AttributeError) as e:
+        raise PockError(f"--task {ref}: {e} (the keyboard demo's task is keyboard.sim.federated:task, "
+                        f"importable when run from the demo apps' folder)") from None
+    task = make(scheme)
+    if not isinstance(task, Task):
+        raise PockError(f"--task {ref} returned {type(task).__name__}, not a pockengine.federated.simulate.Task")
+    return task
 
 
 def full_upload_bytes(trainer) -> int:
@@ -81,7 +99,8 @@ def full_upload_bytes(trainer) -> int:
     return sum(len(t) for t in ndarrays_to_parameters(arrays).tensors)
 
 
-def simulate(clients: int = 8, rounds: int = 5, scheme: str = "sparse", engine: str = "simulation",
+def simulate(task: Task | None = None, clients: int = 8, rounds: int = 5, scheme: str = "sparse",
+             engine: str = "simulation",
              local_steps: int = 20, personalize_steps: int = 30, clients_per_round: int | None = None,
              clip: float | None = None, noise_multiplier: float = 0.0, delta: float = 1e-5,
              seed: int = 0, work_dir: Path | None = None, held_tokens: int = 1200, log=print) -> Result:
@@ -89,12 +108,12 @@ def simulate(clients: int = 8, rounds: int = 5, scheme: str = "sparse", engine: 
         raise PockError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if rounds < 1:
         raise PockError(f"--rounds must be >= 1, got {rounds}")
+    if not isinstance(task, Task):
+        raise PockError(f"simulate needs a Task (what to train and how to measure it), got {type(task).__name__}")
     from ..bundle import write_bundle
 
     t_start = time.perf_counter()
-    prog, kb = keyboard_program(scheme)
-    lm, evaluate = kb.model.lm, kb.sim.simulate.evaluate
-    tok = kb.model.tokenizer.Tokenizer.load()
+    prog, tok, evaluate, batch, seq = task.program, task.tokenizer, task.evaluate, task.batch, task.seq
     t0 = time.perf_counter()
     server = prog.build()                      # cached by content after the first build
     log(f"[{scheme}] compiled step {server.lib_path.name} ready in {time.perf_counter() - t0:.1f}s")
@@ -110,12 +129,12 @@ def simulate(clients: int = 8, rounds: int = 5, scheme: str = "sparse", engine: 
     log(f"{clients} users ({', '.join(u.name for u in population)}): {sum(len(u.typed) for u in population)} "
         f"typed tokens; global held-out set {len(held)} tokens")
     setup = Setup(lib=str(server.lib_path), bundle=str(bundle), scheme=sparse.encode_scheme(elements),
-                  batch=lm.BATCH, seq=lm.SEQ, local_steps=local_steps, seed=seed)
+                  batch=batch, seq=seq, local_steps=local_steps, seed=seed)
     base_state = {n: server.get_tensor(n) for n in {e.name for e in elements}}
 
     def evaluate_global(global_params):
         sparse.write_elements(server, elements, [global_params[e.name][e.index()] for e in elements])
-        return evaluate(server, tok, held, lm.BATCH, lm.SEQ)
+        return evaluate(server, tok, held, batch, seq)
 
     strategy = SparseFedAvg(elements, base_state, evaluate_fn=evaluate_global,
                             clients_per_round=clients_per_round or clients, population=clients,
@@ -138,12 +157,12 @@ def simulate(clients: int = 8, rounds: int = 5, scheme: str = "sparse", engine: 
     rng = np.random.default_rng(seed + 1)
     for u in population:   # local personalization on top of the global model, on the user's own text
         server.load(work / "initial.pockckpt")
-        base3 = evaluate(server, tok, u.held, lm.BATCH, lm.SEQ)[1]
+        base3 = evaluate(server, tok, u.held, batch, seq)[1]
         sparse.write_elements(server, elements, global_arrays)
-        glob3 = evaluate(server, tok, u.held, lm.BATCH, lm.SEQ)[1]
+        glob3 = evaluate(server, tok, u.held, batch, seq)[1]
         for _ in range(personalize_steps):
-            server.step(*((a,) for a in windows(u.typed, lm.BATCH, lm.SEQ, rng)))
-        pers3 = evaluate(server, tok, u.held, lm.BATCH, lm.SEQ)[1]
+            server.step(*((a,) for a in windows(u.typed, batch, seq, rng)))
+        pers3 = evaluate(server, tok, u.held, batch, seq)[1]
         result.users.append((u.name, len(u.typed), base3, glob3, pers3))
     server.close()
     result.wall_seconds = time.perf_counter() - t_start

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..autodiff.rules import FULL
+from ..ops import FULL
 from ..errors import PockError
 from ..program import resolve_update
 

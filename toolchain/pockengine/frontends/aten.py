@@ -431,7 +431,7 @@ def _batched_mm(c, a, b):
                              _reshape(c, b, b.shape[-2:])])
         return _reshape(c, y, ba + (a.shape[-2], b.shape[-1]))
     if ba != bb and math.prod(ba) != 1:
-        from ..ir.ops import broadcast_shapes
+        from ..ops.shape import broadcast_shapes
         full = broadcast_shapes(ba, bb)
         a = a if ba == full else c.add("expand", [_reshape(c, a, (1,) * (len(full) - len(ba)) + a.shape)],
                                         {"shape": full + a.shape[-2:]})
@@ -702,7 +702,7 @@ def _mse(c, a, b, reduction=1):
     if reduction != 1:
         raise PockError(f"mse_loss supports reduction='mean' only ({c.source})")
     if a.shape != b.shape:
-        from ..ir.ops import broadcast_shapes
+        from ..ops.shape import broadcast_shapes
         shape = broadcast_shapes(a.shape, b.shape)
         a = _expand(c, a, shape)
         b = _expand(c, b, shape)
@@ -711,6 +711,6 @@ def _mse(c, a, b, reduction=1):
 
 @conv(aten.broadcast_tensors.default)
 def _broadcast(c, xs):
-    from ..ir.ops import broadcast_shapes
+    from ..ops.shape import broadcast_shapes
     shape = broadcast_shapes(*[x.shape for x in xs])
     return tuple(_expand(c, x, shape) for x in xs)

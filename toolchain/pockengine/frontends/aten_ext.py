@@ -261,7 +261,7 @@ def _index_mixed(c, x, indices, d):
     """x[i0, ..., ids, ...] with one input-dependent ids tensor among compile-time ones (CLIP's
     pooled token, hidden[arange(B), eos_pos]): the rows of dim d are gathered by ids (range-
     checked against x.shape[d]), then each keeps its own compile-time coordinates."""
-    from ..ir.ops import broadcast_shapes
+    from ..ops.shape import broadcast_shapes
     k = len(indices)
     shape = broadcast_shapes(*[i.shape for i in indices])
     n = math.prod(shape)

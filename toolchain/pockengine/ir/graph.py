@@ -3,7 +3,7 @@
 A `Value` is a tensor with a fixed shape and dtype. Its `kind` says where it
 lives: user inputs/targets and temporaries live in the arena (the memory plan);
 parameters, buffers, constants and optimizer state live in the state region.
-A `Node` applies one op (see ir/ops.py) to input values and defines output
+A `Node` applies one op (its record in pockengine/ops) to input values and defines output
 values; ops that write state in place (optimizer updates, running-stat
 assignment) list the state values they write in `mutates`.
 Every node remembers the module path it came from (`source`) and whether it

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from .graph import ARENA_KINDS, DTYPE_BYTES, STATE_KINDS, Graph
-from .ops import OPS, infer
+from ..ops import REGISTRY, infer
 
 
 class IRError(AssertionError):
@@ -24,7 +24,7 @@ def verify(g: Graph, stage: str = "") -> Graph:
         if v.kind not in STATE_KINDS or v.name != name:
             fail(f"state tensor {name} is {v!r} of kind {v.kind}")
     for n in g.nodes:
-        if n.op not in OPS:
+        if n.op not in REGISTRY:
             fail(f"unknown op {n.op}")
         for v in n.inputs:
             if v is not None and id(v) not in defined:

@@ -73,7 +73,7 @@ def fit_budget(graph, forward_graph, trained, exact_skip: bool, budget_mb) -> in
     their input; the fewest candidates of that ranking that fit.  The floor is every block
     recomputed whole; a budget below it is a PockError naming it."""
     from ..errors import PockError
-    from ..ir.ops import flops
+    from ..ops import flops
     from ..ir.verify import verify
     from ..passes.recompute import blocks, cheap, recompute, saved_by_backward
     if isinstance(budget_mb, bool) or not isinstance(budget_mb, (int, float)) or not budget_mb > 0:

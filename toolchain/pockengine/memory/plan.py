@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..ir.graph import Graph, Node, Value
-from ..ir.ops import INPLACE, OPS
+from ..ops import REGISTRY
 
 ALIGN = 64
 
@@ -40,7 +40,7 @@ class MemoryPlan:
 
 
 def root_of(v: Value) -> Value:
-    while v.producer is not None and OPS[v.producer.op].view:
+    while v.producer is not None and REGISTRY[v.producer.op].view:
         v = v.producer.inputs[0]
     return v
 
@@ -89,16 +89,16 @@ def liveness(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bo
 
 def _share_in_place(order: list[Node], bufs: dict[int, Buffer]) -> None:
     """Let a node write its output over an input whose buffer dies at that node
-    (ops in INPLACE only): the two share one buffer. Chains of such ops share too."""
+    (ops whose record lists it in `inplace` only): the two share one buffer. Chains of such ops share too."""
     owner = {}  # id(value) -> key of the buffer holding it
     for key, b in bufs.items():
         for v in [b.value] + b.aliases:
             owner[id(v)] = key
     for i, n in enumerate(order):
         out = n.outputs[0] if n.outputs else None
-        if out is None or id(out) not in bufs or n.op not in INPLACE:
+        if out is None or id(out) not in bufs or not REGISTRY[n.op].inplace:
             continue
-        for k in INPLACE[n.op]:
+        for k in REGISTRY[n.op].inplace:
             v = n.inputs[k] if k < len(n.inputs) else None
             if v is None or v.shape != out.shape or v.dtype != out.dtype or id(v) not in owner:
                 continue

@@ -1,15 +1,13 @@
 """One record per IR op, in one registry.
 
 An `OpRecord` holds everything the compiler knows about an op: its shape inference
-and FLOPs (ir/ops.py), which inputs it writes (state updates) or may overwrite in place
+and FLOPs, which inputs it writes (state updates) or may overwrite in place
 (the memory planner), whether its output aliases its input (a view), its gradient rule
 (autodiff), its torch reference (the frozen prefix's module, HTP/ONNX export), and the
 C++ call of the reference runtime's kernel (backends/cpu.py). The records live by
 family in this package (dense.py, conv.py, norm.py, ...), each op's forward and backward
-side by side; the old tables (ir.ops.OPS, ir.ops.INPLACE, autodiff.rules.RULES and
-PARTIAL, backends.cpu.EMITTERS, passes.prefix.TORCH_OPS and LAYOUT_OPS, program.FLOAT_ONLY_OPS,
-passes.fuse.FUSABLE, passes.lowp.DEQUANT_USES) are views of REGISTRY. docs/adding_an_op.md
-lists the files an op touches.
+side by side; every pass reads REGISTRY (or `ops.get(name)`) directly, there is no other
+table of ops. docs/adding_an_op.md lists the files an op touches.
 
 Signatures:
   infer(inputs, attrs) -> [(shape, dtype), ...]      (an input may be None: absent)

@@ -11,8 +11,6 @@ from __future__ import annotations
 from ..ir.graph import Graph, Node
 from ..ops import REGISTRY
 
-FUSABLE = {name for name, r in REGISTRY.items() if r.act_epilogue}  # kernels with an Act epilogue
-
 
 def _epilogue(n: Node) -> str | None:
     if n.op == "relu":
@@ -28,7 +26,7 @@ def fuse_activations(g: Graph) -> Graph:
     for n in g.nodes:
         act = _epilogue(n)
         producer = n.inputs[0].producer if act and n.inputs[0] is not None else None
-        if (producer is not None and producer.op in FUSABLE and "act" not in producer.attrs
+        if (producer is not None and REGISTRY[producer.op].act_epilogue and "act" not in producer.attrs
                 and producer.outputs[0] is n.inputs[0] and len(users.get(id(n.inputs[0]), [])) == 1
                 and n.inputs[0] not in g.outputs and n.phase == producer.phase == "forward"):
             out = n.outputs[0]

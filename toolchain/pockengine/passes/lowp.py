@@ -17,9 +17,6 @@ from ..ir.graph import Graph
 from ..ops import REGISTRY
 from ..quant import Q4_BLOCK, quantize
 
-# (op, input) pairs whose kernel reads a low-precision frozen weight (the records' lowp_inputs)
-DEQUANT_USES = {(name, i) for name, r in REGISTRY.items() for i in r.lowp_inputs}
-
 
 def _uses(g: Graph) -> dict[str, set]:
     uses: dict[str, set] = {}
@@ -40,7 +37,7 @@ def store_frozen_lowp(graphs: list[Graph], trained, ir_dtype: str, products_only
     names = []
     for name, u in uses.items():
         shapes = {g.state[name].shape for g in graphs if name in g.state}
-        if name in trained or not u <= DEQUANT_USES or len(next(iter(shapes))) != 2:
+        if name in trained or not all(i in REGISTRY[op].lowp_inputs for op, i in u) or len(next(iter(shapes))) != 2:
             continue
         if products_only and not u & {("linear", 1), ("linear_bwd_input", 1)}:
             continue

@@ -36,13 +36,12 @@ from dataclasses import dataclass, field
 from ..backends import ALWAYS, Device, registered
 from ..ir.graph import Graph, Node, Value, dependents
 from ..errors import PockError
-from ..ir.ops import OPS, TRANSFER_OPS, flops
 from ..ir.verify import verify
 from ..memory.plan import MemoryPlan, plan_memory
-from ..ops import REGISTRY
+from ..ops import REGISTRY, flops
 
 
-# The data-movement ops this pass inserts ("transfer", "state_transfer") are in ir/ops.py.
+# The data-movement ops this pass inserts ("transfer", "state_transfer") are op records (pockengine/ops/state.py, `transfer=True`).
 
 
 @dataclass
@@ -51,7 +50,7 @@ class CostModel:
 
     def node(self, n: Node, backend: str) -> float:
         d = self.devices[backend]
-        return flops(n) / d.flops_per_s + (0.0 if OPS[n.op].view else d.dispatch_s)
+        return flops(n) / d.flops_per_s + (0.0 if REGISTRY[n.op].view else d.dispatch_s)
 
     def transfer(self, nbytes: int, src: str, dst: str) -> float:
         d = self.devices[dst if src == ALWAYS else src]
@@ -72,7 +71,7 @@ class Partition:
         return self.graph.nodes
 
     def nodes_on(self, backend: str) -> list[Node]:
-        return [n for n in self.graph.nodes if self.backend[id(n)] == backend and n.op not in TRANSFER_OPS]
+        return [n for n in self.graph.nodes if self.backend[id(n)] == backend and not REGISTRY[n.op].transfer]
 
     def segments(self) -> list[tuple[str, list[Node]]]:
         """Runs of consecutive nodes on one backend (transfers run on the CPU side)."""
@@ -88,7 +87,7 @@ class Partition:
 
 def trained_dependents(order: list[Node]) -> set[int]:
     """id(value) of every value that depends on a parameter some node updates."""
-    return dependents(order, {id(n.inputs[0]) for n in order if OPS[n.op].mutates and n.phase == "update"})
+    return dependents(order, {id(n.inputs[0]) for n in order if REGISTRY[n.op].mutates and n.phase == "update"})
 
 
 def frozen_state(g: Graph) -> set[str]:
@@ -190,7 +189,7 @@ def _fix_views(order, assign, fixed) -> None:
     backend, which takes only its prefix nodes (`fixed`)."""
     where, prefix = {}, set(fixed.values())
     for n in order:
-        if OPS[n.op].view and n.inputs[0] is not None and id(n.inputs[0]) in where and id(n) not in fixed \
+        if REGISTRY[n.op].view and n.inputs[0] is not None and id(n.inputs[0]) in where and id(n) not in fixed \
                 and where[id(n.inputs[0])] not in prefix:
             assign[id(n)] = where[id(n.inputs[0])]
         for o in n.outputs:

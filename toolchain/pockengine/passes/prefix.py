@@ -40,13 +40,6 @@ from ..ops import REGISTRY
 from ..ops.torchref import TORCH_DTYPE as _TORCH_DTYPE
 from .partition import ALWAYS, frozen_state, partition
 
-# ops that only move data: a prefix of nothing else is not worth splitting off
-LAYOUT_OPS = {name for name, r in REGISTRY.items() if r.layout}
-
-# op -> (fn(inputs, attrs) -> tensor or list of tensors, number of leading outputs it computes):
-# the records' torch references (eval semantics)
-TORCH_OPS = {name: (r.torch, r.torch_outputs) for name, r in REGISTRY.items() if r.torch is not None}
-
 
 # ---- choosing the prefix ---------------------------------------------------------------
 def torch_supports(n: Node) -> bool:
@@ -54,7 +47,7 @@ def torch_supports(n: Node) -> bool:
     with a torch reference, with no fused activation other than ReLU/ReLU6.  The htp and
     coreml backends declare it as their `supports`; passes/partition.prefix_nodes decides
     the prefix with it."""
-    return n.op in TORCH_OPS and n.attrs.get("act") in (None, "relu", "relu6")
+    return REGISTRY[n.op].torch is not None and n.attrs.get("act") in (None, "relu", "relu6")
 
 
 def prefix_partitions(prog, backend: str = "htp"):
@@ -192,14 +185,17 @@ class FrozenPrefix:
     """The frozen prefix of a program: what an inference runtime computes before the step."""
 
     def __init__(self, graph: Graph, nodes: list[Node], cut: list[Value], names: list[str], input_index: list[int],
-                 kept_inputs: list[int], int_ranges: dict[int, int]):
+                 kept_inputs: list[int], int_ranges: dict[int, int], backend: str = "htp", partition=None):
         self.graph, self.nodes, self.cut = graph, nodes, cut
+        self.backend = backend            # the prefix backend it was cut for
+        self.partition = partition        # the training step's partition (format_partition shows the split)
         self.input_index = input_index    # positions in the model's inputs that the prefix reads
         self.kept_inputs = kept_inputs    # positions in the model's inputs that the suffix still reads
         self.int_ranges = int_ranges      # prefix input position -> exclusive upper bound of its indices
         self.inputs = [{"name": graph.inputs[i].name, "shape": list(graph.inputs[i].shape),
                         "dtype": graph.inputs[i].dtype} for i in input_index]
         self.outputs = [{"name": name, "shape": list(v.shape), "dtype": v.dtype} for v, name in zip(cut, names)]
+        self.frozen_state = {name: graph.state[name].data for name in self.state_names()}
         self.module = PrefixModule(self)
         self.example_inputs = self.random_inputs(0)
 
@@ -272,7 +268,7 @@ class PrefixModule(nn.Module):
         env = dict(zip(self._input_ids, inputs))
         env.update({key: getattr(self, attr) for key, attr in self._state_ids.items()})
         for op, attrs, ins, outs in self._program:
-            fn, computed = TORCH_OPS[op]
+            fn, computed = REGISTRY[op].torch, REGISTRY[op].torch_outputs
             y = fn([None if i is None else env[i] for i in ins], attrs)
             ys = list(y) if isinstance(y, (tuple, list)) else [y]
             for o, t in zip(outs[:computed], ys):
@@ -298,7 +294,7 @@ def split_prefix(prog, backend: str = "htp"):
     g, fg = prog.graph, prog.forward_graph
     tpart, fpart = prefix_partitions(prog, backend)
     tnodes, fnodes = _nodes_on(tpart, g, backend), _nodes_on(fpart, fg, backend)
-    if not any(n.op not in LAYOUT_OPS for n in tnodes) and not any(n.op not in LAYOUT_OPS for n in fnodes):
+    if all(REGISTRY[n.op].layout for n in tnodes) and all(REGISTRY[n.op].layout for n in fnodes):
         return None, prog
     fsig, fval = _signatures(fg, fnodes)
     tnodes, extra, tval = _match(g, tnodes, fsig)
@@ -332,9 +328,8 @@ def split_prefix(prog, backend: str = "htp"):
     train = _suffix_graph(g, tnodes, tcut, names, kept)
     forward = _suffix_graph(fg, fnodes, fcut, names, kept)
     suffix = prog.with_graphs(train, forward)
-    prefix = FrozenPrefix(fg, fnodes, fcut, names, input_index, kept, _embedding_ranges(fg, fnodes, input_index))
-    prefix.frozen_state = {name: fg.state[name].data for name in prefix.state_names()}
-    prefix.backend, prefix.partition = backend, tpart  # format_partition(prefix.partition): the step's split
+    prefix = FrozenPrefix(fg, fnodes, fcut, names, input_index, kept, _embedding_ranges(fg, fnodes, input_index),
+                          backend, tpart)
     return prefix, suffix
 
 
@@ -351,6 +346,13 @@ def torch_runner(prefix: FrozenPrefix):
     return run
 
 
+def graph_inputs(graph: Graph) -> list:
+    """trainer.IOInfo of each of a graph's inputs (what its library's step takes)."""
+    from ..frontends.torch_export import NUMPY
+    from ..trainer import IOInfo
+    return [IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape)) for v in graph.inputs]
+
+
 class PrefixRunner:
     """The input stage of a Trainer (trainer.Trainer.use_input_stage) whose step follows a
     frozen prefix: it runs the prefix on the model's inputs (`run`: the torch reference,
@@ -359,11 +361,9 @@ class PrefixRunner:
     model: the trainer lists them in state_dict() and accepts them back only unchanged."""
 
     def __init__(self, prog, prefix: FrozenPrefix, step_inputs, run, name: str = "torch", on_close=None):
-        from ..frontends.torch_export import NUMPY
-        from ..trainer import IOInfo
-
+        """prog: the whole program; step_inputs: the IOInfos of the suffix step's inputs."""
         self.prefix, self.run, self.name, self._on_close = prefix, run, name, on_close
-        self.inputs = [IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape)) for v in prog.graph.inputs]
+        self.inputs = graph_inputs(prog.graph)
         self._cut = list(step_inputs)[len(prefix.kept_inputs):]  # the suffix inputs the prefix computes
         self.frozen = {name: np.array(prog.state[name].data, copy=True) for name in prefix.state_names()}
         self.order = [name for name, v in sorted(prog.state.items(), key=lambda kv: prog.state_offsets[kv[0]])
@@ -397,16 +397,15 @@ def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
     `other_backends` (default cpu) with a PrefixRunner in front; `prepare(prefix)` gives the
     prefix's (run, bundle manifest entry) on that backend.  With no frozen prefix to move, the
     step is built on the other backends alone."""
+    from ..build.package import build_step
     backends = list(other_backends or ["cpu"])
     prefix, suffix = split_prefix(prog, name)
     if prefix is None:
         return prog.build(backends=backends, out_dir=out_dir)
     run, manifest = prepare(prefix)
-    trainer = suffix.build(backends=backends, out_dir=out_dir)
-    trainer.use_input_stage(PrefixRunner(prog, prefix, trainer.step_inputs, run, name=name))
-    trainer.prefix_manifest = manifest
-    return trainer
+    return build_step(suffix, suffix.emit(backends), out_dir,
+                      input_stage=PrefixRunner(prog, prefix, graph_inputs(suffix.graph), run, name=name), prefix_manifest=manifest)
 
 
-__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "TORCH_OPS", "frozen_state",
+__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "frozen_state",
            "prefix_partitions", "torch_runner", "torch_supports"]

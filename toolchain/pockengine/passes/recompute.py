@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from ..ir.graph import Graph, Node
-from ..ir.ops import flops
+from ..ops import flops
 
 NEVER = ("dropout",)
 _BLOCK = re.compile(r"^(.*?\.\d+)(?:[. ]|$)")

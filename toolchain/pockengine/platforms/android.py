@@ -44,6 +44,7 @@ from typing import Sequence
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, content_key, \
     MODEL_OPT, compile_objects, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
+from ..build.package import Target, package, write_initial_bundle  # noqa: F401  (tests/sdk_android's JVM models)
 from ..errors import PockError
 from .socs import Soc, get_soc
 
@@ -93,43 +94,33 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
         prefix_backend.check_target(soc_info)
     toolchains = {abi: _toolchain(abi, soc_info, cxx) for abi in abis}  # fails early: no NDK, bad --cxx
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    name = prog.name
-    prefix = None
-    if prefix_backend is not None:  # htp: the frozen prefix runs on the NPU through ONNX Runtime's QNN EP
-        prefix, prog = prefix_backend.split(prog)
-        if prefix is None:
-            raise PockError(f"--backends {prefix_backend.name}: model '{name}' has no frozen prefix (every forward op "
-                            f"leads to a trained parameter); freeze its first layers or drop {prefix_backend.name}")
-    source = prog.emit(["cpu"])  # the one emitted step: the library, summary, checkpoint and manifest take it
-    model_cpp = out / f"{name}.cpp"
-    model_cpp.write_text(source.text)
-    (out / "summary.md").write_text(prog.summary(source))
+    def compile_abis(step, source, cpp: Path) -> dict:
+        libs = {}
+        for abi, (tool, flags) in toolchains.items():
+            lib = build_native_library(cpp, tool, flags, f"libpock_{step.name}.so")
+            dest = cpp.parent / "jni" / abi / f"libpock_{step.name}.so"
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(lib, dest)
+            libs[abi] = dest
+        glibc = sorted(abi for abi, lib in libs.items() if links_glibc(lib))
+        if glibc:
+            warn_glibc_build(glibc, cxx)
+        return libs
 
-    libs = {}
-    for abi, (tool, flags) in toolchains.items():
-        lib = build_native_library(model_cpp, tool, flags, f"libpock_{name}.so")
-        dest = out / "jni" / abi / f"libpock_{name}.so"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(lib, dest)
-        libs[abi] = dest
-    glibc = sorted(abi for abi, lib in libs.items() if links_glibc(lib))
-    if glibc:
-        warn_glibc_build(glibc, cxx)
+    target = Target("android", compile_abis, _aar_layout, prefix_soc=soc_info.name, require_prefix=True)
+    return package(prog, backends, target, out)
 
-    bundle_dir = write_initial_bundle(prog, out, prefix=prefix, soc=soc_info, prefix_backend=prefix_backend,
-                                      source=source)
-    classes_jar = aar_classes_jar()
+
+def _aar_layout(step, source, out: Path, libs: dict, weights: Path, bundle: Path, prefix_entry) -> dict:
+    """The AAR (classes, the ABIs' libraries, the bundle as assets), its POM and a Gradle snippet."""
+    name = step.name
     aar = out / f"pockengine-{name}.aar"
-    write_aar(aar, name, classes_jar, libs, bundle_dir, test_build=bool(glibc))
+    write_aar(aar, name, aar_classes_jar(), libs, bundle, test_build=any(links_glibc(lib) for lib in libs.values()))
     pom = out / f"pockengine-{name}.pom"
-    pom.write_text(pom_xml(name, qnn=prefix is not None))
+    pom.write_text(pom_xml(name, qnn=prefix_entry is not None))
     snippet = out / "consume.gradle.kts"
     snippet.write_text(gradle_snippet(name, aar.name))
-    files = {"aar": aar, "pom": pom, "gradle": snippet, "source": model_cpp, "bundle": bundle_dir}
-    files.update({f"jni:{abi}": path for abi, path in libs.items()})
-    return files
+    return {"aar": aar, "pom": pom, "gradle": snippet, **{f"jni:{abi}": path for abi, path in libs.items()}}
 
 
 # ----------------------------------------------------------------------------- toolchains
@@ -254,20 +245,6 @@ def build_host_jni_library(model_cpp: Path, out_dir: Path) -> Path:
             shutil.copyfile(src, tmp)
             os.replace(tmp, stage / src.name)
     return build_shared_library([Path(model_cpp), stage / "pock_jni.cpp"], out_dir)
-
-
-def write_initial_bundle(prog, out: Path, prefix=None, soc: Soc | None = None, prefix_backend=None,
-                         source=None) -> Path:
-    """out/bundle: model.json + the initial weights (written without building for this
-    host) of `source` (default: the all-CPU step); with a frozen prefix, also its QNN context
-    binary for `soc` and ONNX fallback under prefix/, recorded in manifest["prefix"]."""
-    from ..bundle import write_bundle
-    from ..checkpoint import write_initial_checkpoint
-    weights = write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt", source)
-    entry = None
-    if prefix is not None:
-        entry = (prefix_backend or next(b for b in registered() if b.role == "prefix" and "android" in b.platforms)).export(prefix, out / "bundle", soc.name)
-    return write_bundle(prog, weights, out / "bundle", prefix=entry, source=source)
 
 
 # ----------------------------------------------------------------------------- Kotlin

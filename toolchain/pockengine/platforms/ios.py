@@ -36,7 +36,7 @@ from pathlib import Path
 
 from ..backends import check_backends, get, split_roles
 from ..build.host import MODEL_OPT, _digest, compile_objects, runtime_dir, runtime_sources
-from ..checkpoint import write_initial_checkpoint
+from ..build.package import Target, package
 from ..errors import PockError
 from .macho import CPU_ARM64, CPU_X86_64, write_fat
 
@@ -86,30 +86,22 @@ def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, f
 
     backends: the registered backends to build with (default ["cpu"]); a prefix backend among
     them (coreml=True adds "coreml") runs the frozen prefix, exported by its export hook."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    prefix_backend, _ = split_roles(ios_backends(backends, coreml))
-    prefix = None
-    if prefix_backend is not None:
-        prefix, prog = prefix_backend.split(prog)  # (None, prog) when nothing is frozen at the front
-    model = swift_name(prog.name)
-    source = prog.emit(["cpu"])  # the one emitted step: the library, summary, checkpoint and manifest take it
-    cpp = out / f"{prog.name}.cpp"
-    cpp.write_text(source.text)
-    (out / "summary.md").write_text(prog.summary(source))
+    backends = ios_backends(backends, coreml)
+    target = Target("ios", _compile_xcframework, _swift_layout, prefix_soc="ios",
+                    prefix_kwargs=(("name", prog.name), ("fp16", fp16)))
+    return package(prog, backends, target, out)
 
-    bundle = out / "bundle"
-    shutil.rmtree(bundle, ignore_errors=True)
-    entry = None
-    if prefix is not None:
-        entry = prefix_backend.export(prefix, bundle, "ios", name=prog.name, fp16=fp16)
-    write_initial_checkpoint(prog, out / f"{prog.name}.pockckpt", source)
-    from ..bundle import write_bundle
-    write_bundle(prog, out / f"{prog.name}.pockckpt", bundle, prefix=entry, source=source)
 
-    xcf = build_xcframework(cpp, out / f"{model}.xcframework", f"libpock_{prog.name}.a")
-    package = write_swift_package(out, prog.name, xcf, bundle)
-    return {"xcframework": xcf, "bundle": bundle, "package": package, "source": cpp}
+def _compile_xcframework(step, source, cpp: Path) -> dict:
+    """The written source as an XCFramework of static libraries (device + simulator slices)."""
+    return {"xcframework": build_xcframework(cpp, cpp.parent / f"{swift_name(step.name)}.xcframework",
+                                             f"libpock_{step.name}.a")}
+
+
+def _swift_layout(step, source, out: Path, libraries: dict, weights: Path, bundle: Path, prefix_entry) -> dict:
+    """The Swift package over the XCFramework and the bundle."""
+    return {"xcframework": libraries["xcframework"],
+            "package": write_swift_package(out, step.name, libraries["xcframework"], bundle)}
 
 
 # -- the model bundle -----------------------------------------------------------------
