@@ -70,9 +70,17 @@ class Suggester:
         return _word(self.tok.decode([first] + [int(t) for t in new[:cut]]))
 
     def suggest(self, context: list[int], row_logits: np.ndarray, k: int = 3) -> list[str]:
-        order = np.argsort(-row_logits)
-        firsts = [int(t) for t in order[:200] if self.starts_word(int(t))][:k]
-        return [self.complete_word(context, t) for t in firsts]
+        """Up to k distinct words, from the most likely word-starting tokens among the first 200
+        (shared/.../SmartCompose.kt's suggestAfter: the apps' rule)."""
+        order = np.argsort(-row_logits, kind="stable")
+        out: list[str] = []
+        for t in (int(t) for t in order[:200] if self.starts_word(int(t))):
+            word = self.complete_word(context, t)
+            if word and word not in out:
+                out.append(word)
+            if len(out) == k:
+                break
+        return out
 
 
 def _word(text: str) -> str:
