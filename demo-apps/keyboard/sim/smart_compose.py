@@ -70,9 +70,17 @@ class Suggester:
         return _word(self.tok.decode([first] + [int(t) for t in new[:cut]]))
 
     def suggest(self, context: list[int], row_logits: np.ndarray, k: int = 3) -> list[str]:
-        order = np.argsort(-row_logits)
-        firsts = [int(t) for t in order[:200] if self.starts_word(int(t))][:k]
-        return [self.complete_word(context, t) for t in firsts]
+        """Up to k distinct words, from the most likely word-starting tokens among the first 200
+        (shared/.../SmartCompose.kt's suggestAfter: the apps' rule)."""
+        order = np.argsort(-row_logits, kind="stable")
+        out: list[str] = []
+        for t in (int(t) for t in order[:200] if self.starts_word(int(t))):
+            word = self.complete_word(context, t)
+            if word and word not in out:
+                out.append(word)
+            if len(out) == k:
+                break
+        return out
 
 
 def _word(text: str) -> str:
@@ -124,29 +132,65 @@ def evaluate(suggester: Suggester, held: list, chunks: list, prompts: list[str])
                   completions)
 
 
+def load_model():
+    """SmolLM2-135M-Instruct in fp32, train mode. transformers dequantizes the GGUF (slow) once;
+    the weights are kept as safetensors in the build cache ($POCK_CACHE_DIR/smollm2/, keyed by
+    the GGUF's name, size and mtime) and later runs build the model from its config and them."""
+    import json
+    import os
+
+    import torch
+    from safetensors.torch import load_file, save_model
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from pockengine.build.host import cache_dir
+    from pockengine.demo_llm import smollm2_dir
+
+    gguf = smollm2_dir()
+    st = gguf.stat()
+    cached = cache_dir() / "smollm2" / f"{gguf.stem}-{st.st_size}-{int(st.st_mtime)}"
+    if (cached / "model.safetensors").is_file():
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(cached), dtype=torch.float32)
+        model.load_state_dict(load_file(cached / "model.safetensors"), strict=False)   # tied lm_head: one copy
+        model.tie_weights()
+        return model.train()
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tmp = cached.with_name(f"{cached.name}.tmp-{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    config = {k: v for k, v in model.config.to_dict().items() if k != "quantization_config"}
+    (tmp / "config.json").write_text(json.dumps(config))
+    save_model(model, str(tmp / "model.safetensors"))
+    try:
+        os.replace(tmp, cached)
+    except OSError:   # another process cached it first
+        import shutil
+        shutil.rmtree(tmp, ignore_errors=True)
+    return model.train()
+
+
 def run(steps: int = 40, seq: int = 64, lr: float = 1e-3, held_positions: int = 40, frozen_dtype: str = "fp32",
         out: Path | None = None, log=print) -> dict:
     import torch
     from tqdm import tqdm
 
     import pockengine as pe
-    from pockengine.demo_llm import Logits, load_smollm2, smollm2_dir
+    from pockengine.demo_llm import smollm2_dir
     from ..model import corpora
 
     t0 = time.time()
     tok = pe.Tokenizer.from_pretrained(str(smollm2_dir()))   # the runtime's C++ tokenizer, from the GGUF
-    _, model = load_smollm2()
+    model = load_model()   # the fp32 weights, cached after the first run
     typed, held = corpora.split_user(corpora.user_sentences())
     stream = tok.encode(" ".join(typed))
-    train = [stream[s:s + seq + 1] for s in range(0, len(stream) - seq - 1, seq)]
+    train = [stream[s:s + seq + 1] for s in range(0, len(stream) - seq, seq)]  # SmartCompose.learn's windows
     held_ids = tok.encode(" ".join(held))
     chunks = [held_ids[s:s + seq + 1] for s in range(0, min(len(held_ids) - seq - 1, 8 * seq), seq)]
     test = positions(tok, held, seq, held_positions)
     prompts = [" ".join(s.split()[:4]) for s in held[:3]]
     x0 = torch.from_numpy(np.array([train[0][:-1]], np.int64))
     y0 = torch.from_numpy(np.array([train[0][1:]], np.int64))
-    prog = pe.compile(Logits(model), (x0,), (y0,), optimizer=pe.AdamW(lr=lr), update="none", name="smart_compose",
-                      lora=pe.LoRA(rank=8, alpha=16, targets=LORA_TARGETS), frozen_dtype=frozen_dtype)
+    from ..model import spec   # the program pock-build makes for the apps (spec.py:make_smart_compose)
+    prog = pe.compile(**spec.make_smart_compose(seq, lr, frozen_dtype, model=model, example=(x0, y0)))
     trainer = prog.build()
     st = prog.stats()
     mem = (st["arena_bytes"] + st["state_bytes"]) / 2**20

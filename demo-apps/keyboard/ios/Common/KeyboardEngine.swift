@@ -14,6 +14,8 @@ final class KeyboardEngine {
     let personalizer: Personalizer
     let ranker: SuggestionRanker
     let checkpoint: URL
+    /// The personalized LLM's next words (SmartComposeEngine.swift); nil when its model is not in the app.
+    let smartCompose: SmartComposeEngine?
     private let trainer: PockTrainer
     private let lock = NSLock()
 
@@ -28,6 +30,7 @@ final class KeyboardEngine {
                                                            minNewTokens: 200, passes: 2.0, maxSteps: 150),
                                     statsStore: FileBlobStore(path: dir.appendingPathComponent("learning_stats.txt").path))
         checkpoint = dir.appendingPathComponent("user.pockckpt")
+        smartCompose = try? SmartComposeEngine(directory: dir)
         trainer = try KeyboardBaseModel.makeTrainer()
         if FileManager.default.fileExists(atPath: checkpoint.path) { try trainer.load(from: checkpoint) }
         let shape = CompiledShape(batch: Int32(Self.batch), seq: Int32(Self.seq), vocab: tokenizer.size)
@@ -39,8 +42,10 @@ final class KeyboardEngine {
     func train() throws -> Int {
         lock.lock(); defer { lock.unlock() }
         let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let fresh = buffer.untrainedSentences()
         let steps = personalizer.trainIfReady(trainer: Step(trainer: trainer), charging: true, nowMillis: now, seed: now)
         if steps > 0 { try trainer.save(to: checkpoint) }
+        if steps > 0 { try smartCompose?.learn(fresh) }   // the same new sentences into the LLM's adapters
         return Int(steps)
     }
 
@@ -49,6 +54,7 @@ final class KeyboardEngine {
         personalizer.forget()
         try? FileManager.default.removeItem(at: checkpoint)
         try trainer.load(from: KeyboardBaseModel.bundleURL.appendingPathComponent("weights.pockckpt"))
+        try smartCompose?.forget()
     }
 
     private static func int64s(_ a: KotlinIntArray) -> [Int64] { (0..<a.size).map { Int64(a.get(index: $0)) } }

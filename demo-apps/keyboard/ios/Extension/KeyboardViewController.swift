@@ -1,17 +1,23 @@
 import UIKit
 
-/// The keyboard extension: keys, a three-word suggestion strip from the shared ranker, and
-/// finished sentences into the training buffer (never from secure text fields). It does
-/// not train: extensions have tight memory limits; the app trains in the background.
+/// The keyboard extension: keys, two three-word suggestion strips (smart compose's LLM words,
+/// computed off the main thread, above the shared ranker's), and finished sentences into the
+/// training buffer (never from secure text fields). It does not train: extensions have tight
+/// memory limits; the app trains in the background.
 final class KeyboardViewController: UIInputViewController {
     private let engine = try? KeyboardEngine()
     private var strip: [UIButton] = []
+    private var composeStrip: [UIButton] = []
+    private let composer = DispatchQueue(label: "org.pockengine.keyboard.smart-compose")
+    private var composeFor = ""
 
     override func viewDidLoad() {
         super.viewDidLoad()
         let rows = UIStackView()
         rows.axis = .vertical
         rows.distribution = .fillEqually
+        composeStrip = (0..<3).map { _ in button("") { [weak self] b in self?.pick(b.currentTitle ?? "") } }
+        rows.addArrangedSubview(row(composeStrip))
         strip = (0..<3).map { _ in button("") { [weak self] b in self?.pick(b.currentTitle ?? "") } }
         rows.addArrangedSubview(row(strip))
         for keys in ["qwertyuiop", "asdfghjkl'", "zxcvbnm,.?"] {
@@ -61,6 +67,17 @@ final class KeyboardViewController: UIInputViewController {
         let before = (textDocumentProxy.documentContextBeforeInput ?? "").components(separatedBy: "\n").last ?? ""
         let words = engine?.ranker.suggest(textBeforeCursor: before, k: 3) ?? []
         for (i, b) in strip.enumerated() { b.setTitle(i < words.count ? words[i] : "", for: .normal) }
+        // smart compose: generation takes longer than a key press, so off the main thread, newest text only
+        composeFor = before
+        guard let compose = engine?.smartCompose else { return }
+        composer.async { [weak self] in
+            guard DispatchQueue.main.sync(execute: { self?.composeFor == before }) else { return }
+            let more = compose.suggest(before)
+            DispatchQueue.main.async {
+                guard let self = self, self.composeFor == before else { return }
+                for (i, b) in self.composeStrip.enumerated() { b.setTitle(i < more.count ? more[i] : "", for: .normal) }
+            }
+        }
     }
 
     private func endSentence() {

@@ -1,10 +1,12 @@
 package org.pockengine.keyboard.app
 
+import ai.pockengine.PockTokenizer
 import ai.pockengine.PockTrainer
 import android.app.Application
 import org.pockengine.keyboard.CompiledShape
 import org.pockengine.keyboard.FileBlobStore
 import org.pockengine.keyboard.Personalizer
+import org.pockengine.keyboard.SmartCompose
 import org.pockengine.keyboard.StepTrainer
 import org.pockengine.keyboard.SuggestionRanker
 import org.pockengine.keyboard.Tokenizer
@@ -41,13 +43,41 @@ class KeyboardApp : Application() {
     val ranker by lazy { SuggestionRanker(tokenizer, model, maxContext = SEQ) }
     val stepTrainer: StepTrainer get() = model
 
-    /** "Forget what I typed": buffer, stats and the personalized weights. */
+    /** Smart compose's LLM (optional: null when the app ships without the smart_compose bundle):
+     *  its base bundle + tokenizer.json, and the user's adapters in smart_compose.pockckpt. */
+    val composeCheckpoint: File get() = File(filesDir, "smart_compose.pockckpt")
+    private var composer: PockTrainer? = null
+
+    @Synchronized
+    fun composeTrainer(): PockTrainer = composer ?: run {
+        val dir = File(noBackupFilesDir, "model/$COMPOSE_MODEL")
+        if (!dir.exists()) copyAssets("pockengine/$COMPOSE_MODEL", dir)
+        PockTrainer.open(dir).also { t ->
+            if (composeCheckpoint.exists()) t.load(composeCheckpoint)
+            composer = t
+        }
+    }
+
+    /** The shared SmartCompose over PockTokenizer + PockTrainer (PockLanguageModel.kt, run on the JVM by the tests). */
+    val smartCompose: SmartCompose? by lazy {
+        if (assets.list("pockengine/$COMPOSE_MODEL").isNullOrEmpty()) return@lazy null
+        val trainer = composeTrainer()
+        val tok = PockTokenizer.fromBytes(assets.open("pockengine/$COMPOSE_MODEL/tokenizer.json").use { it.readBytes() })
+        val seq = trainer.inputs[0].shape[1]
+        val lm = PockLanguageModel(tok, CompiledShape(1, seq, tok.vocabSize)) { composeTrainer() }
+        SmartCompose(lm, lm, seq)
+    }
+
+    /** "Forget what I typed": buffer, stats and the personalized weights (both models). */
     @Synchronized
     fun forget() {
         personalizer.forget()
         checkpoint.delete()
         opened?.close()
         opened = null
+        composeCheckpoint.delete()
+        composer?.close()
+        composer = null
     }
 
     private fun copyAssets(path: String, to: File) {
@@ -59,6 +89,7 @@ class KeyboardApp : Application() {
 
     companion object {
         const val MODEL = "keyboard_base"   // spec.py:make_base's name
+        const val COMPOSE_MODEL = "smart_compose"   // spec.py:make_smart_compose's name
         const val BATCH = 8
         const val SEQ = 16
     }

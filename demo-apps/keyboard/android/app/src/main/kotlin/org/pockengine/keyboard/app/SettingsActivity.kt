@@ -29,6 +29,16 @@ class SettingsActivity : Activity() {
                 text = "Forget what I typed"
                 setOnClickListener { app.forget(); show() }
             })
+            addView(Button(this@SettingsActivity).apply {
+                text = "Export smart-compose adapter (PEFT)"
+                isEnabled = app.smartCompose != null
+                setOnClickListener {
+                    // adapter_model.safetensors + adapter_config.json: peft.PeftModel.from_pretrained loads them
+                    val dir = java.io.File(getExternalFilesDir(null), "smart_compose_adapter")
+                    app.smartCompose?.exportAdapter(dir.path)
+                    info.append("\n\nAdapter written to $dir")
+                }
+            })
         })
     }
 
