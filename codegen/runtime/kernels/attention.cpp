@@ -12,10 +12,15 @@
 // v and out).  A causal block only visits the keys its last row sees.  A row whose positions
 // are all masked gets out = 0 and lse = +inf (PyTorch gives NaN there).
 //
-// Backward, per (batch, query head), for each block of keys and each block of rows that sees
-// it, recomputing the probabilities from the saved lse:
-//   p  = exp(s - lse),  dP = dO V_blk^T,  dS = scale * p * (dP - D),  D = rowsum(dO * out)
+// Backward, per (batch, query head), for each block of kBwdKeys keys and each block of up to
+// kBwdRows rows that sees it (causal: from the block's first key on; its first kDiagRows rows
+// see only its first kDiagRows keys and get a block of their own, so the masked half of the
+// diagonal costs little), recomputing the probabilities from the saved lse:
+//   p  = exp(scale * s - lse),  dP = dO V_blk^T,  dS = scale * p * (dP - D),  D = rowsum(dO * out)
 //   dv_blk += p^T dO,  dk_blk += dS^T Q,  dq_blk += dS K_blk          (five small GEMMs)
+// Blocks of 32 keys x 128 rows: the p^T dO and dS^T Q products run over up to 128 rows at once,
+// and the diagonal wastes little (SmolLM2 shapes, one thread, CPU time against the kernel that
+// kept the probabilities: bench/attention.py).
 // Under grouped-query attention (k/v with fewer heads: query head h reads kv head h / group)
 // each query head writes its dk, dv into the scratch and a second pass sums a group's heads
 // in order.  q, k, v and out may be [N, L, H, E] as well as [N, H, L, E] (SdpaParams' layouts:
@@ -43,6 +48,18 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr i64 kRows = 32;  // query rows per block
 constexpr i64 kKeys = 64;  // keys per block (the row stride of the per-thread score blocks)
+#ifndef PK_SDPA_BWD_ROWS
+#define PK_SDPA_BWD_ROWS 128
+#endif
+constexpr i64 kBwdRows = PK_SDPA_BWD_ROWS;  // backward: query rows per block of a key block
+#ifndef PK_SDPA_BWD_KEYS
+#define PK_SDPA_BWD_KEYS 32
+#endif
+constexpr i64 kBwdKeys = PK_SDPA_BWD_KEYS;  // backward: keys per block
+#ifndef PK_SDPA_DIAG
+#define PK_SDPA_DIAG 16
+#endif
+constexpr i64 kDiagRows = PK_SDPA_DIAG;  // backward, causal: rows of a key block's diagonal sub-block
 
 using namespace simd;
 
@@ -110,6 +127,30 @@ void scores(const float* qb, i64 qs, const float* kb, i64 ks, float* sc, i64 ld,
             i64 l0, i64 s0, i64 bh, const SdpaParams& p, const void* mask) {
   detail::gemm_strided(qb, qs, 1, kb, 1, ks, sc, ld, rows, keys, E, false);
   mask_block(sc, ld, rows, keys, l0, s0, bh, p, mask);
+}
+
+// The probabilities [rows, keys] of rows l0.. against keys s0.. from the saved lse: scores, then
+// exp(scale * s - lse) in one pass per row where no bool/float mask applies (a causal row's
+// keys past it set to 0, as exp(-inf) gives), else mask_block and probs_block.
+void probs_of(const float* qb, i64 qs, const float* kb, i64 ks, float* sc, i64 ld, i64 rows, i64 keys, i64 E,
+              i64 l0, i64 s0, i64 bh, const SdpaParams& p, const void* mask, const float* lse) {
+  if (p.mask_kind != 0) {
+    scores(qb, qs, kb, ks, sc, ld, rows, keys, E, l0, s0, bh, p, mask);
+    return probs_block(sc, ld, rows, keys, lse);
+  }
+  detail::gemm_strided(qb, qs, 1, kb, 1, ks, sc, ld, rows, keys, E, false);
+  const V vs = vbcast(p.scale);
+  for (i64 r = 0; r < rows; ++r) {
+    float* row = sc + r * ld;
+    const V m = vbcast(lse[r]);
+    const i64 seen = p.causal ? (l0 + r + 1 - s0 < keys ? l0 + r + 1 - s0 : keys) : keys;
+    if (seen <= 0) {
+      std::memset(row, 0, sizeof(float) * keys);
+      continue;
+    }
+    vmath::map_v(row, row, seen, [vs, m](V x) { return vmath::vexp(vsub(vmul(x, vs), m)); });
+    if (seen < keys) std::memset(row + seen, 0, sizeof(float) * (keys - seen));
+  }
 }
 
 }  // namespace
@@ -207,8 +248,8 @@ void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v,
   const bool need_ds = dq != nullptr || dk != nullptr, part = G.g > 1 && (dk || dv);
   const i64 cost = L * S * (2 * E + 3 * Ev);
   parallel_for(p.B, grain_for_work(cost, kMinChunkMacs), [&](i64 t0, i64 t1) {
-    float* sc = detail::thread_scratch<struct SdpaBwdScratch>(2 * kRows * kKeys + L);
-    float *dp = sc + kRows * kKeys, *D = dp + kRows * kKeys;
+    float* sc = detail::thread_scratch<struct SdpaBwdScratch>(2 * kBwdRows * kBwdKeys + L);
+    float *dp = sc + kBwdRows * kBwdKeys, *D = dp + kBwdRows * kBwdKeys;
     for (i64 bh = t0; bh < t1; ++bh) {
       const i64 n = bh / G.H, h = bh % G.H, hk = h / G.g;
       const float* qh = Geo::at(q, G.q, n, h);
@@ -230,36 +271,42 @@ void sdpa_bwd(const float* dout, const float* q, const float* k, const float* v,
         }
       }
       if (dqh) zero_rows(dqh, L, G.q.sr, E);
-      for (i64 s0 = 0; s0 < S; s0 += kKeys) {
-        const i64 keys = S < s0 + kKeys ? S - s0 : kKeys;
-        const i64 lstart = p.causal ? s0 / kRows * kRows : 0;  // blocks of rows before s0 see none of these keys
-        bool first = true;
-        for (i64 l0 = lstart; l0 < L; l0 += kRows) {
-          const i64 rows = L < l0 + kRows ? L - l0 : kRows;
-          scores(qh + l0 * G.q.sr, G.q.sr, kh + s0 * G.k.sr, G.k.sr, sc, kKeys, rows, keys, E, l0, s0, bh, p, mask);
-          probs_block(sc, kKeys, rows, keys, lh + l0);
+      for (i64 s0 = 0; s0 < S; s0 += kBwdKeys) {
+        const i64 keys = S < s0 + kBwdKeys ? S - s0 : kBwdKeys;
+        const i64 lstart = p.causal ? (s0 < L ? s0 : L) : 0;  // rows before s0 see none of these keys
+        if (lstart == L) {  // no row sees these keys
+          if (dkh) zero_rows(dkh + s0 * ldk, keys, ldk, E);
+          if (dvh) zero_rows(dvh + s0 * ldv, keys, ldv, Ev);
+          continue;
+        }
+        // Causal: the first kDiagRows rows of the block see only its first kDiagRows keys, a
+        // block of their own (the masked half of the diagonal is not computed).
+        const bool diag = p.causal && keys > kDiagRows;
+        if (dkh) zero_rows(dkh + s0 * ldk, keys, ldk, E);
+        if (dvh) zero_rows(dvh + s0 * ldv, keys, ldv, Ev);
+        for (i64 l0 = lstart, rows; l0 < L; l0 += rows) {
+          const bool sub = diag && l0 == lstart;
+          rows = sub ? (L - l0 < kDiagRows ? L - l0 : kDiagRows) : (L - l0 < kBwdRows ? L - l0 : kBwdRows);
+          const i64 kn = sub ? kDiagRows : keys;  // the keys these rows see
+          probs_of(qh + l0 * G.q.sr, G.q.sr, kh + s0 * G.k.sr, G.k.sr, sc, kBwdKeys, rows, kn, E, l0, s0, bh, p, mask,
+                   lh + l0);
           if (dvh)
-            detail::gemm_strided(sc, 1, kKeys, gh + l0 * G.o.sr, G.o.sr, 1, dvh + s0 * ldv, ldv, keys, Ev, rows, !first);
+            detail::gemm_strided(sc, 1, kBwdKeys, gh + l0 * G.o.sr, G.o.sr, 1, dvh + s0 * ldv, ldv, kn, Ev, rows, true);
           if (need_ds) {
-            detail::gemm_strided(gh + l0 * G.o.sr, G.o.sr, 1, vh + s0 * G.v.sr, 1, G.v.sr, dp, kKeys, rows, keys, Ev,
+            detail::gemm_strided(gh + l0 * G.o.sr, G.o.sr, 1, vh + s0 * G.v.sr, 1, G.v.sr, dp, kBwdKeys, rows, kn, Ev,
                                  false);
+            const V vs = vbcast(p.scale);
             for (i64 r = 0; r < rows; ++r) {
-              const V d = vbcast(D[l0 + r]), vs = vbcast(p.scale);
-              vmath::map2_v(sc + r * kKeys, dp + r * kKeys, dp + r * kKeys, keys,
+              const V d = vbcast(D[l0 + r]);
+              vmath::map2_v(sc + r * kBwdKeys, dp + r * kBwdKeys, dp + r * kBwdKeys, kn,
                             [d, vs](V a, V b) { return vmul(vs, vmul(a, vsub(b, d))); });
             }
             if (dkh)
-              detail::gemm_strided(dp, 1, kKeys, qh + l0 * G.q.sr, G.q.sr, 1, dkh + s0 * ldk, ldk, keys, E, rows,
-                                   !first);
+              detail::gemm_strided(dp, 1, kBwdKeys, qh + l0 * G.q.sr, G.q.sr, 1, dkh + s0 * ldk, ldk, kn, E, rows, true);
             if (dqh)
-              detail::gemm_strided(dp, kKeys, 1, kh + s0 * G.k.sr, G.k.sr, 1, dqh + l0 * G.q.sr, G.q.sr, rows, E, keys,
+              detail::gemm_strided(dp, kBwdKeys, 1, kh + s0 * G.k.sr, G.k.sr, 1, dqh + l0 * G.q.sr, G.q.sr, rows, E, kn,
                                    true);
           }
-          first = false;
-        }
-        if (first) {  // no row sees these keys
-          if (dkh) zero_rows(dkh + s0 * ldk, keys, ldk, E);
-          if (dvh) zero_rows(dvh + s0 * ldv, keys, ldv, Ev);
         }
       }
     }

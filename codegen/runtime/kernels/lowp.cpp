@@ -28,6 +28,9 @@
 // exact in fp32): small gradients do not flush to zero and large activations do
 // not overflow, with no loss scale to carry between steps.  On arm64 CPUs with
 // BF16 the bf16 products run on BFDOT instead (lowp_dot.cpp, chosen at run time).
+// On x86 CPUs with AVX2 and F16C (cpuid, so baseline builds too) bf16/fp16 weights are
+// widened into the packed panels 8 at a time and the operand rounding runs 8 lanes at a time
+// (the PK_LOWP_X86 block): the same values, so the same bits.
 #include <cmath>
 #include <cstring>
 
@@ -35,7 +38,7 @@
 #include "pock_parallel.h"
 #include "simd.h"
 #include "gemm_detail.h"
-#if defined(__F16C__) || defined(__AVX2__)
+#if defined(__x86_64__) || defined(__F16C__) || defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -185,6 +188,83 @@ PK_LOWP_INLINE void dequant_span(const void* w, LowpDtype dt, const float* scale
   }
 }
 
+// ---- x86: bf16 / fp16 weights widened 8 at a time with AVX2 (bf16: zero-extend and shift
+// left 16, vpslld) or F16C (vcvtph2ps) straight into the GEMM's packed panel (the forward's
+// w^T through an 8 x 8 register transpose, no stack tile), so a bf16/fp16 product reads half
+// the weight bytes of fp32 for the same FMAs.  Compiled with target attributes and chosen at
+// run time from cpuid: a baseline x86-64 build uses them where the CPU has AVX2 and F16C, and
+// the portable readers below otherwise.  Widening is exact: the same panel, bit for bit.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PK_LOWP_X86 1
+#define PK_X86_WIDE __attribute__((target("avx2,f16c")))
+bool x86_wide() {
+#if defined(__AVX2__) && defined(__F16C__)
+  return true;
+#else
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  return ok;
+#endif
+}
+
+// 8 values from p, widened to fp32.
+PK_X86_WIDE inline __m256 widen8(const uint16_t* p, bool f16) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return f16 ? _mm256_cvtph_ps(h) : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+PK_X86_WIDE inline float widen1(uint16_t h, bool f16) {
+  return f16 ? _cvtsh_ss(h) : bf16_to_f32(h);
+}
+
+// out[k*ld + j] = w[c0 + j, r0 + k] (w [N, K] bf16 or fp16): 8 rows of w x 8 k per transpose.
+PK_X86_WIDE void read_wt16_x86(const uint16_t* w, bool f16, i64 K, i64 r0, i64 rows, i64 c0, i64 cols, float* out,
+                               i64 ld) {
+  const i64 jt = cols / 8 * 8, kt = rows / 8 * 8;
+  for (i64 j = 0; j < jt; j += 8) {
+    const uint16_t* src = w + (c0 + j) * K + r0;
+    for (i64 k = 0; k < kt; k += 8) {
+      const __m256 r0v = widen8(src + k, f16), r1 = widen8(src + K + k, f16), r2 = widen8(src + 2 * K + k, f16),
+                   r3 = widen8(src + 3 * K + k, f16), r4 = widen8(src + 4 * K + k, f16),
+                   r5 = widen8(src + 5 * K + k, f16), r6 = widen8(src + 6 * K + k, f16),
+                   r7 = widen8(src + 7 * K + k, f16);
+      const __m256 t0 = _mm256_unpacklo_ps(r0v, r1), t1 = _mm256_unpackhi_ps(r0v, r1),
+                   t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5),
+                   t5 = _mm256_unpackhi_ps(r4, r5), t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
+                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
+                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
+                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      float* d = out + k * ld + j;
+      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
+      _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+      _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+      _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+      _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+      _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+      _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+      _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+    }
+    for (i64 k = kt; k < rows; ++k)
+      for (i64 t = 0; t < 8; ++t) out[k * ld + j + t] = widen1(src[t * K + k], f16);
+  }
+  for (i64 j = jt; j < cols; ++j)
+    for (i64 k = 0; k < rows; ++k) out[k * ld + j] = widen1(w[(c0 + j) * K + r0 + k], f16);
+}
+
+// out[k*ld + j] = w[r0 + k, c0 + j] (w [N, K] bf16 or fp16, read as [N, K] rows).
+PK_X86_WIDE void read_w16_x86(const uint16_t* w, bool f16, i64 K, i64 r0, i64 rows, i64 c0, i64 cols, float* out,
+                              i64 ld) {
+  for (i64 k = 0; k < rows; ++k) {
+    const uint16_t* src = w + (r0 + k) * K + c0;
+    float* d = out + k * ld;
+    i64 j = 0;
+    for (; j + 8 <= cols; j += 8) _mm256_storeu_ps(d + j, widen8(src + j, f16));
+    for (; j < cols; ++j) d[j] = widen1(src[j], f16);
+  }
+}
+#else
+#define PK_LOWP_X86 0
+#endif
+
 struct LowpW {
   const void* w;
   LowpDtype dt;
@@ -197,6 +277,10 @@ struct LowpW {
 // transposed into place.
 void read_wt(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
   const LowpW& q = *static_cast<const LowpW*>(ctx);
+#if PK_LOWP_X86
+  if ((q.dt == LowpDtype::BF16 || q.dt == LowpDtype::F16) && x86_wide())
+    return read_wt16_x86(static_cast<const uint16_t*>(q.w), q.dt == LowpDtype::F16, q.K, r0, rows, c0, cols, out, ld);
+#endif
   constexpr i64 kSpan = 256;
   alignas(64) float tile[kT * kSpan];
   for (i64 j = 0; j < cols; j += kT) {
@@ -212,6 +296,10 @@ void read_wt(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i6
 // gemm reader for op(B) = dequant(w) ([N, K] read as [K_gemm = N, N_gemm = K]).
 void read_w(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
   const LowpW& q = *static_cast<const LowpW*>(ctx);
+#if PK_LOWP_X86
+  if ((q.dt == LowpDtype::BF16 || q.dt == LowpDtype::F16) && x86_wide())
+    return read_w16_x86(static_cast<const uint16_t*>(q.w), q.dt == LowpDtype::F16, q.K, r0, rows, c0, cols, out, ld);
+#endif
   switch (q.dt) {  // one loop per format, the format's code inlined into it
     case LowpDtype::BF16:
       for (i64 k = 0; k < rows; ++k) dequant_span(q.w, LowpDtype::BF16, q.scale, q.K, r0 + k, c0, cols, out + k * ld);
@@ -300,20 +388,44 @@ inline float round_f16(float x) {
 #endif
 }
 
+#if PK_LOWP_X86
+// round_span's loops on AVX2 / F16C (run-time dispatch as the readers): the same roundings
+// (round_bf16's integer steps lane by lane; F16C's conversion is IEEE round-to-nearest-even
+// with subnormals and overflow to inf, which round_f16 reproduces).
+PK_X86_WIDE i64 round_span_x86(const float* in, float* out, i64 n, bool f16, float mul) {
+  const __m256 m = _mm256_set1_ps(mul);
+  i64 i = 0;
+  if (f16) {
+    for (; i + 8 <= n; i += 8) {
+      const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(in + i), m), _MM_FROUND_TO_NEAREST_INT);
+      _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
+    }
+    return i;
+  }
+  const __m256i abs_mask = _mm256_set1_epi32(0x7fffffff), inf = _mm256_set1_epi32(0x7f800000),
+                quiet = _mm256_set1_epi32(0x00400000), half = _mm256_set1_epi32(0x7fff), one = _mm256_set1_epi32(1),
+                hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  for (; i + 8 <= n; i += 8) {
+    const __m256i b = _mm256_castps_si256(_mm256_mul_ps(_mm256_loadu_ps(in + i), m));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, abs_mask), inf);
+    const __m256i r = _mm256_add_epi32(b, _mm256_add_epi32(half, _mm256_and_si256(_mm256_srli_epi32(b, 16), one)));
+    const __m256i v = _mm256_blendv_epi8(r, _mm256_or_si256(b, quiet), nan);
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_and_si256(v, hi)));
+  }
+  return i;
+}
+#endif
+
 // out[0:n] = round_cd(in[0:n] * mul)  (mul a power of two: exact)
 void round_span(const float* in, float* out, i64 n, LowpDtype cd, float mul) {
   i64 i = 0;
+#if PK_LOWP_X86
+  if (x86_wide()) i = round_span_x86(in, out, n, cd == LowpDtype::F16, mul);
+#endif
   if (cd == LowpDtype::BF16) {
     for (; i < n; ++i) out[i] = round_bf16(in[i] * mul);
     return;
   }
-#if defined(__F16C__)
-  const __m256 m = _mm256_set1_ps(mul);
-  for (; i + 8 <= n; i += 8) {
-    const __m128i h = _mm256_cvtps_ph(_mm256_mul_ps(_mm256_loadu_ps(in + i), m), _MM_FROUND_TO_NEAREST_INT);
-    _mm256_storeu_ps(out + i, _mm256_cvtph_ps(h));
-  }
-#endif
   for (; i < n; ++i) out[i] = round_f16(in[i] * mul);
 }
 
@@ -321,8 +433,15 @@ void round_span(const float* in, float* out, i64 n, LowpDtype cd, float mul) {
 // (1 for bf16, whose range is fp32's; for fp16, max |a| lands in [2^13, 2^14)).
 float cd_scale(const float* a, i64 n, LowpDtype cd) {
   if (cd != LowpDtype::F16) return 1.0f;
+  // max |a| skipping NaN (as fmax does): vmax(x, m) keeps m where x is NaN
+  V vm = vzero();
+  i64 i = 0;
+  for (; i + kW <= n; i += kW) vm = vmax(vabs(vload(a + i)), vm);
+  alignas(64) float lanes[kW];
+  vstore(lanes, vm);
   float amax = 0.0f;
-  for (i64 i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(a[i]));
+  for (int l = 0; l < kW; ++l) amax = lanes[l] > amax ? lanes[l] : amax;
+  for (; i < n; ++i) amax = std::fabs(a[i]) > amax ? std::fabs(a[i]) : amax;
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 1.0f;  // zeros, or NaN/inf (the guard reports it)
   int e;
   std::frexp(amax, &e);  // amax in [2^(e-1), 2^e)
@@ -362,9 +481,14 @@ void read_w_cd(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, 
 // y[i, :] = act(y[i, :] * mul + b)  (b nullable)
 void scale_bias_act(float* y, i64 M, i64 N, float mul, const float* b, Act act) {
   parallel_for(M, grain_for_work(N, kMinChunkElems), [&](i64 r0, i64 r1) {
+    const V vm = vbcast(mul);
     for (i64 i = r0; i < r1; ++i) {
       float* row = y + i * N;
-      for (i64 j = 0; j < N; ++j) {
+      i64 j0 = 0;
+      if (b == nullptr && act == Act::None) {  // the fp16 product's scale-back: vectors
+        for (; j0 + kW <= N; j0 += kW) vstore(row + j0, vmul(vload(row + j0), vm));
+      }
+      for (i64 j = j0; j < N; ++j) {
         float v = row[j] * mul + (b ? b[j] : 0.0f);
         if (act == Act::Relu) v = v < 0.0f ? 0.0f : v;
         else if (act == Act::Relu6) v = v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v);
