@@ -48,7 +48,7 @@ def _segments(graph, chosen: list[tuple[str, str]], lora: bool) -> list:
     from ..passes.recompute import blocks, cheap, lora_down_projections
     by_block = blocks(graph)
     full = {b for how, b in chosen if how == "full"}
-    segments = [by_block[b] for b in full]
+    segments = [by_block[b] for b in by_block if b in full]  # program order
     segments += [[n for n in by_block[b] if cheap(n)] for how, b in chosen if how == "cheap" and b not in full]
     inside = {id(n) for s in segments for n in s}
     if lora:
