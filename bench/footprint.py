@@ -272,7 +272,13 @@ def main(argv=None) -> int:
                     "(LoRA, fp32, checkpoint per decoder layer); 'none' for none")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=str(ROOT / "bench" / "footprint_results.md"))
+    ap.add_argument("--from-json", default=None, help="comma-separated result JSONs of earlier runs (e.g. run in "
+                    "parallel): their rows, in that order, into --out (nothing measured)")
     args = ap.parse_args(argv)
+    if args.from_json:
+        rows = [(r.pop("setup"), r) for f in args.from_json.split(",") for r in json.loads(Path(f).read_text())["rows"]]
+        print(write(args, rows))
+        return 0
     setups = [s.split(":") for s in (args.setups if args.seqs is None else
                                     ",".join(f"smollm2:lora:{n}" for n in args.seqs.split(","))).split(",")]
     rows = []
