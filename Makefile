@@ -81,7 +81,7 @@ bench: setup
 		--rows pytorch-full,pockengine-full,pytorch-lora,pockengine-lora,pytorch-sparse,pockengine-sparse \
 		|| echo "bench: the interleaved SmolLM2 rows failed; the speed ratios fall back to llm_results.md"
 	$(PY) bench/arm64/insns.py --full lstm_b1 || echo "bench: aarch64 instruction counts (bench/arm64/insns.py) failed"
-	$(PY) bench/footprint.py --seqs 256,1024 --budgets none,64 \
+	$(PY) bench/footprint.py --steps 2 --out bench/footprint_results.md \
 		|| echo "bench: the training-memory rows (bench/footprint.py) failed"
 	$(PY) bench/targets.py
 	$(PY) bench/readme_tables.py

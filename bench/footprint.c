@@ -13,7 +13,9 @@
  *   ckpt_rss_kb, ckpt_dirty_kb, ckpt_clean_kb
  *                     the checkpoint file's mappings in /proc/self/smaps: resident,
  *                     private dirty (pages copied on write) and clean (file-backed)
- * and ms_per_step (wall clock, steps after the first).  With CKPT_OUT the final
+ * and ms_per_step (wall clock, steps after the first), and each step's loss (lossN, 9
+ * significant digits: the float exactly).  FOOTPRINT_SMAPS=FILE: /proc/self/smaps after
+ * training is copied to FILE (which mappings hold the private dirty pages).  With CKPT_OUT the final
  * state is saved there (to compare weights after training).  Exit status 1 on any error.
  */
 #define _GNU_SOURCE
@@ -150,9 +152,19 @@ int main(int argc, char** argv) {
     float loss = 0.0f;
     const pock_status st = pock_step(t, inputs, n_in, targets, n_tg, &loss);
     if (st != POCK_ERR_NONFINITE) check(st, "pock_step");  /* a skipped step still ran */
+    printf("loss%d=%.9g ", s, (double)loss);                 /* 9 digits: the float exactly */
   }
   const double ms = steps > 1 ? (now_ms() - t0) / (steps - 1) : 0.0;
   report("train", argv[1]);
+  const char* dump = getenv("FOOTPRINT_SMAPS"); /* a copy of /proc/self/smaps after training there */
+  if (dump && *dump) {
+    FILE *in = fopen("/proc/self/smaps", "r"), *out = fopen(dump, "w");
+    char buf[65536];
+    size_t n;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+  }
   printf("ms_per_step=%.2f steps=%d threads=%d\n", ms, steps, threads);
   if (argc > 5) check(pock_save(t, argv[5]), "pock_save");
   pock_close(t);

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 
+#include <sys/mman.h>
+
 #include "runtime_internal.h"
 
 #define POCK_RUNTIME_VERSION "0.1.0"
@@ -59,12 +61,18 @@ int64_t numel(const int64_t* shape, int32_t ndim) {
   return n;
 }
 
+// The arena: zero pages mapped anonymous (page-aligned), so only the pages a call writes become
+// private memory.  The arena serves the step's plan and forward()'s, and the larger one is often
+// forward()'s (a fused LM head's step never holds the logits forward() returns): an app that
+// only trains never pays for it.
+size_t arena_size(int64_t nbytes) {
+  const size_t size = (static_cast<size_t>(nbytes) + kAlign - 1) / kAlign * kAlign;
+  return size == 0 ? kAlign : size;
+}
+
 uint8_t* alloc_zeroed(int64_t nbytes) {
-  size_t size = (static_cast<size_t>(nbytes) + kAlign - 1) / kAlign * kAlign;
-  if (size == 0) size = kAlign;
-  void* p = std::aligned_alloc(kAlign, size);
-  if (p) std::memset(p, 0, size);
-  return static_cast<uint8_t*>(p);
+  void* p = mmap(nullptr, arena_size(nbytes), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
 }
 
 // The generated model is trusted, but a wrong offset would corrupt memory
@@ -362,7 +370,7 @@ POCK_API void pock_close(pock_trainer* t) {
   pock_rt::profile_free(t->profile);
   if (t->backend && t->model->backend_close) t->model->backend_close(t->backend);
   pock_rt::pool_destroy(t->pool);
-  std::free(t->arena);
+  if (t->arena) munmap(t->arena, arena_size(t->model->arena_bytes));
   pock_rt::state_release(t);
   delete t;
 }

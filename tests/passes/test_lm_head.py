@@ -83,3 +83,28 @@ def test_label_smoothing_keeps_the_logits():
     assert [n.op for n in fuse_lm_head(g).nodes] == ["linear", "reshape", "cross_entropy"]
     g.nodes[2].attrs["label_smoothing"] = 0.0
     assert [n.op for n in fuse_lm_head(g).nodes] == ["linear_cross_entropy"]
+
+
+@pytest.mark.parametrize("frozen_dtype", ["q4"])  # bf16 and int8 pass too (the same emitter path; kept fast)
+def test_a_low_precision_frozen_head_is_read_in_place(monkeypatch, frozen_dtype):
+    """A frozen head stored in q4 (its scale beside it) feeds the fused op in place: the fused
+    step trains like the unfused one over the same stored weights."""
+    from pockengine.passes import lm_head
+    torch.manual_seed(0)
+    model, x, y, loss, output = hf_zoo.llama()
+    update = {"model.layers.1.*": 1.0}
+    runs = []
+    for fused in (True, False):
+        monkeypatch.setattr(lm_head, "MIN_LOGITS", 0 if fused else 1 << 40)
+        prog = pe.compile(model, x, y, loss=loss, update=update, optimizer=pe.SGD(lr=0.05), output=output,
+                          frozen_dtype=frozen_dtype, name=f"lce_{frozen_dtype}_{fused}")
+        assert ("linear_cross_entropy" in [n.op for n in prog.graph.nodes]) == fused
+        head = prog.state["lm_head.weight"]
+        assert head.dtype == {"bf16": "bf16", "int8": "i8", "q4": "q4"}[frozen_dtype]
+        trainer = prog.build()
+        runs.append(([trainer.step(*x, *y) for _ in range(2)], trainer.state_dict()))
+    (l0, s0), (l1, s1) = runs
+    np.testing.assert_allclose(l0, l1, rtol=1e-5)
+    for k in s0:
+        np.testing.assert_allclose(np.asarray(s0[k], np.float64), np.asarray(s1[k], np.float64), rtol=1e-4, atol=1e-6,
+                                   err_msg=k)

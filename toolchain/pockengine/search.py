@@ -24,7 +24,9 @@ Three steps (PockEngine, MICRO 2023, section 4.2):
    evolutionary search refines it. Every scheme accepted is checked against its exact
    compiled cost, so the returned one fits the budget.
 
-A scheme fits `Budget(memory_mb=M)` when `arena_bytes + state_bytes` <= M MiB;
+A scheme fits `Budget(memory_mb=M)` when `arena_bytes + state_bytes` <= M MiB, or, with
+memory_budget_mb among the compile keywords, when its private memory (`private_bytes` of the
+program pe.compile builds with them: the recompute plan, frozen weights mapped) is;
 `Budget(flops=F)` bounds `flops_per_step`; `Budget(step_ms=T)` bounds the step time
 estimated from the FLOPs and the host speed measured on the full-update step.
 """
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -229,10 +232,33 @@ class SchemeCompiler:
         return self.key(*self.resolve(update))
 
     def program(self, update) -> Program:
-        """The scheme's Program: pe.compile(**the spec's keywords, update=update), exported once."""
-        prog = compile_spec(self.spec.replace(update=update), self._exports)
+        """The scheme's Program: pe.compile(**the spec's keywords, update=update), exported once.
+        A scheme whose step cannot meet the keywords' memory_budget_mb gets its unbudgeted
+        program (recomputation changes no bits, so its training is the same) with
+        `unreachable_private_bytes`, the smallest private memory the compiler names."""
+        prog = self._compile(self.spec.replace(update=update))
         self.compiles += 1
         return prog
+
+    def _compile(self, spec) -> Program:
+        try:
+            return compile_spec(spec, self._exports)
+        except PockError as e:
+            m = _UNREACHABLE.search(str(e)) if spec.memory_budget_mb is not None else None
+            if m is None:
+                raise
+        prog = compile_spec(spec.replace(memory_budget_mb=None), self._exports)
+        prog.unreachable_private_bytes = floor = math.ceil(float(m.group(1)) * MIB)
+        unbudgeted = prog.stats
+        prog.stats = lambda: dict(unbudgeted(), private_bytes=floor)  # what the budget would need
+        return prog
+
+    @property
+    def counts_private(self) -> bool:
+        """Whether Budget(memory_mb) counts prog.stats()["private_bytes"] (the compile keywords
+        have memory_budget_mb: the recompute plan, frozen weights mapped), as pe.compile's
+        memory_budget_mb does; else arena + state, as before issue 36."""
+        return self.spec.memory_budget_mb is not None
 
     def resolve(self, update) -> tuple[dict, dict]:
         """(what the scheme trains, {tied parameter: the module whose use alone trains it}, from
@@ -264,15 +290,20 @@ class SchemeCompiler:
         beside a sparse update dict), cached."""
         key = self.lora_key(lora, update)
         if key not in self._lora:
-            self._lora[key] = compile_spec(self.spec.replace(update=dict(update) or "none", lora=lora,
-                                                             name=f"{self.name}_lora"), self._exports)
+            self._lora[key] = self._compile(self.spec.replace(update=dict(update) or "none", lora=lora,
+                                                              name=f"{self.name}_lora"))
             self.compiles += 1
         return self._lora[key]
 
 
-def cost_of(stats: dict, ms_per_flop: float | None = None) -> dict:
-    """The quantities a Budget bounds, from prog.stats()."""
-    cost = {"memory_bytes": stats["arena_bytes"] + stats["state_bytes"],
+_UNREACHABLE = re.compile(r"cannot be met: the smallest reachable private memory is ([0-9.]+) MiB")
+
+
+def cost_of(stats: dict, ms_per_flop: float | None = None, private: bool = False) -> dict:
+    """The quantities a Budget bounds, from prog.stats(); memory_bytes is the private memory
+    (stats' private_bytes) with `private` (SchemeCompiler.counts_private), else arena + state."""
+    cost = {"memory_bytes": stats["private_bytes"] if private else stats["arena_bytes"] + stats["state_bytes"],
+            "private_bytes": stats["private_bytes"],
             "training_bytes": stats["arena_bytes"] + stats["optimizer_state_bytes"],
             "arena_bytes": stats["arena_bytes"], "state_bytes": stats["state_bytes"],
             "optimizer_state_bytes": stats["optimizer_state_bytes"],
@@ -525,10 +556,11 @@ class _Searcher:
         return tuple(o if i == gi else 0 for i in range(len(self.groups)))
 
     def cost(self, scheme) -> dict:
-        return cost_of(self.compiler.stats(scheme_update(self.groups, scheme)), self.ms_per_flop)
+        return cost_of(self.compiler.stats(scheme_update(self.groups, scheme)), self.ms_per_flop,
+                       self.compiler.counts_private)
 
     def cost_of_stats(self, stats: dict) -> dict:
-        return cost_of(stats, self.ms_per_flop)
+        return cost_of(stats, self.ms_per_flop, self.compiler.counts_private)
 
     def value(self, scheme) -> float:
         return sum(self.contrib.delta[(gi, o)] for gi, o in enumerate(scheme) if o)
@@ -700,9 +732,9 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     else:
         update, cost, chosen_lora = scheme_update(groups, best), s.cost(best), None
     assert fits(cost, limits)
-    full = cost_of(compiler.stats("full"), contributions.ms_per_flop)
+    full = cost_of(compiler.stats("full"), contributions.ms_per_flop, compiler.counts_private)
     last_update = last_layer_update(compiler)
-    last = cost_of(compiler.stats(last_update), contributions.ms_per_flop)
+    last = cost_of(compiler.stats(last_update), contributions.ms_per_flop, compiler.counts_private)
     return SearchResult(update, best, groups, contributions, budget, cost, s.value(best), full, last,
                         last_update, seed, compiler.compiles, history, measured, baselines,
                         time.monotonic() - t0, cached, chosen_lora, measured_steps)
@@ -760,7 +792,7 @@ def _check_cheapest(compiler, groups, budget: Budget, ms_per_flop) -> None:
     limits = {k: v for k, v in budget.limits().items() if ms_per_flop is not None or k != "step_ms"}
     best = None
     for g in groups:
-        c = cost_of(compiler.stats(g.update(1)), ms_per_flop)
+        c = cost_of(compiler.stats(g.update(1)), ms_per_flop, compiler.counts_private)
         if fits(c, limits):
             return
         over = max(c[k] / v for k, v in limits.items())

@@ -48,7 +48,7 @@ def _segments(graph, chosen: list[tuple[str, str]], lora: bool) -> list:
     from ..passes.recompute import blocks, cheap, lora_down_projections
     by_block = blocks(graph)
     full = {b for how, b in chosen if how == "full"}
-    segments = [by_block[b] for b in full]
+    segments = [by_block[b] for b in by_block if b in full]  # program order
     segments += [[n for n in by_block[b] if cheap(n)] for how, b in chosen if how == "cheap" and b not in full]
     inside = {id(n) for s in segments for n in s}
     if lora:
@@ -80,7 +80,8 @@ def fit_budget(graph, forward_graph, trained, exact_skip: bool, budget_mb) -> in
         raise PockError(f"memory_budget_mb must be a positive number of MiB, got {budget_mb!r}")
     limit = budget_mb * MIB
     state = _private_state(graph, forward_graph, trained)
-    if _arena(graph, exact_skip) + state <= limit:
+    base = _arena(graph, exact_skip) + state
+    if base <= limit:
         return 0
     by_block = blocks(graph)
 
@@ -100,11 +101,13 @@ def fit_budget(graph, forward_graph, trained, exact_skip: bool, budget_mb) -> in
         return fits[k] <= limit
 
     if not trial(len(ranked)):
-        floor = min(fits.values())
+        floor = min(base, *fits.values())  # where recomputing everything gains nothing, today's plan
         reach = math.ceil(floor / MIB * 1e4) / 1e4  # rounded up: a budget of this many MiB fits
         raise PockError(f"memory_budget_mb={budget_mb:g} cannot be met: the smallest reachable private memory "
                         f"is {reach:.4f} MiB (arena {(floor - state) / MIB:.4f} + trained parameters, buffers and "
-                        f"optimizer state {state / MIB:.4f}, recomputing every block)")
+                        f"optimizer state {state / MIB:.4f}, "
+                        + ("recomputing every block)" if floor < base else "without recomputation: recomputing gains "
+                           "nothing here)"))
     lo, hi = 0, len(ranked)  # the fewest candidates that fit (private memory falls as k grows)
     while lo < hi:
         mid = (lo + hi) // 2

@@ -129,10 +129,9 @@ def lce_params(n, x: Value, w: Value, k=None) -> str:
 
 def _lce_w(e, w: Value, ptr: str) -> tuple[str, str]:
     """(weight pointer, scale pointer) of the head's weight (low precision: lowp.cpp's)."""
-    from .cpp import LOWP, _lowp
-    if w.dtype in LOWP:
-        p, _, scale = _lowp(e, w).split(", ")
-        return p, scale
+    from .cpp import LOWP
+    if w.dtype in LOWP:  # as cpp._lowp, whose 'w, dtype, scale' cannot be split at commas (F32(S, off))
+        return e.p(w), (f"F32(S, {e.state_offset[w.name + ':scale']})" if w.dtype in ("i8", "q4") else "nullptr")
     return ptr, "nullptr"
 
 

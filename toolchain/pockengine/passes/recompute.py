@@ -6,7 +6,8 @@ first backward node that reads any of it, and points every backward reader at th
 originals then die at their last forward use and the copies live only through that segment's
 backward pass.  A copy is the same op with the same attributes on the same inputs (the copies
 of the segment's earlier nodes where those were copied, else the originals, which then stay
-alive: the segment's input, the checkpoint), so it runs the same kernel on the same bits.
+alive: the segment's input, the checkpoint, even where an other segment is recomputed too), so
+it runs the same kernel on the same bits, and the result does not depend on the segments' order.
 
 Never copied: nodes that write state (running statistics: recomputed batch norm must not
 update them twice), sparse-update slices (`hoist`) and dropout (its mask's seed is salted by
@@ -60,7 +61,7 @@ def saved_by_backward(g: Graph, segment: list[Node]) -> list:
     inside = {id(o) for n in segment for o in n.outputs if o is not None}
     seen, out = set(), []
     for n in g.nodes:
-        if n.phase == "forward":
+        if n.phase == "forward" or n.attrs.get("recompute"):  # another segment's copies read the originals
             continue
         for v in n.inputs:
             if v is not None and id(v) in inside and id(v) not in seen:
@@ -104,7 +105,9 @@ def recompute(g: Graph, segments: list[list[Node]]) -> int:
             added += flops(m)
         first = None
         for i, n in enumerate(g.nodes):
-            if n.phase == "forward":
+            # another segment's copies keep reading the originals (its checkpoint): rewired, they
+            # would make this segment's values live from that segment's backward on
+            if n.phase == "forward" or n.attrs.get("recompute"):
                 continue
             hit = False
             for k, v in enumerate(n.inputs):
