@@ -57,7 +57,15 @@ object PockAssets {
                 continue
             }
             val tmp = File(dir, ".$name.tmp")
-            context.assets.open("$assetDir/$name").use { input -> tmp.outputStream().use { input.copyTo(it) } }
+            // fsync before the rename: a crash never leaves a torn file in place, and the copied
+            // weights are written back, so once mapped they are clean file-backed pages (not
+            // dirty page cache charged to the app) from the first open on
+            context.assets.open("$assetDir/$name").use { input ->
+                tmp.outputStream().use { out ->
+                    input.copyTo(out)
+                    out.fd.sync()
+                }
+            }
             if (!tmp.renameTo(File(dir, name))) throw IOException("cannot rename $tmp")
         }
     }
