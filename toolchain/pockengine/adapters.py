@@ -64,7 +64,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # e.g. the folder is a file: nothing was written
         raise PockError(f"export_adapter: cannot write {str(path)!r}: {e.strerror or e}") from None
 
 
@@ -154,7 +157,10 @@ def export_gguf(trainer, path) -> None:
         w.close()
         os.replace(tmp, path)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass  # e.g. the folder is a file: nothing was written
         raise PockError(f"export_adapter: cannot write {str(path)!r}: {e.strerror or e}") from None
 
 
