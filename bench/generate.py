@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -153,7 +154,8 @@ def main(argv=None):
     if args.out:
         head = (f"SmolLM2-135M-Instruct ({args.model}), {args.tokens} new tokens after a {len(ids)}-token prompt, "
                 f"best of {args.repeat} turns; greedy fp32 identical to transformers on "
-                f"{greedy.get('fp32', 'n/a')}/{len(PROMPTS)} prompts.\n\n")
+                f"{greedy.get('fp32', 'n/a')}/{len(PROMPTS)} prompts; load average {os.getloadavg()[0]:.1f} "
+                f"on {os.cpu_count()} cores at the end.\n\n")
         args.out.write_text(head + table + "\n")
         args.out.with_suffix(".json").write_text(json.dumps(
             {"model": args.model, "tokens": args.tokens, "repeat": args.repeat, "greedy_identical": greedy,
