@@ -64,7 +64,7 @@ def llama_cpp_runner(n_ctx: int):
     import numpy as np
     from pockengine.demo_llm import smollm2_dir
     llm = llama_cpp.Llama(model_path=str(smollm2_dir()), n_ctx=n_ctx, n_threads=1, n_threads_batch=1,
-                          n_batch=n_ctx, verbose=False)
+                          n_batch=n_ctx, logits_all=True, verbose=False)  # 0.3.36 keeps no scores without it
 
     def run(ids, n):
         llm.reset()

@@ -77,16 +77,17 @@ def test_llama_cpp_runs_the_merged_smollm2(tmp_path):
     llama_cpp = pytest.importorskip("llama_cpp")
     from pockengine.demo_llm import Logits, load_smollm2, smollm2_dir
     tok, model = load_smollm2()
-    seq = 32
     ids = tok("You may convey verbatim copies of the Program's source code as you receive it, in any medium, "
-              "provided that you conspicuously publish on each copy an appropriate copyright notice.")["input_ids"]
-    x, y = torch.tensor([ids[:seq]]), torch.tensor([ids[1:seq + 1]])
+              "provided that you conspicuously and appropriately publish on each copy an appropriate copyright "
+              "notice.")["input_ids"]  # test_adapters.py's text and step: the same build
+    x, y = torch.tensor([ids[:-1]]), torch.tensor([ids[1:]])
     trainer = pe.compile(Logits(model), (x,), (y,), update="none", optimizer=pe.AdamW(lr=5e-3),
                          lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.k_proj", "*.v_proj", "*.o_proj"])).build()
     for _ in range(8):
         trainer.step((x,), (y,))
     trainer.export_gguf(tmp_path / "merged.gguf", tokenizer=smollm2_dir())
-    llm = llama_cpp.Llama(model_path=str(tmp_path / "merged.gguf"), n_ctx=128, n_threads=2, verbose=False)
+    llm = llama_cpp.Llama(model_path=str(tmp_path / "merged.gguf"), n_ctx=128, n_threads=2, logits_all=True,
+                          verbose=False)  # (0.3.36 keeps no scores without logits_all)
     same = 0
     prompts = ["You may convey", "Once upon a time", "def fibonacci(n):"]
     for text in prompts:
