@@ -81,6 +81,10 @@ bench: setup
 		--rows pytorch-full,pockengine-full,pytorch-lora,pockengine-lora,pytorch-sparse,pockengine-sparse \
 		|| echo "bench: the interleaved SmolLM2 rows failed; the speed ratios fall back to llm_results.md"
 	$(PY) bench/arm64/insns.py --full lstm_b1 || echo "bench: aarch64 instruction counts (bench/arm64/insns.py) failed"
+	@$(PY) -c "import llama_cpp" 2>/dev/null || CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PY) -m pip install -q \
+		llama-cpp-python==0.3.36 || echo "bench: llama-cpp-python did not build; its decode row will be missing"
+	$(PY) bench/generate.py --frozen-dtype fp32,q4 --out bench/generate_results.md \
+		|| echo "bench: the decode rows (bench/generate.py) failed"
 	$(PY) bench/footprint.py --steps 2 --out bench/footprint_results.md \
 		|| echo "bench: the training-memory rows (bench/footprint.py) failed"
 	$(PY) bench/targets.py

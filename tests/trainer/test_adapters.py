@@ -130,8 +130,11 @@ def test_export_errors_are_named(trained, tmp_path):
 
 @pytest.mark.slow
 def test_llama_cpp_runs_our_gguf_adapter_on_smollm2(tmp_path):
-    """llama.cpp (llama-cpp-python==0.3.36) with the base SmolLM2 GGUF and our adapter: its
-    next-token argmax agrees with the trainer's on >= 95% of a held-out text's positions."""
+    """llama.cpp (llama-cpp-python==0.3.36) with the base SmolLM2 as a GGUF file and our adapter:
+    its next-token argmax agrees with the trainer's on >= 95% of a held-out text's positions.
+    The base is the fp32 model trainer.export_gguf writes before training (llama.cpp then
+    computes in fp32, as the trainer does); on the Q4_1 file itself llama.cpp also rounds the
+    activations to 8 bits, and that agreement (and the agreement without the adapter) is printed."""
     llama_cpp = pytest.importorskip("llama_cpp")
     from pockengine.demo_llm import Logits, load_smollm2, smollm2_dir
     tok, model = load_smollm2()
@@ -139,11 +142,13 @@ def test_llama_cpp_runs_our_gguf_adapter_on_smollm2(tmp_path):
     text = ("You may convey verbatim copies of the Program's source code as you receive it, in any medium, "
             "provided that you conspicuously and appropriately publish on each copy an appropriate copyright notice.")
     ids = tok(text)["input_ids"][:seq + 1]
+    seq = len(ids) - 1  # the text is shorter than 64 tokens
     x = torch.tensor([ids[:seq]])
     y = torch.tensor([ids[1:seq + 1]])
     prog = pe.compile(Logits(model), (x,), (y,), update="none", optimizer=pe.AdamW(lr=5e-3),
                       lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.k_proj", "*.v_proj", "*.o_proj"]))
     trainer = prog.build()
+    trainer.export_gguf(tmp_path / "base.gguf", tokenizer=smollm2_dir())  # adapters still zero: the base, fp32
     for _ in range(8):
         trainer.step((x,), (y,))
     trainer.export_adapter(tmp_path / "lora.gguf", format="gguf")
@@ -151,10 +156,15 @@ def test_llama_cpp_runs_our_gguf_adapter_on_smollm2(tmp_path):
                "copyright holder saying it may be distributed under the terms of this General Public License.")
     held = held["input_ids"][:seq]
     ours = trainer.forward((torch.tensor([held + [0] * (seq - len(held))]),))[0, :len(held)].argmax(-1)
-    llm = llama_cpp.Llama(model_path=str(smollm2_dir()), lora_path=str(tmp_path / "lora.gguf"), logits_all=True,
-                          n_ctx=256, n_threads=2, verbose=False)
-    llm.eval(held)
-    theirs = np.asarray(llm.scores[:len(held)]).argmax(-1)
-    agree = float((ours == theirs).mean())
-    print(f"llama.cpp vs trainer next-token argmax agreement: {agree:.3f} over {len(held)} positions")
+
+    def agreement(base, lora):
+        llm = llama_cpp.Llama(model_path=str(base), lora_path=lora and str(lora), logits_all=True, n_ctx=256,
+                              n_threads=2, verbose=False)
+        llm.eval(held)
+        return float((ours == np.asarray(llm.scores[:len(held)]).argmax(-1)).mean())
+    agree = agreement(tmp_path / "base.gguf", tmp_path / "lora.gguf")
+    on_q41 = agreement(smollm2_dir(), tmp_path / "lora.gguf")
+    without = agreement(tmp_path / "base.gguf", None)
+    print(f"llama.cpp vs trainer next-token argmax agreement over {len(held)} positions: {agree:.3f} (fp32 base + "
+          f"our adapter), {on_q41:.3f} (the Q4_1 GGUF + our adapter), {without:.3f} (fp32 base, no adapter)")
     assert agree >= 0.95

@@ -229,6 +229,13 @@ def save_target(path, what: str = "cannot save checkpoint") -> Path:
     return target
 
 
+def _remove(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass  # e.g. its folder is a file: nothing was written
+
+
 def write_atomically(path, blob, what: str = "cannot save checkpoint") -> None:
     """Write blob to path the way pock_save does: through symbolic links, refusing anything but
     a regular file, via a temporary file (fsynced, renamed over the target, directory fsynced).
@@ -248,10 +255,10 @@ def write_atomically(path, blob, what: str = "cannot save checkpoint") -> None:
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except OSError as e:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise PockError(f"{what} {os.fspath(path)!r}: {e.strerror or e}") from None
     except BaseException:
-        tmp.unlink(missing_ok=True)
+        _remove(tmp)
         raise
     try:
         fd = os.open(target.parent, os.O_RDONLY)

@@ -418,6 +418,15 @@ class Trainer:
         with self._lock:
             return export_adapter(self, path, format)
 
+    def export_gguf(self, path, tokenizer=None) -> None:
+        """Write the merged model (adapters merged into the base weights, fp32) as a GGUF file
+        llama.cpp runs; `tokenizer`: a GGUF file whose tokenizer.* metadata is copied (else
+        llama.cpp runs token ids only).  Written atomically; see gguf_export.py."""
+        from .gguf_export import export_gguf
+        self._live()
+        with self._lock:
+            return export_gguf(self, path, tokenizer)
+
     def profile(self, inputs, targets, steps: int = 20, warmup: int = 3):
         """Time every node of the training step over `steps` steps on one batch.
 

@@ -63,6 +63,10 @@ void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const f
 // Rows whose index is outside [0, V) become zeros; returns the first such i, or -1.
 i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
                        i64 V, i64 D);
+// gemv.cpp: y[N] = dequant(w)[N, K] x[K] + b[N] for one row x (a decode step), b nullable;
+// the same dequantized values as above, fp32 accumulation, the same bits for any thread count.
+void gemv_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y, i64 N,
+               i64 K);
 // compute_dtype: the products above in cd (BF16 or F16) with fp32 accumulation: x (dy) and the
 // dequantized w rounded to cd, fp16's x (dy) scaled by a power of two per call (lowp.cpp).
 void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,

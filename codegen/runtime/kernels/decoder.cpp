@@ -44,6 +44,8 @@ void linear(const State& s, const PockDecWeight& w, const float* x, float* y, i6
   const float* b = s.f32(w.bias_offset);
   if (w.format == 0)
     pk::linear_fwd(x, static_cast<const float*>(wp), b, y, M, w.rows, w.cols);
+  else if (M == 1)  // a decode step: the one-row kernel (gemv.cpp)
+    pk::gemv_lowp(x, wp, static_cast<pk::LowpDtype>(w.format - 1), s.f32(w.scale_offset), b, y, w.rows, w.cols);
   else
     pk::linear_fwd_lowp(x, wp, static_cast<pk::LowpDtype>(w.format - 1), s.f32(w.scale_offset), b, y, M, w.rows,
                         w.cols, pk::Act::None);
@@ -83,8 +85,11 @@ void rope_tables(const PockDecoder& d, i64 p0, i64 M, float* cos, float* sin) {
 void attention(const PockDecoder& d, const float* q, const float* kc, const float* vc, float* out, i64 p0, i64 M) {
   const i64 H = d.n_heads, KVH = d.n_kv_heads, hd = d.head_dim, group = H / KVH, kvw = KVH * hd;
   const float scale = d.attn_scale;
-  pk::parallel_for(M * H, 1, [&](i64 b, i64 e) {
-    std::vector<float> p(static_cast<size_t>(p0 + M));
+  // a (query row, head) task reads p0 + t + 1 keys and values: one token's few heads stay on the caller
+  pk::parallel_for(M * H, pk::grain_for_work(2 * (p0 + 1) * hd, pk::kMinChunkMacs), [&](i64 b, i64 e) {
+    thread_local std::vector<float> scores;  // grown once per thread, not per token
+    if (scores.size() < static_cast<size_t>(p0 + M)) scores.resize(static_cast<size_t>(p0 + M));
+    float* p = scores.data();
     for (i64 task = b; task < e; ++task) {
       const i64 t = task / H, h = task % H, g = h / group;
       const i64 n = p0 + t + 1;  // keys 0 .. p0 + t

@@ -149,7 +149,7 @@ void load_json(pock_tokenizer& t, const Json& root) {
     } else if (ty == "Lowercase") {
       t.norm.push_back({Normalizer::Lowercase, "", ""});
     } else if (ty == "NFC") {
-      t.norm.push_back({Normalizer::Identity, "", ""});  // text already in NFC is unchanged (see README)
+      t.norm.push_back({Normalizer::Nfc, "", ""});
     } else {
       throw Error("unsupported normalizer " + ty);
     }

@@ -4,6 +4,7 @@
 //   json.cpp        a small JSON reader (depth and size limits) for tokenizer.json
 //   gguf.cpp        a GGUF metadata reader (bounds-checked) for tokenizer.ggml.*
 //   unicode.cpp     UTF-8 decoding, code point classes, the split patterns
+//   nfc.cpp         the NFC normalizer (tables: nfc_table.h, from gen_nfc_table.py)
 //   bpe.cpp         the BPE model: merges by rank, scores, byte fallback
 //   load.cpp        tokenizer.json / tokenizer_config.json / GGUF -> pock_tokenizer
 //   tokenizer.cpp   the encode pipeline (added tokens, normalizers, pre-tokenizers), decoders, the C API
@@ -60,6 +61,8 @@ std::string utf8_lossy(const char* s, size_t n);
 // Code point at s[i] of valid UTF-8 (as utf8_lossy returns); sets len to its byte count.
 uint32_t utf8_at(const std::string& s, size_t i, int* len);
 void utf8_append(std::string& out, uint32_t cp);
+// nfc.cpp: s (valid UTF-8) in Unicode Normalization Form C, in place.
+void nfc(std::string& s);
 enum CpClass : uint8_t { kOther = 0, kLetter = 1, kNumber = 2 };
 CpClass cp_class(uint32_t cp);
 bool cp_space(uint32_t cp);  // \s of the patterns: Unicode White_Space
@@ -106,7 +109,7 @@ struct Added {
 };
 
 struct Normalizer {
-  enum Kind { Prepend, Replace, Lowercase, Identity } kind;
+  enum Kind { Prepend, Replace, Lowercase, Nfc } kind;
   std::string a, b;
 };
 

@@ -142,7 +142,7 @@ void normalize(const pock_tokenizer& t, std::string& s) {
         for (char& c : s)
           if (c >= 'A' && c <= 'Z') c = static_cast<char>(c + 32);
         break;
-      case Normalizer::Identity: break;
+      case Normalizer::Nfc: nfc(s); break;
     }
   }
 }

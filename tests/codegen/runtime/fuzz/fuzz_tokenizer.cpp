@@ -4,7 +4,7 @@
 //      encode and a decode with whatever opened;
 //   1: encode (arbitrary bytes: invalid UTF-8, special-token fragments) with a
 //      byte-level BPE tokenizer (GPT-2 pattern, added tokens), then decode its ids;
-//   2: the same with a SentencePiece-style BPE (byte fallback, Prepend/Replace, Llama-3
+//   2: the same with a SentencePiece-style BPE (byte fallback, NFC/Prepend/Replace, Llama-3
 //      pattern variant off) tokenizer;
 //   3: decode of the bytes read as int32 ids (out-of-range ids included).
 // A crash, sanitizer report, leak-free failure to return a status or an encode/decode
@@ -62,7 +62,8 @@ std::string sentencepiece_json() {
     vocab += std::string(", \"") + t + "\": " + std::to_string(id++);
   return "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true},"
          " {\"id\": 2, \"content\": \"</s>\", \"special\": true}],"
-         " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"Prepend\", \"prepend\": \"\xE2\x96\x81\"},"
+         " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": [{\"type\": \"NFC\"},"
+         " {\"type\": \"Prepend\", \"prepend\": \"\xE2\x96\x81\"},"
          " {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"\xE2\x96\x81\"}]},"
          " \"pre_tokenizer\": null, \"post_processor\": {\"type\": \"TemplateProcessing\", \"single\": ["
          "{\"SpecialToken\": {\"id\": \"<s>\", \"type_id\": 0}}, {\"Sequence\": {\"id\": \"A\", \"type_id\": 0}}],"

@@ -54,6 +54,7 @@ def seeds(corpus: Path) -> None:
     files = {
         "json_bytelevel": b"\x00" + json.dumps(tj).encode(),
         "json_sentencepiece": b"\x00" + json.dumps(sp, ensure_ascii=False).encode(),
+        "json_nfc": b"\x00" + json.dumps({**tj, "normalizer": {"type": "NFC"}}).encode(),
         "gguf_gpt2": b"\x00" + gguf_bytes("gpt2", ["<|endoftext|>", "<s>", "</s>", "a", "b", "ab", "Ġ"], ["a b"],
                                           types=[3, 3, 3, 1, 1, 1, 1]),
         "gguf_llama": b"\x00" + gguf_bytes("llama", ["<unk>", "<s>", "</s>", "▁", "a", "▁a", "<0x41>"],

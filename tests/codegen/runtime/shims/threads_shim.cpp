@@ -108,6 +108,22 @@ void shim_linear_bwd_pool(void* pool, const float* dy, const float* x, const flo
   pk::bias_bwd(dy, db, M, N);
 }
 
+// gemv_lowp (gemv.cpp, generation's decode step) on `pool` (nullptr: none current); with
+// reps > 0 also timed: returns the best-of-`reps` seconds after a warm-up call (else 0).
+double shim_gemv_lowp_pool(void* pool, const float* x, const void* w, int dt, const float* scale, const float* b,
+                           float* y, i64 N, i64 K, int reps) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  pk::gemv_lowp(x, w, static_cast<pk::LowpDtype>(dt), scale, b, y, N, K);
+  double best = reps > 0 ? 1e30 : 0.0;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    pk::gemv_lowp(x, w, static_cast<pk::LowpDtype>(dt), scale, b, y, N, K);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = s < best ? s : best;
+  }
+  return best;
+}
+
 // Best-of-`reps` seconds for one gemm (after a warm-up call).
 double shim_time_gemm(void* pool, const float* A, const float* B, float* C, i64 M, i64 N, i64 K, int ta, int tb,
                       int reps) {
