@@ -10,7 +10,7 @@ APT_PACKAGES := g++ cmake make g++-aarch64-linux-gnu qemu-user openjdk-17-jdk-he
 	mesa-vulkan-drivers libvulkan-dev glslc vulkan-tools fortunes
 # (vulkan-tools: vulkaninfo, with which `make bench` finds the Vulkan device for its pockengine-vulkan rows)
 # (fortunes: the generic English text demo-apps/keyboard/model/pretrain.py pretrains the keyboard model on)
-# (clang-14 + libclang-rt-14-dev: libFuzzer for tests/codegen/runtime/fuzz, the checkpoint parser)
+# (clang-14 + libclang-rt-14-dev: libFuzzer for tests/native/runtime/fuzz, the checkpoint parser)
 KOTLIN_VERSION := 2.4.20
 KOTLINC := .tools/node_modules/kotlin-compiler/bin/kotlinc
 
@@ -42,12 +42,12 @@ demo: setup
 # make test also runs the end-to-end steps as an AVX2+FMA (x86-64-v3) machine builds them, first, so
 # an AVX-512 CI machine checks the vector width most phones and laptops have (its summary stays last).
 test: setup
-	POCK_MARCH=x86-64-v3 $(PY) -m pytest -n 2 -q tests/program/test_program.py
+	POCK_MARCH=x86-64-v3 $(PY) -m pytest -n 2 -q tests/compiler/test_program.py
 	$(PY) -m pytest -n 2 -q -m "not slow" tests
 
 # The kernel and end-to-end tests as other machines build them (README "Testing"): AVX2+FMA
 # (x86-64-v3) and baseline x86-64 (the portable vector path); aarch64 runs under qemu in tests/arm64.
-FLAVOUR_TESTS := tests/codegen/runtime tests/program/test_program.py tests/trainer/test_trainer.py
+FLAVOUR_TESTS := tests/native/runtime tests/compiler/test_program.py tests/runtime/test_trainer.py
 test-flavours: setup
 	for march in x86-64-v3 x86-64; do POCK_MARCH=$$march $(PY) -m pytest -n 2 -q $(FLAVOUR_TESTS) || exit 1; done
 

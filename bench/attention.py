@@ -29,14 +29,14 @@ def _tree(rev: str | None, dst: Path) -> Path:
     if rev is None:
         return ROOT
     dst.mkdir(parents=True)
-    tar = subprocess.run(["git", "archive", rev, "codegen/runtime"], cwd=ROOT, check=True, capture_output=True).stdout
+    tar = subprocess.run(["git", "archive", rev, "native/runtime"], cwd=ROOT, check=True, capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(dst)], input=tar, check=True)
     return dst
 
 
 def build(rev: str | None, tmp: Path, march: str) -> Path:
     root = _tree(rev, tmp / (rev or "work"))
-    rt = root / "codegen" / "runtime"
+    rt = root / "native" / "runtime"
     probs = "const float* lse" not in (rt / "include" / "pock_kernels.h").read_text()
     flags = ["-O3", "-std=c++17", f"-march={march}", "-pthread", "-shared", "-fPIC", "-fvisibility=hidden",
              "-I", str(rt / "include"), "-I", str(rt), "-I", str(rt / "kernels")] + EXTRA + (["-DPOCK_SDPA_PROBS"] if probs else [])

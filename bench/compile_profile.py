@@ -45,7 +45,7 @@ def main() -> None:
                     help="as before chunking: the step in one function, the model TU at -O3 (for before/after)")
     args = ap.parse_args()
     options = None
-    if args.old_codegen:
+    if args.old_native:
         from pockengine import codegen
         from pockengine.build import host
         options, host.MODEL_OPT = codegen.EmitOptions(chunk_nodes=10 ** 9), "-O3"
@@ -54,11 +54,11 @@ def main() -> None:
     import torch
 
     import pockengine as pe
-    from pockengine import program as P
+    from pockengine.compiler import program as P
     from pockengine.ops import FULL
     from pockengine.frontends.torch_export import tied_aliases
-    from pockengine.lora import apply_lora
-    from pockengine.quant import check_frozen_dtype
+    from pockengine.schemes.lora import apply_lora
+    from pockengine.schemes.quant import check_frozen_dtype
 
     t0 = time.perf_counter()
     if args.real:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DRIVER = ROOT / "bench" / "footprint.c"
-INCLUDE = ROOT / "codegen" / "runtime" / "include"
+INCLUDE = ROOT / "native" / "runtime" / "include"
 
 
 def build_driver(lib: Path, out: Path) -> Path:
@@ -99,7 +99,7 @@ def compile_row(model: str, scheme: str, seq: int, budget_mb=None, exports=None)
     a row's unbudgeted and budgeted compiles (program.compile_spec's cache)."""
     import torch
     import pockengine as pe
-    from pockengine.program import CompileSpec, compile_spec
+    from pockengine.compiler.program import CompileSpec, compile_spec
     _, build, _ = MODELS[model]
     m = exports.setdefault(("model", model), build()) if exports is not None else build()  # one copy in memory
     x = torch.zeros(1, seq, dtype=torch.int64)
@@ -117,7 +117,7 @@ def pockengine_row(seq: int, steps: int, budget_mb, work: Path, model: str = "sm
                    exports=None, prog=None) -> dict:
     """Compile (unless `prog` is given), build, write the initial checkpoint and measure; the
     final state is saved to work/<row>.final.pockckpt (row["final"])."""
-    from pockengine.checkpoint import write_initial_checkpoint
+    from pockengine.runtime.checkpoint import write_initial_checkpoint
     import time
     t0 = time.perf_counter()
     prog = prog or compile_row(model, scheme, seq, budget_mb, exports)
@@ -142,7 +142,7 @@ def pockengine_row(seq: int, steps: int, budget_mb, work: Path, model: str = "sm
 def same_weights(a: Path, b: Path) -> bool:
     """Whether two saved checkpoints hold bit-identical tensors (by name)."""
     import numpy as np
-    from pockengine.checkpoint import read_checkpoint
+    from pockengine.runtime.checkpoint import read_checkpoint
     x, y = read_checkpoint(a), read_checkpoint(b)
     return x.tensors.keys() == y.tensors.keys() and all(
         np.array_equal(x.tensors[k][1], y.tensors[k][1]) for k in x.tensors)
@@ -200,7 +200,7 @@ import torch.utils.checkpoint as cp
 sys.path.insert(0, sys.argv[3])
 import footprint
 import pockengine as pe
-from pockengine.lora import apply_lora
+from pockengine.schemes.lora import apply_lora
 torch.set_num_threads(1)
 seq, steps, kind = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4]
 _, build, vocab = footprint.MODELS[kind]

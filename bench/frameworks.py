@@ -113,7 +113,7 @@ def prepare_pockengine(ctx: Ctx, backends=("cpu",)) -> dict:
 # Build variants of the CPU step, timed in the same run as "pockengine" (native -march, the
 # cores' threads): "-v3" builds every kernel for -march=x86-64-v3 (AVX2+FMA, the phone-class
 # vector width), "-1t" runs on one thread, "-ref" builds against the runtime in
-# $POCK_BENCH_REF_RUNTIME (e.g. a checkout of an older commit's codegen/runtime: a before/after
+# $POCK_BENCH_REF_RUNTIME (e.g. a checkout of an older commit's native/runtime: a before/after
 # comparison interleaved in one run, immune to the machine's load changing between runs).
 PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine-ref", "pockengine-ref-1t",
                "pockengine-ref-v3", "pockengine-ref-v3-1t", "pockengine-fused-v3-1t"]
@@ -143,7 +143,7 @@ def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
     if var["ref"]:
         ref = os.environ.get("POCK_BENCH_REF_RUNTIME")
         if not ref or not Path(ref, "kernels").is_dir():
-            raise RuntimeError("pockengine-ref needs POCK_BENCH_REF_RUNTIME=<a codegen/runtime directory>")
+            raise RuntimeError("pockengine-ref needs POCK_BENCH_REF_RUNTIME=<a native/runtime directory>")
         os.environ["POCK_RUNTIME_DIR"] = ref
     try:
         flags = (f"-march={var['march']}",) if var["march"] else ()
@@ -169,7 +169,7 @@ def prepare_pockengine_vulkan(ctx: Ctx) -> dict:
 
 class PockEngineRunner:
     def __init__(self, ctx: Ctx, prep: dict):
-        from pockengine.trainer import Trainer
+        from pockengine.runtime.trainer import Trainer
         self.trainer = Trainer(prep["lib"], prep["ckpt"])
         self.trainer.set_num_threads(prep.get("threads") or ctx.threads)
         st = prep["stats"]

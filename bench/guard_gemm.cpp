@@ -3,9 +3,9 @@
 // pk::linear_bwd_weight_finite (the check made as the GEMM stores dw), one thread, the two
 // alternated; best of `reps` each, and whether dw came out bit-identical.
 //
-//   g++ -O3 -march=native -std=c++17 -pthread -I codegen/runtime/include -I codegen/runtime \
-//       -I codegen/runtime/kernels bench/guard_gemm.cpp codegen/runtime/threadpool.cpp \
-//       codegen/runtime/kernels/*.cpp -o /tmp/guard_gemm && /tmp/guard_gemm [reps]
+//   g++ -O3 -march=native -std=c++17 -pthread -I native/runtime/include -I native/runtime \
+//       -I native/runtime/kernels bench/guard_gemm.cpp native/runtime/threadpool.cpp \
+//       native/runtime/kernels/*.cpp -o /tmp/guard_gemm && /tmp/guard_gemm [reps]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

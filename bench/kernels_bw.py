@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tables import bw_table_lines  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-RT = ROOT / "codegen" / "runtime"
+RT = ROOT / "native" / "runtime"
 KERNELS = ["activation", "optimizer", "layer_norm", "rms_norm", "linear", "gemm", "softmax", "loss", "elementwise",
            "guards"]  # guards: all_finite, which linear.cpp's checked weight gradient falls back to
 

@@ -5,7 +5,7 @@ input, batch 8) against PyTorch eager, both single-threaded.
     .venv/bin/python bench/kernels_cnn.py [--root DIR] [--reps N] [--threads T]
 
 --root points at a directory holding kernels/, include/ and threadpool.cpp
-(default: codegen/runtime of this checkout), so an old copy of the kernels can
+(default: native/runtime of this checkout), so an old copy of the kernels can
 be timed against the current one.  The kernels are compiled with the runtime's
 flags into a shared library together with their extern "C" shims, generated from
 that copy's include/pock_kernels.h (pockengine.ops.kernels.shim_source).
@@ -86,7 +86,7 @@ def bench(fn, reps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--root", type=Path, default=ROOT / "codegen" / "runtime")
+    ap.add_argument("--root", type=Path, default=ROOT / "native" / "runtime")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--only", default="")

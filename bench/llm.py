@@ -97,7 +97,7 @@ def setup_row(row: str, threads: int, kind: str):
     torch.set_num_threads(threads)
     sys.path.insert(0, str(ROOT / "toolchain"))
     import pockengine as pe
-    from pockengine.program import resolve_update
+    from pockengine.compiler.program import resolve_update
 
     model, sparse, lora_targets, vocab = build_model(kind)
     data = batches(vocab, 0)
@@ -107,7 +107,7 @@ def setup_row(row: str, threads: int, kind: str):
         autocast = row.endswith("-autocast")  # the same scheme under torch.autocast("cpu", bfloat16)
         row = row.removesuffix("-autocast")
         if row == "pytorch-lora":
-            from pockengine.lora import apply_lora
+            from pockengine.schemes.lora import apply_lora
             model, _ = apply_lora(model, lora)
             update = {"*.lora_A": 1.0, "*.lora_B": 1.0}
         else:

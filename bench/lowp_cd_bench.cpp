@@ -2,7 +2,7 @@
 // stored bf16/fp16) against the fp32 linear at SmolLM2-135M's shapes (128 tokens), one thread,
 // the six variants called in turn (interleaved) per repetition; medians of the calling
 // thread's CPU time and their ratios to fp32.
-//   rt=codegen/runtime; g++ -O3 -std=c++17 -march=native -pthread -I $rt/include -I $rt -I $rt/kernels \
+//   rt=native/runtime; g++ -O3 -std=c++17 -march=native -pthread -I $rt/include -I $rt -I $rt/kernels \
 //     bench/lowp_cd_bench.cpp $rt/kernels/{lowp,lowp_dot,linear,optimizer,guards,gemm}.cpp $rt/threadpool.cpp \
 //     -o /tmp/lowp_cd_bench && /tmp/lowp_cd_bench 30
 #include <cstdio>

@@ -9,7 +9,7 @@ Prints per workload/scheme: median ms on 1 and on 2 threads, their ratio, and th
 the per-round ratios (2t/1t < 1: two threads faster), with the 1-minute load average, and the
 p10/median/p90 of every step on each thread count.
 
-    ... bench/threads_ab.py --runtime-b=/path/to/old/codegen/runtime transformer full,sparse 8
+    ... bench/threads_ab.py --runtime-b=/path/to/old/native/runtime transformer full,sparse 8
 
 also builds each trainer over a second runtime (another threadpool.cpp, say) and times the two
 in the same rounds: rows prefixed "B " are that runtime's.

@@ -5,7 +5,7 @@ under qemu-aarch64 (Debian: g++-aarch64-linux-gnu, qemu-user).
     python scripts/cross_build.py -o out/train model.cpp tests/arm64/train_driver.c
     python scripts/cross_build.py --run out/train ARGS...
 
-The runtime (codegen/runtime/*.cpp and kernels/*.cpp) goes into one static
+The runtime (native/runtime/*.cpp and kernels/*.cpp) goes into one static
 archive, so a program links only the members it needs: a kernel test pulls the
 kernels without the C API, a training driver pulls the C API and its model TU.
 Objects and the archive are cached by content hash (compiler, flags, source,
@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "toolchain"))
 from pockengine.build.host import _digest, _produce, _run, cache_dir, compile_objects as _compile  # noqa: E402
-RUNTIME = Path(os.environ.get("POCK_RUNTIME_DIR", ROOT / "codegen" / "runtime"))  # as build/host.py
+RUNTIME = Path(os.environ.get("POCK_RUNTIME_DIR", ROOT / "native" / "runtime"))  # as build/host.py
 CXX = os.environ.get("AARCH64_CXX", "aarch64-linux-gnu-g++")
 CC = os.environ.get("AARCH64_CC", "aarch64-linux-gnu-gcc")
 AR = os.environ.get("AARCH64_AR", "aarch64-linux-gnu-ar")

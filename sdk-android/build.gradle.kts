@@ -14,7 +14,7 @@ plugins {
 val pockModelDir: File = file(providers.gradleProperty("pock.modelDir").getOrElse("../pock-out/keyboard"))
 val pockModel: String = providers.gradleProperty("pock.model").getOrElse("keyboard")
 val pockMarch: String = providers.gradleProperty("pock.march").getOrElse("armv8.2-a+dotprod+fp16")
-val pockRuntime: File = file("../codegen/runtime")
+val pockRuntime: File = file("../native/runtime")
 
 android {
     namespace = "ai.pockengine"

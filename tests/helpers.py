@@ -12,7 +12,7 @@ import torch.nn as nn
 import pockengine as pe
 from pockengine.ops import FULL
 from pockengine.frontends.torch_export import resolve_loss
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 
 def torch_optimizer(opt, params):

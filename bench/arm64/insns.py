@@ -13,7 +13,7 @@ in builds that differ only in the kernels:
                     is 4 floats operated on one at a time and no kernel takes its NEON branch
                     (the same step, the same arithmetic order, no SIMD instruction);
   * ref             the runtime in $POCK_BENCH_REF_RUNTIME (e.g. the previous commit's
-                    codegen/runtime), when set: a before/after comparison.
+                    native/runtime), when set: a before/after comparison.
 
 Instructions are counted by bench/arm64/insn_count.c, a QEMU TCG plugin built here (Debian's
 qemu-user ships none).  Per-step count = (count of 1 + K steps - count of 1 step) / K, on
@@ -108,8 +108,8 @@ def main(argv=None) -> int:
         return a.full == "all" or any(key.startswith(k) for k in real)
     wls = [w for quick in (True, False) for w in workloads(quick)
            if any(w.key.startswith(k) for k in keys) and is_real(w.key) != quick]
-    builds = {"ours": (ROOT / "codegen" / "runtime", ()), "no-autovec": (ROOT / "codegen" / "runtime", NOVEC),
-              "scalar": (ROOT / "codegen" / "runtime", (*NOVEC, "-DPOCK_SIMD_NONE"))}
+    builds = {"ours": (ROOT / "native" / "runtime", ()), "no-autovec": (ROOT / "native" / "runtime", NOVEC),
+              "scalar": (ROOT / "native" / "runtime", (*NOVEC, "-DPOCK_SIMD_NONE"))}
     if os.environ.get("POCK_BENCH_REF_RUNTIME"):
         builds["ref"] = (Path(os.environ["POCK_BENCH_REF_RUNTIME"]), ())
     builds = {k: v for k, v in builds.items() if k in a.builds.split(",") + ["ours", "ref"]}
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
                                       name=f"insns_{w.key}_{scheme}_{cd}")
                     (work / f"model-{cd}.cpp").write_text(p_cd.source())
                     p_cd.build().save(work / f"start-{cd}.ckpt")
-                    exe = build(work / f"model-{cd}.cpp", ROOT / "codegen" / "runtime", (), work / f"train-{cd}")
+                    exe = build(work / f"model-{cd}.cpp", ROOT / "native" / "runtime", (), work / f"train-{cd}")
                     c1 = count(exe, lib, work, 1, f"start-{cd}.ckpt")
                     row[f"compute-{cd}"] = (count(exe, lib, work, 1 + a.steps, f"start-{cd}.ckpt") - c1) / a.steps
                     print(f"{w.key}/{scheme} compute {cd}: {row[f'compute-{cd}'] / 1e6:.1f} M instructions/step",

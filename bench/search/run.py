@@ -53,8 +53,8 @@ os.environ.setdefault("POCK_CACHE_DIR", str(ROOT / ".cache" / "pockengine"))
 
 import pockengine as pe  # noqa: E402
 from pockengine.search import Budget, SchemeCompiler, cost_of, search  # noqa: E402
-from pockengine.search_baselines import fits  # noqa: E402
-from pockengine.search_report import write_report  # noqa: E402
+from pockengine.search.baselines import fits  # noqa: E402
+from pockengine.search.report import write_report  # noqa: E402
 from models import InvertedResidual, KeyboardTransformer  # noqa: E402  (bench/models.py: the MobileNetV2 block, args inp, out, stride, expand)
 
 MIB = 2 ** 20

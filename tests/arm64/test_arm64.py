@@ -36,7 +36,7 @@ import pockengine as pe
 from models import MODELS, SPARSE, batches
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
 from pockengine.ops.kernels import driver_kernels, driver_source
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -152,7 +152,7 @@ def linear_cases():
 def lowp_cases():
     """Low-precision frozen weights (lowp.cpp): panels of 12 columns on NEON cut q4's 32-blocks."""
     from pockengine.passes.compute_dtype import round_operand, round_to
-    from pockengine.quant import dequantize, quantize
+    from pockengine.schemes.quant import dequantize, quantize
     rng = np.random.default_rng(5)
     for (M, N, K), dt in itertools.product([(5, 17, 64), (13, 30, 96), (1, 3, 288)], ["bf16", "f16", "i8", "q4"]):
         w = (rng.standard_normal((N, K)) * K**-0.5).astype(np.float32)

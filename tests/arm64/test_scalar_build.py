@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RT = ROOT / "codegen" / "runtime"
+RT = ROOT / "native" / "runtime"
 CXX, OBJDUMP = "aarch64-linux-gnu-g++", "aarch64-linux-gnu-objdump"
 SCALAR = ("-DPOCK_SIMD_NONE", "-fno-tree-vectorize", "-fno-tree-slp-vectorize")
 VECTOR_ARITH = re.compile(r"\b(fmla|fadd|fmul|fsub)\s+v\d+\.(4s|2s|8h)")

@@ -23,7 +23,7 @@ from numerics import assert_fp64_close, assert_losses_close, assert_outputs_clos
     fp64_reference
 from pockengine.backends import get, names
 from pockengine.backends.reference import ReferenceTrainer, build_reference
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 OPTIMIZERS = {"sgd": lambda: pe.SGD(lr=0.05, momentum=0.9, weight_decay=1e-3),
               "adamw": lambda: pe.AdamW(lr=1e-3, weight_decay=0.01)}

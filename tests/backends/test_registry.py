@@ -12,7 +12,7 @@ from pockengine.backends import (ALWAYS, Backend, Device, check_backends, get, n
 from pockengine.codegen import Source, emit_cpu
 from pockengine.errors import PockError
 from pockengine.passes.partition import CostModel, partition
-from pockengine.program import build
+from pockengine.compiler.program import build
 
 
 def mlp():
@@ -122,7 +122,7 @@ def test_one_trainer_class_with_a_device_hook(tmp_path):
     """Backends open their device through Trainer's open_device hook (Backend.open); there
     is no per-backend Trainer subclass."""
     from pockengine.backends.vulkan import VulkanTrainer, open_backend
-    from pockengine.trainer import Trainer
+    from pockengine.runtime.trainer import Trainer
     assert get("vulkan").open is open_backend and callable(VulkanTrainer)
     lib = mlp().build(out_dir=tmp_path).lib_path
     opened = []

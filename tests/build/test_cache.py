@@ -21,7 +21,7 @@ from pockengine.build import cache, host
 from pockengine.errors import PockError
 
 ROOT = Path(__file__).resolve().parents[2]
-TINY = ROOT / "tests" / "codegen" / "runtime" / "fixtures" / "tiny_model.cpp"
+TINY = ROOT / "tests" / "native" / "runtime" / "fixtures" / "tiny_model.cpp"
 
 # dlopen a library and open a trainer on it, in a child process (a damaged library may crash it)
 CHILD = """

@@ -25,7 +25,7 @@ EXAMPLE = textwrap.dedent('''
 
     here = Path(pe.__file__).resolve().parent
     assert str(here).startswith(sys.prefix), (here, sys.prefix)  # the installed copy, not the checkout
-    assert (here / "_codegen" / "runtime" / "include").is_dir() and not (here / "_codegen").is_symlink()
+    assert (here / "_native" / "runtime" / "include").is_dir() and not (here / "_native").is_symlink()
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
@@ -50,7 +50,7 @@ def test_non_editable_install_compiles_and_trains(tmp_path):
     shutil.copy(ROOT / "pyproject.toml", src)
     shutil.copytree(ROOT / "toolchain", src / "toolchain", symlinks=True,
                     ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    shutil.copytree(ROOT / "codegen", src / "codegen")
+    shutil.copytree(ROOT / "native", src / "native")
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "POCK_RUNTIME_DIR")}
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",

@@ -9,7 +9,7 @@ import torch.nn as nn
 
 import pockengine as pe
 from pockengine.build.package import Target, compile_library, load_trainer, package
-from pockengine.bundle import read_bundle
+from pockengine.runtime.bundle import read_bundle
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "toolchain" / "pockengine"
@@ -55,7 +55,7 @@ def test_host_package_weights_equal_a_built_trainers_save(tmp_path):
     trainer.close()
     assert files["weights"].read_bytes() == (tmp_path / "saved.pockckpt").read_bytes()
     assert (tmp_path / "out" / "CMakeLists.txt").is_file() and files["library"].is_file()
-    from pockengine.trainer import Trainer
+    from pockengine.runtime.trainer import Trainer
     t = Trainer(str(files["library"]), str(files["weights"]))  # the packaged pair loads
     assert set(t.state_dict()) == set(prog.build(out_dir=tmp_path / "c").state_dict())
     t.close()

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from pockengine.checkpoint import read_checkpoint
-from pockengine.trainer import Trainer
+from pockengine.runtime.checkpoint import read_checkpoint
+from pockengine.runtime.trainer import Trainer
 
 SPEC = textwrap.dedent('''
     import torch
@@ -213,7 +213,7 @@ def test_android_without_ndk_fails_clearly(spec_dir, tmp_path):
 
 
 def test_bundle_describes_the_compiled_step(built):
-    from pockengine.bundle import read_bundle
+    from pockengine.runtime.bundle import read_bundle
     out, _ = built
     m = read_bundle(out / "bundle")
     assert m["name"] == "TinyNet" and m["library"] == "pock_TinyNet" and m["prefix"] is None
@@ -239,7 +239,7 @@ def test_vulkan_build_is_one_artifact(spec_dir, tmp_path):
     out = tmp_path / "out"
     r = pock_build(f"{spec_dir / 'spec.py'}:make", "--backends", "vulkan,cpu", "--out", out, cwd=spec_dir)
     assert r.returncode == 0, r.stderr[-3000:]
-    from pockengine.bundle import read_bundle
+    from pockengine.runtime.bundle import read_bundle
     cpp = (out / "TinyNet.cpp").read_text()
     digest = re.search(r"Structural hash (\w+)", cpp).group(1)
     assert "pvk::" in cpp  # the written source is the Vulkan-partitioned step that was built
@@ -278,7 +278,7 @@ def test_host_build_with_htp_records_the_prefix(tmp_path):
                    "--soc", "sm8550", "--out", tmp_path / "out", cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "partition: htp runs the frozen prefix" in r.stdout and "embedding" in r.stdout
-    from pockengine.bundle import read_bundle
+    from pockengine.runtime.bundle import read_bundle
     m = read_bundle(tmp_path / "out" / "bundle")
     p = m["prefix"]
     assert (p["soc"], p["htp_arch"], p["runtime"]) == ("sm8550", 73, "onnxruntime-qnn")

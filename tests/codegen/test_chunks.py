@@ -7,7 +7,8 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine import codegen, program
+from pockengine import codegen
+from pockengine.compiler import program
 from pockengine.build import host
 
 from models import GPT, batches

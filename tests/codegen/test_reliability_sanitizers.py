@@ -2,7 +2,7 @@
 UBSan (issue 13): a token model whose step runs the embedding, LayerNorm,
 linear, GELU, LSTM, cross-entropy and AdamW kernels plus the index and
 non-finite guards, driven through pock.h by a C program
-(tests/codegen/runtime/sanitize/e2e_driver.c): good steps, ids of +-10^6, a NaN
+(tests/native/runtime/sanitize/e2e_driver.c): good steps, ids of +-10^6, a NaN
 input, forward, save and load.  Any sanitizer report fails the test."""
 import os
 import shutil
@@ -15,10 +15,10 @@ import torch.nn as nn
 
 import pockengine as pe
 from pockengine.build.host import build_shared_library
-from pockengine.checkpoint import write_initial_checkpoint
+from pockengine.runtime.checkpoint import write_initial_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
-DRIVER = ROOT / "tests" / "codegen" / "runtime" / "sanitize" / "e2e_driver.c"
+DRIVER = ROOT / "tests" / "native" / "runtime" / "sanitize" / "e2e_driver.c"
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 
 
@@ -51,7 +51,7 @@ def test_compiled_step_under_asan_and_ubsan(tmp_path):
     ckpt = write_initial_checkpoint(prog, tmp_path / "init.pock")
     lib = build_shared_library([src], tmp_path / "lib", SANITIZE)
     exe = tmp_path / "e2e_driver"
-    subprocess.run([cc, "-std=c99", "-Wall", "-Werror", *SANITIZE, "-I", str(ROOT / "codegen/runtime/include"),
+    subprocess.run([cc, "-std=c99", "-Wall", "-Werror", *SANITIZE, "-I", str(ROOT / "native/runtime/include"),
                     str(DRIVER), str(lib), f"-Wl,-rpath,{lib.parent}", "-lm", "-o", str(exe)], check=True)
     (tmp_path / "work").mkdir()
     env = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1",

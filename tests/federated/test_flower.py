@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine.bundle import write_bundle
+from pockengine.runtime.bundle import write_bundle
 from pockengine.federated import sparse
 from pockengine.federated.data import User
 from pockengine.federated.flower import PockClient, Setup, SparseFedAvg, run_inprocess, run_processes, run_ray

@@ -9,7 +9,7 @@ import torch
 import pockengine as pe
 from numerics import assert_fp64_close
 from pockengine.ops import FULL
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 keras = pytest.importorskip("keras")  # TensorFlow backend; importing it takes ~50 s on 2 cores
 tf = pytest.importorskip("tensorflow")

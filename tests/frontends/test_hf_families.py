@@ -17,7 +17,7 @@ from hf_zoo import FAMILIES as CORE_FAMILIES  # noqa: E402
 from hf_zoo_extra import EXTRA  # noqa: E402
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference  # noqa: E402
 from pockengine.frontends.torch_export import resolve_loss  # noqa: E402
-from pockengine.program import resolve_update  # noqa: E402
+from pockengine.compiler.program import resolve_update  # noqa: E402
 
 FAMILIES = {**CORE_FAMILIES, **EXTRA}
 STEPS = 3

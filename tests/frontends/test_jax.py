@@ -9,7 +9,7 @@ import torch
 import pockengine as pe
 from numerics import assert_fp64_close
 from pockengine.ops import FULL
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 jax = pytest.importorskip("jax")
 optax = pytest.importorskip("optax")

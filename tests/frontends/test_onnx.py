@@ -11,7 +11,7 @@ import torch
 import pockengine as pe
 from models import MODELS, batches
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 onnx = pytest.importorskip("onnx")
 import onnx.numpy_helper  # noqa: E402

@@ -17,7 +17,7 @@ import torch
 import pockengine as pe
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
 from pockengine.frontends.tflite import TFLiteModule
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 tf = pytest.importorskip("tensorflow")

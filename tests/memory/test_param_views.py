@@ -6,7 +6,7 @@ import torch.nn as nn
 
 import pockengine as pe
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 
 
 class Viewed(nn.Module):

@@ -17,7 +17,7 @@ def stated(marker: str) -> set[str]:
 def naming(pattern: str) -> set[str]:
     rx = re.compile(pattern)
     found = set()
-    for top in ("toolchain", "codegen"):
+    for top in ("toolchain", "native"):
         for p in (ROOT / top).rglob("*"):
             if p.is_file() and p.suffix in SUFFIXES and "__pycache__" not in p.parts and \
                     not any(part.endswith(".egg-info") for part in p.parts) and \

@@ -8,7 +8,7 @@ import importlib
 from pockengine.ops import REGISTRY, OpRecord, get
 from pockengine.ops.kernels import kernels_of
 
-HEADER = Path(__file__).resolve().parents[2] / "codegen" / "runtime" / "include" / "pock_kernels.h"
+HEADER = Path(__file__).resolve().parents[2] / "native" / "runtime" / "include" / "pock_kernels.h"
 
 # Forward ops without a torch reference: a frozen prefix (HTP, Core ML) stops at them. Giving
 # one a reference lets the prefix take it in: a decision to make, not a default.
@@ -67,7 +67,7 @@ def test_every_op_but_the_transfers_has_a_cpu_call():
 
 # the tables the records replaced (issue 35): every pass reads the records themselves
 OLD_TABLES = {"pockengine.backends.cpu": ["EMITTERS"], "pockengine.passes.prefix": ["TORCH_OPS", "LAYOUT_OPS"],
-              "pockengine.program": ["FLOAT_ONLY_OPS"], "pockengine.passes.fuse": ["FUSABLE"],
+              "pockengine.compiler.program": ["FLOAT_ONLY_OPS"], "pockengine.passes.fuse": ["FUSABLE"],
               "pockengine.passes.lowp": ["DEQUANT_USES"], "pockengine.passes.partition": ["OPS", "TRANSFER_OPS"],
               "pockengine.memory.plan": ["OPS", "INPLACE"], "pockengine.autodiff.backward": ["RULES", "PARTIAL"]}
 

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from pockengine.bundle import read_bundle
+from pockengine.runtime.bundle import read_bundle
 from pockengine.errors import PockError
 
 GOOD = {

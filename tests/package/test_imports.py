@@ -62,7 +62,7 @@ def test_the_checker_finds_a_cycle():
 
 def test_package_imports_form_a_dag():
     edges = import_graph()
-    assert "pockengine.program" in edges and "pockengine.backends.vulkan" in edges["pockengine.program"]
+    assert "pockengine.compiler.program" in edges and "pockengine.backends.vulkan" in edges["pockengine.compiler.program"]
     cycle = find_cycle(edges)
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 

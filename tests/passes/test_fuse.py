@@ -53,7 +53,7 @@ def test_batchnorm_backward_takes_the_activation_gradient_with_the_same_bits(mon
     """relu_bwd / relu6's hardtanh_bwd feeding only a batch_norm_train_bwd is folded into it
     (pk::batch_norm_train_bwd_act masks dy as it reads it): no masked gradient is written, and
     the step gives the unfused step's bits, which match PyTorch."""
-    import pockengine.program as program
+    import pockengine.compiler.program as program
 
     for act in (nn.ReLU, nn.ReLU6):
         torch.manual_seed(0)

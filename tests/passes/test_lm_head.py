@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "frontends"))
 import hf_zoo  # noqa: E402
 import pockengine as pe  # noqa: E402
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference  # noqa: E402
-from pockengine.program import resolve_update  # noqa: E402
+from pockengine.compiler.program import resolve_update  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from pockengine.build.host import build_shared_library
-from pockengine.trainer import Trainer
+from pockengine.runtime.trainer import Trainer
 from shared_build import KEYBOARD_SPEC, load_keyboard_spec, run_once
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -114,7 +114,7 @@ def test_library_trains_under_qemu_like_the_host(built, tmp_path):
     out, _ = built
     libdir = out / "jni" / "arm64-v8a"
     exe = tmp_path / "train"
-    subprocess.run([CC, "-O2", "-I", str(ROOT / "codegen" / "runtime" / "include"),
+    subprocess.run([CC, "-O2", "-I", str(ROOT / "native" / "runtime" / "include"),
                     str(ROOT / "tests" / "arm64" / "train_driver.c"), "-L", str(libdir), "-lpock_keyboard",
                     f"-Wl,-rpath,{libdir}", "-o", str(exe)], check=True, capture_output=True, text=True)
 

@@ -16,7 +16,7 @@ from shared_build import jvm_toolchain_missing, run_kotlin_main
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-TINY = ROOT / "tests" / "codegen" / "runtime" / "fixtures" / "tiny_model.cpp"
+TINY = ROOT / "tests" / "native" / "runtime" / "fixtures" / "tiny_model.cpp"
 TEXT = "Hello world 12345 héllo 日本語 🤖🎉 it's <|im_start|>user\nhi<|im_end|>\n\n  code(x) { return 1; }"
 
 pytestmark = pytest.mark.skipif(bool(jvm_toolchain_missing()), reason=f"{jvm_toolchain_missing()}")

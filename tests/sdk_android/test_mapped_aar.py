@@ -14,10 +14,10 @@ import torch
 import torch.nn as nn
 
 import pockengine as pe
-from pockengine.checkpoint import read_checkpoint
+from pockengine.runtime.checkpoint import read_checkpoint
 from pockengine.memory.plan import is_mapped
 from pockengine.platforms import android
-from pockengine.program import written_state
+from pockengine.compiler.program import written_state
 from shared_build import build_jvm_model, jvm_toolchain_missing, run_kotlin_main, run_once
 
 HERE = os.path.dirname(os.path.abspath(__file__))

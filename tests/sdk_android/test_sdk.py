@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 
 import pockengine as pe
-from pockengine.checkpoint import read_checkpoint
+from pockengine.runtime.checkpoint import read_checkpoint
 from pockengine.platforms import android
 from shared_build import build_jvm_model, jvm_toolchain_missing, run_kotlin_main, run_once
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine.bundle import read_bundle
+from pockengine.runtime.bundle import read_bundle
 from pockengine.codegen import RUNTIME_DIR
 from pockengine.platforms.ios import SLICES, build_ios, swift_name
 from pockengine.platforms.macho import read_archive, read_fat, read_macho

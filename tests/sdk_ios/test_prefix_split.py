@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine.bundle import read_bundle
+from pockengine.runtime.bundle import read_bundle
 from pockengine.platforms.coreml import mlpackage_io, mlpackage_weights
 from pockengine.platforms.ios import build_ios
 from pockengine.platforms.macho import read_archive, read_fat, read_macho

@@ -5,7 +5,7 @@ the Core ML prefix), the module map's header is pock.h itself, and the manifest 
 error codes Swift decodes are those the toolchain and C API produce."""
 import re
 
-from pockengine.bundle import manifest
+from pockengine.runtime.bundle import manifest
 from pockengine.codegen import RUNTIME_DIR
 from pockengine.platforms.ios import SDK_DIR
 

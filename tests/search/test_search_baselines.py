@@ -5,7 +5,7 @@ import torch
 
 import pockengine as pe
 from pockengine.search import Budget, SchemeCompiler, candidate_groups, search
-from pockengine.search_baselines import hand_baselines, to_scheme
+from pockengine.search.baselines import hand_baselines, to_scheme
 from models import GPT, TinyMobileNet, batches
 
 MIB = 2 ** 20
@@ -123,7 +123,7 @@ def test_lora_baselines_at_the_same_memory():
     """LoRA is a hand baseline at the largest rank of `ranks` that fits (and the next rank up
     does not), alone, with the biases and norms, with the tail, and on the last block."""
     from pockengine.search import cost_of
-    from pockengine.search_baselines import lora_baselines
+    from pockengine.search.baselines import lora_baselines
 
     torch.manual_seed(0)
     model = GPT(layers=2)
@@ -198,7 +198,7 @@ def test_the_searched_scheme_is_never_worse_than_a_fitting_baseline_at_the_users
     finalists_n=1: the old verification re-trained only the short-horizon winner, so a baseline
     that only wins over the longer horizon was never compared there."""
     from pockengine.search import Evaluator, _Searcher, measure_contributions
-    from pockengine.search_baselines import refine
+    from pockengine.search.baselines import refine
 
     torch.manual_seed(0)
     model = GPT(vocab=64, d=32, layers=2, heads=2, seq=16)

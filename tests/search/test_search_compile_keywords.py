@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine.program import CompileSpec, compile_spec
+from pockengine.compiler.program import CompileSpec, compile_spec
 from pockengine.search import SchemeCompiler
 from models import GPT, MODELS, SPARSE, batches
 

@@ -5,7 +5,7 @@ import pytest
 from tok_corpora import smollm2_gguf
 
 import pockengine as pe
-from pockengine.chat import LLAMA2_TEMPLATE
+from pockengine.runtime.chat import LLAMA2_TEMPLATE
 
 CONVS = [
     [{"role": "user", "content": "Hi there!"}, {"role": "assistant", "content": "Hello! How can I help?"}],

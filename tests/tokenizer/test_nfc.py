@@ -1,4 +1,4 @@
-"""The NFC normalizer (codegen/runtime/tokenizer/nfc.cpp, Qwen2's tokenizer.json
+"""The NFC normalizer (native/runtime/tokenizer/nfc.cpp, Qwen2's tokenizer.json
 `"normalizer": {"type": "NFC"}`): a Qwen2-pattern byte-level BPE with that normalizer gives
 Hugging Face `tokenizers`' ids on decomposed (NFD) text, on text whose marks are out of
 canonical order, on Hangul jamo, and on the multilingual stress set as it is, in NFD and NFKD."""

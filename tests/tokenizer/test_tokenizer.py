@@ -1,4 +1,4 @@
-"""pe.Tokenizer (codegen/runtime/tokenizer through ctypes): ids identical to Hugging Face
+"""pe.Tokenizer (native/runtime/tokenizer through ctypes): ids identical to Hugging Face
 `tokenizers` and exact round trips on Debian's common-licenses, a multilingual + emoji
 stress set and source code, for the real SmolLM2 tokenizer (GGUF and tokenizer.json) and
 tokenizers trained here (byte-level BPE with the GPT-2 / Llama-3 / Qwen2 split patterns,

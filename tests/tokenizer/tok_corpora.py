@@ -59,7 +59,7 @@ def license_texts():
 
 def source_texts():
     files = sorted(glob.glob(str(ROOT / "toolchain/pockengine/*.py")))[:12]
-    files += sorted(glob.glob(str(ROOT / "codegen/runtime/tokenizer/*.cpp")))
+    files += sorted(glob.glob(str(ROOT / "native/runtime/tokenizer/*.cpp")))
     return [(Path(f).name, Path(f).read_text()) for f in files]
 
 

@@ -1,7 +1,7 @@
 import Foundation
 import PockC
 
-/// The model bundle's manifest (model.json, written by toolchain/pockengine/bundle.py):
+/// The model bundle's manifest (model.json, written by toolchain/pockengine/runtime/bundle.py):
 /// the compiled inputs, targets and outputs with their shapes, the weights file,
 /// and the frozen prefix that runs on Core ML before the compiled step, if any.
 ///

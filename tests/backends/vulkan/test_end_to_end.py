@@ -16,7 +16,7 @@ import torch
 import pockengine as pe
 from models import MODELS, SPARSE, batches
 from numerics import FACTOR, assert_losses_close, assert_outputs_close, assert_state_close_fp64, fp64_reference
-from pockengine.program import resolve_update
+from pockengine.compiler.program import resolve_update
 from vk_helpers import needs_vulkan, on_vulkan
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 import pockengine as pe
-from pockengine import codegen, program
+from pockengine import codegen
+from pockengine.compiler import program
 from pockengine.backends.vulkan import emit_vulkan
 
 from models import GPT, batches

@@ -29,7 +29,7 @@ and ExecuTorch's partitioner/preprocess split, written for this compiler):
   platforms       the `pock-build --platform` values it builds for
 
 The built-in backends (backends/cpu.py, vulkan.py, htp.py, coreml.py, reference.py) register themselves when
-imported; `pockengine.program` imports them, so they are registered whenever the package
+imported; `pockengine.compiler.program` imports them, so they are registered whenever the package
 is.  This module imports none of them (it is a leaf of the import DAG)."""
 from __future__ import annotations
 

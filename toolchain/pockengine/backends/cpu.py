@@ -1,5 +1,5 @@
 """CPU backend: turns a node into a C++ call of the kernel library
-(codegen/runtime/include/pock_kernels.h) at fixed offsets. The call of each op is its
+(native/runtime/include/pock_kernels.h) at fixed offsets. The call of each op is its
 record's `cpu` builder (pockengine/ops); this module holds the pointer expressions
 (Emit), the non-finite guard around the optimizer updates and the backend's registration."""
 from __future__ import annotations
@@ -121,4 +121,4 @@ from . import Backend, Device, register  # noqa: E402
 
 register(Backend(
     "cpu", Device(flops_per_s=20e9, dispatch_s=0.3e-6),  # a phone-class core (the partitioner's cost model)
-    platforms=("host", "android", "ios"), doc="every op, as C++ kernels (codegen/runtime/kernels)"))
+    platforms=("host", "android", "ios"), doc="every op, as C++ kernels (native/runtime/kernels)"))

@@ -7,7 +7,7 @@ The partitioner (passes/partition.py) puts every node that has a shader here
 Each Vulkan node becomes one or more dispatches (emitters below, forward and
 backward side by side); each run of consecutive Vulkan nodes is one command
 buffer, recorded once when the device opens and re-submitted every step.
-Device memory is one host-visible buffer (codegen/runtime/vulkan/pock_vulkan.h):
+Device memory is one host-visible buffer (native/runtime/vulkan/pock_vulkan.h):
 
     [scalars: lr, step, AdamW factors | device arena (its own memory plan) | state mirror]
 
@@ -690,7 +690,7 @@ def open_backend(lib_path) -> None:
     """Open the library's Vulkan device; PockError naming what is missing when there is none."""
     import ctypes
 
-    from ..trainer import _load_library
+    from ..runtime.trainer import _load_library
 
     lib = _load_library(lib_path)
     fn = lib.pock_backend_open
@@ -701,7 +701,7 @@ def open_backend(lib_path) -> None:
 
 def VulkanTrainer(lib_path, checkpoint=None, *, aliases=None):  # noqa: N802  (the old class's name)
     """A Trainer whose library runs part of the step on Vulkan: the device opens first."""
-    from ..trainer import Trainer
+    from ..runtime.trainer import Trainer
     return Trainer(lib_path, checkpoint, aliases=aliases, open_device=open_backend)
 
 
@@ -724,4 +724,4 @@ register(Backend(
     compile=compile_vulkan,
     open=open_backend, check_target=_check_soc,
     platforms=("host",),
-    doc="the trainable part of the step as SPIR-V compute shaders (codegen/runtime/vulkan)"))
+    doc="the trainable part of the step as SPIR-V compute shaders (native/runtime/vulkan)"))

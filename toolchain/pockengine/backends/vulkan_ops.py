@@ -1,5 +1,5 @@
 """The Vulkan shaders' op codes, defined once here and shared with GLSL by a generated
-header (codegen/runtime/vulkan/shaders/op_codes.glsl, `PW_*` and `BIN_*` constants).
+header (native/runtime/vulkan/shaders/op_codes.glsl, `PW_*` and `BIN_*` constants).
 
     python -m pockengine.backends          # rewrite the header (backends/__main__.py)
     python -m pockengine.backends --check  # exit 1 if it is out of date
@@ -22,7 +22,7 @@ POINTWISE = {
 BACKWARD_BASE = 32
 BINARY = {"add": 0, "sub": 1, "mul": 2, "div": 3}
 
-HEADER = Path(__file__).resolve().parents[1] / "_codegen" / "runtime" / "vulkan" / "shaders" / "op_codes.glsl"
+HEADER = Path(__file__).resolve().parents[1] / "_native" / "runtime" / "vulkan" / "shaders" / "op_codes.glsl"
 
 
 def glsl_name(prefix: str, op: str) -> str:

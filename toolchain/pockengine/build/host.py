@@ -1,6 +1,6 @@
 """Build a model's shared library for this machine: the generated model TU(s)
-linked with the runtime (codegen/runtime/*.cpp) and the kernels
-(codegen/runtime/kernels/*.cpp), with the system C++ compiler.
+linked with the runtime (native/runtime/*.cpp) and the kernels
+(native/runtime/kernels/*.cpp), with the system C++ compiler.
 
 Everything is cached under POCK_CACHE_DIR (default ~/.cache/pockengine):
 
@@ -41,7 +41,7 @@ from ..errors import PockError
 from . import cache
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout (sdk-android/, .tools/), when running from one
-PACKAGE_CODEGEN = (Path(__file__).resolve().parents[1] / "_codegen").resolve()  # codegen/, shipped as package data
+PACKAGE_CODEGEN = (Path(__file__).resolve().parents[1] / "_native").resolve()  # native/, shipped as package data
 BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-pthread")
 # The instruction set host builds target: POCK_MARCH (default native) is g++'s -march, so the
 # same tests run the kernels a user's machine would take: native, x86-64-v3 (AVX2+FMA) or
@@ -64,7 +64,7 @@ _STDERR_TAIL = 4000
 
 
 def runtime_dir() -> Path:
-    """codegen/runtime as shipped in the package (POCK_RUNTIME_DIR overrides it)."""
+    """native/runtime as shipped in the package (POCK_RUNTIME_DIR overrides it)."""
     return Path(os.environ.get("POCK_RUNTIME_DIR", PACKAGE_CODEGEN / "runtime"))
 
 
@@ -277,9 +277,9 @@ def build_kernel_library(extra_sources: Sequence[Path], extra_flags: Sequence[st
                          opt: str = "-O3") -> Path:
     """Every kernel (runtime/kernels/*.cpp) and the thread pool they run on, plus `extra_sources`
     (extern "C" shims over the pk:: kernels), as one shared library with the shims' symbols
-    visible: how the kernel tests (tests/codegen/runtime) and benches (bench/gemm_llm.py,
+    visible: how the kernel tests (tests/native/runtime) and benches (bench/gemm_llm.py,
     bench/kernels_cnn.py) call kernels from ctypes.  Cached by content (compiler, flags, sources,
-    the runtime's headers) under cache_dir()/shims.  `runtime`: another tree's codegen/runtime (a
+    the runtime's headers) under cache_dir()/shims.  `runtime`: another tree's native/runtime (a
     bench timing the kernels before a change); `march`: g++'s -march (default march_flags())."""
     rt = Path(runtime) if runtime is not None else runtime_dir()
     srcs = [*sorted((rt / "kernels").glob("*.cpp")), rt / "threadpool.cpp", *map(Path, extra_sources)]

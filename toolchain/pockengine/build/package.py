@@ -37,8 +37,8 @@ def package(prog, backends, target: Target, out) -> dict:
     """Package `prog` for `target` in out/ over `backends`; returns {label: path}, always
     with "source" (the written .cpp, exactly what the libraries were built from) and
     "bundle" (model.json + initial weights, + the prefix's artifact)."""
-    from ..bundle import write_bundle
-    from ..checkpoint import write_initial_checkpoint
+    from ..runtime.bundle import write_bundle
+    from ..runtime.checkpoint import write_initial_checkpoint
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -73,8 +73,8 @@ def write_initial_bundle(prog, out, source=None) -> Path:
     """out/bundle: model.json + the initial weights of `source` (default: the all-CPU step),
     written without building; what package() writes for a step with no frozen prefix (the host
     JVM tests open it with a host-built library)."""
-    from ..bundle import write_bundle
-    from ..checkpoint import write_initial_checkpoint
+    from ..runtime.bundle import write_bundle
+    from ..runtime.checkpoint import write_initial_checkpoint
     weights = write_initial_checkpoint(prog, Path(out) / f"{prog.name}.pockckpt", source)
     return write_bundle(prog, weights, Path(out) / "bundle", source=source)
 
@@ -107,7 +107,7 @@ def compile_library(prog, source, out_dir=None) -> Path:
 
 def load_trainer(prog, lib, source=None, *, open_device=None, input_stage=None, prefix_manifest=None):
     """The Trainer over the built library `lib` of prog's step (`source`), holding prog's weights."""
-    from ..trainer import Trainer
+    from ..runtime.trainer import Trainer
     trainer = Trainer(str(lib), aliases=prog.aliases,  # state_dict lists tied weights under every name
                       open_device=open_device, input_stage=input_stage, prefix_manifest=prefix_manifest,
                       partition=source.partition if source is not None else None,

@@ -1,7 +1,7 @@
 """Build helpers for models with a Vulkan partition: GLSL compute shaders to
 SPIR-V with `glslc` (cached by content hash under POCK_CACHE_DIR/spirv, like
 build/host.py's objects), and the extra sources and link flags of the
-Vulkan runtime (codegen/runtime/vulkan/)."""
+Vulkan runtime (native/runtime/vulkan/)."""
 from __future__ import annotations
 
 import hashlib

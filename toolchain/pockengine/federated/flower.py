@@ -67,7 +67,7 @@ _local = threading.local()
 def open_trainer(setup: Setup):
     """One trainer per (thread, library): clients that run one after another in a process
     (Ray actors, the in-process loop's threads) share it; every fit restores the checkpoint."""
-    from ..trainer import Trainer
+    from ..runtime.trainer import Trainer
 
     cache = getattr(_local, "trainers", None)
     if cache is None:

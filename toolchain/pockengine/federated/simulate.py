@@ -110,7 +110,7 @@ def simulate(task: Task | None = None, clients: int = 8, rounds: int = 5, scheme
         raise PockError(f"--rounds must be >= 1, got {rounds}")
     if not isinstance(task, Task):
         raise PockError(f"simulate needs a Task (what to train and how to measure it), got {type(task).__name__}")
-    from ..bundle import write_bundle
+    from ..runtime.bundle import write_bundle
 
     t_start = time.perf_counter()
     prog, tok, evaluate, batch, seq = task.program, task.tokenizer, task.evaluate, task.batch, task.seq

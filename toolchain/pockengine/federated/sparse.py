@@ -16,7 +16,7 @@ import numpy as np
 
 from ..ops import FULL
 from ..errors import PockError
-from ..program import resolve_update
+from ..compiler.program import resolve_update
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@ to recompute so that it fits `pe.compile(..., memory_budget_mb=N)`.
 
 Private memory is what the OS charges the app: the arena and every state tensor a step
 writes (trained parameters, buffers, optimizer state).  The frozen parameters and constants
-are mapped read-only from the checkpoint file (codegen/runtime/checkpoint.cpp): clean pages
+are mapped read-only from the checkpoint file (native/runtime/checkpoint.cpp): clean pages
 the OS may drop and re-read, counted as mapped_bytes.
 """
 from __future__ import annotations

@@ -158,7 +158,7 @@ def verify_plan(plan: MemoryPlan) -> None:
 
 
 # The mapped segment (frozen state read in place from the checkpoint file, see
-# codegen/runtime/checkpoint.cpp) starts on a boundary of this many bytes, a multiple of
+# native/runtime/checkpoint.cpp) starts on a boundary of this many bytes, a multiple of
 # every page size a phone uses (4 KiB, 16 KiB), so no page holds private and mapped bytes.
 MAPPED_ALIGN = 16384
 

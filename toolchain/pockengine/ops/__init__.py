@@ -13,7 +13,7 @@
     state.py      assign, sgd_update, adamw_update, transfers between backends
 
 Each family module keeps an op's forward and backward records side by side. Adding an op:
-its record here, its kernel (codegen/runtime/kernels + pock_kernels.h) and its test
+its record here, its kernel (native/runtime/kernels + pock_kernels.h) and its test
 (docs/adding_an_op.md).
 """
 from . import attention, conv, dense, layout, loss, norm, pointwise, reduce, rnn, state  # noqa: F401  (they register)

@@ -1,5 +1,5 @@
 """C++ text helpers for the op records' CPU kernel calls (the reference runtime's
-kernel signatures, codegen/runtime/include/pock_kernels.h): literals, pointer-free
+kernel signatures, native/runtime/include/pock_kernels.h): literals, pointer-free
 shape/stride arguments, index checks. backends/cpu.py re-exports them."""
 from __future__ import annotations
 

@@ -1,14 +1,14 @@
 """The C kernels the op records call, and test shims derived from them.
 
 A record's `cpu` builder writes the C++ call of its kernel(s) (`pk::linear_fwd(...)`); the
-kernels' signatures are declared once, in codegen/runtime/include/pock_kernels.h.  From
+kernels' signatures are declared once, in native/runtime/include/pock_kernels.h.  From
 those two this module derives:
 
   kernels_of(record)    the pk:: functions a record's CPU call names
   signatures()          {kernel: Signature} parsed from pock_kernels.h (a template: one per
                         explicit instance in the kernel sources, `strided_copy_float`)
   shim_source(names)    extern "C" `shim_<kernel>` wrappers, so ctypes (the kernel tests,
-                        tests/codegen/runtime) calls a kernel with plain pointers and numbers
+                        tests/native/runtime) calls a kernel with plain pointers and numbers
   argtypes(signature)   the ctypes argument types of its shim
   driver_source(names)  the aarch64 kernel test's dispatch (tests/arm64/kernel_check.cpp):
                         each kernel called with its arguments taken from a case by name

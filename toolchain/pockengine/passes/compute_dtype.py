@@ -54,7 +54,7 @@ def round_to(a, cd: str) -> np.ndarray:
     """a (fp32) rounded to bf16 / f16 (round-to-nearest-even), as fp32: the kernels' rounding."""
     a = np.ascontiguousarray(a, np.float32)
     if cd == "bf16":
-        from ..quant import dequantize, quantize
+        from ..schemes.quant import dequantize, quantize
         return dequantize(quantize(a, "bf16")[0], "bf16")
     if cd == "f16":
         with np.errstate(over="ignore"):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from ..ir.graph import Graph
 from ..ops import REGISTRY
-from ..quant import Q4_BLOCK, quantize
+from ..schemes.quant import Q4_BLOCK, quantize
 
 
 def _uses(g: Graph) -> dict[str, set]:

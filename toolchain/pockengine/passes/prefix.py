@@ -349,7 +349,7 @@ def torch_runner(prefix: FrozenPrefix):
 def graph_inputs(graph: Graph) -> list:
     """trainer.IOInfo of each of a graph's inputs (what its library's step takes)."""
     from ..frontends.torch_export import NUMPY
-    from ..trainer import IOInfo
+    from ..runtime.trainer import IOInfo
     return [IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape)) for v in graph.inputs]
 
 

@@ -16,7 +16,7 @@ class TensorSpec(val name: String, shape: IntArray, val dtype: PockDType) {
 }
 
 /**
- * A model bundle (toolchain/pockengine/bundle.py): a directory holding
+ * A model bundle (toolchain/pockengine/runtime/bundle.py): a directory holding
  * `model.json` (this manifest) and the initial weights.  In an AAR it lies
  * under `assets/pockengine/<name>/`.
  */

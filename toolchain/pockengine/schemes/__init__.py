@@ -1,0 +1,1 @@
+"""Update schemes: LoRA adapters (lora.py) and low-precision frozen weights (quant.py)."""
