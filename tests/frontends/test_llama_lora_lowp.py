@@ -16,7 +16,7 @@ import pockengine as pe  # noqa: E402
 from hf_zoo import llama  # noqa: E402
 from numerics import assert_losses_close, assert_state_close_fp64, fp64_reference  # noqa: E402
 from pockengine.schemes.quant import round_trip  # noqa: E402
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "program"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "compiler"))
 from test_lora import ref_lora  # noqa: E402
 
 

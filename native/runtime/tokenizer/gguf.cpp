@@ -123,12 +123,12 @@ GgufVocab read_gguf_vocab(const uint8_t* data, size_t size) {
     } else if (key == "tokenizer.ggml.token_type") {
       const uint64_t count = r.array(type, kI32, key);
       v.token_type.resize(static_cast<size_t>(count));
-      std::memcpy(v.token_type.data(), r.p + r.i, static_cast<size_t>(count) * 4);
+      if (count > 0) std::memcpy(v.token_type.data(), r.p + r.i, static_cast<size_t>(count) * 4);  // an empty vector's data() may be null
       r.i += static_cast<size_t>(count) * 4;
     } else if (key == "tokenizer.ggml.scores") {
       const uint64_t count = r.array(type, kF32, key);
       v.scores.resize(static_cast<size_t>(count));
-      std::memcpy(v.scores.data(), r.p + r.i, static_cast<size_t>(count) * 4);
+      if (count > 0) std::memcpy(v.scores.data(), r.p + r.i, static_cast<size_t>(count) * 4);  // an empty vector's data() may be null
       r.i += static_cast<size_t>(count) * 4;
     } else if (key == "tokenizer.ggml.bos_token_id") {
       v.bos = r.integer(type, key);

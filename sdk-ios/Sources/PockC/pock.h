@@ -1,1 +1,1 @@
-../../../codegen/runtime/include/pock.h
+../../../native/runtime/include/pock.h

@@ -14,7 +14,7 @@ import torch
 
 import pockengine as pe
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "trainer"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "runtime"))
 from test_reliability import Guarded, assert_same, guard_batch, snapshot  # noqa: E402
 from vk_helpers import needs_vulkan, on_vulkan
 

@@ -59,6 +59,8 @@ def seeds(corpus: Path) -> None:
                                           types=[3, 3, 3, 1, 1, 1, 1]),
         "gguf_llama": b"\x00" + gguf_bytes("llama", ["<unk>", "<s>", "</s>", "▁", "a", "▁a", "<0x41>"],
                                            scores=[0, 0, 0, -1, -2, -0.5, 0], types=[2, 3, 3, 1, 1, 1, 6]),
+        # empty score / token-type arrays: memcpy from a null data() was undefined (found by this fuzzer)
+        "gguf_empty_arrays": b"\x00" + gguf_bytes("llama", ["<unk>", "<s>", "</s>"], scores=[], types=[]),
         "text_bytelevel": b"\x01Hello the world, it's 123 \xf0\x9f\xa4\x96 \xff\xfe <|im_end|>\n\n  x",
         "text_sentencepiece": b"\x02ab a b \xc3\xa9\xc3 <s></s> ",
         "ids": b"\x03" + struct.pack("<8i", 0, 1, 5, 262, 263, 600, -1, 2**31 - 1),
