@@ -17,6 +17,7 @@
 
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "half.h"
 #include "simd.h"
 #if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
 #include <immintrin.h>
@@ -38,30 +39,6 @@ struct LowpView {
   i64 cols;
 };
 
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      exp = 127 - 15 + 1;
-      while (!(man & 0x400)) {
-        man <<= 1;
-        --exp;
-      }
-      bits = sign | (exp << 23) | ((man & 0x3ff) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // q * d rounded on its own (the + m that follows must not fuse with it into an FMA)
 inline float q4_times_d(float q, float d) {
   float p = q * d;
@@ -82,13 +59,10 @@ void deq_span(const LowpView& w, i64 row, i64 c0, i64 n, float* out) {
   const i64 K = w.cols;
   if (F == 1) {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(w.w) + row * K + c0;
-    for (i64 i = 0; i < n; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(src[i]) << 16;
-      std::memcpy(out + i, &bits, 4);
-    }
+    for (i64 i = 0; i < n; ++i) out[i] = bf16_to_f32(src[i]);
   } else if (F == 2) {
     const uint16_t* src = reinterpret_cast<const uint16_t*>(w.w) + row * K + c0;
-    for (i64 i = 0; i < n; ++i) out[i] = half_to_float(src[i]);
+    for (i64 i = 0; i < n; ++i) out[i] = f16_to_f32(src[i]);
   } else if (F == 3) {
     const int8_t* src = reinterpret_cast<const int8_t*>(w.w) + row * K + c0;
     const float s = w.scale[row];
