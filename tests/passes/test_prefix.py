@@ -11,7 +11,9 @@ import torch.nn.functional as F
 
 import pockengine as pe
 from models import MODELS, SPARSE, batches
-from pockengine.passes.prefix import PrefixTrainer, split_prefix, torch_runner
+from pockengine.backends.prefix_torch import PrefixModule, torch_runner
+from pockengine.build.prefix_stage import PrefixTrainer
+from pockengine.passes.prefix import split_prefix
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -128,14 +130,14 @@ def test_prefix_module_computes_the_models_values(case):
     name, model, prog, data, prefix, suffix = case
     x = data[0][0][0]
     with torch.no_grad():
-        got = prefix.module(x)
+        got = PrefixModule(prefix)(x)
         if name in ("keyboard", "lstm"):
             np.testing.assert_array_equal(got.numpy(), model.emb(x).numpy())
         if name == "mbv2":  # the frozen blocks 0-2 in eval mode; block 3 reads their output twice
             model.features[:3].eval()  # (pe.compile's model.train(was_training) put them back in train mode)
             torch.testing.assert_close(got, model.features[:3](x), rtol=1e-5, atol=1e-6)
-        traced = torch.jit.trace(prefix.module, prefix.example_inputs)
-        torch.testing.assert_close(traced(*prefix.example_inputs), prefix.module(*prefix.example_inputs))
+        traced = torch.jit.trace(PrefixModule(prefix), prefix.example_inputs)
+        torch.testing.assert_close(traced(*prefix.example_inputs), PrefixModule(prefix)(*prefix.example_inputs))
     m = prefix.manifest(files={"onnx": "prefix.onnx"}, soc=None, precision="fp32")
     assert m["inputs"] == prefix.inputs and m["outputs"] == prefix.outputs and m["files"]["onnx"] == "prefix.onnx"
 

@@ -15,6 +15,7 @@ from pockengine.platforms.macho import read_archive, read_fat, read_macho
 from ios_models import tiny_spec
 
 prefix_mod = pytest.importorskip("pockengine.passes.prefix", reason="the frozen-prefix split is not merged yet")
+from pockengine.backends.prefix_torch import PrefixModule  # noqa: E402
 
 
 def swift_step_inputs(m: dict, inputs: list, prefix_run) -> list:
@@ -72,7 +73,7 @@ def test_prefix_then_step_on_host_equals_the_whole_step(coreml_build):
             g = torch.Generator().manual_seed(seed)
             x, y = torch.randint(0, 20, (2, 4), generator=g), torch.randint(0, 20, (2, 4), generator=g)
             with torch.no_grad():
-                ins = swift_step_inputs(m, [x], prefix.module)
+                ins = swift_step_inputs(m, [x], PrefixModule(prefix))
             assert step.step(tuple(ins), (y,)) == pytest.approx(whole.step((x,), (y,)), rel=1e-5)
         np.testing.assert_allclose(step.get_tensor("fc.weight"), whole.get_tensor("fc.weight"), rtol=1e-5, atol=1e-6)
     finally:

@@ -23,8 +23,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import FrozenPrefix, build_with_prefix, split_prefix, torch_supports
+from ..build.prefix_stage import build_with_prefix
+from ..passes.prefix import FrozenPrefix, split_prefix, torch_supports
 from . import Backend, Device, register
+from .prefix_torch import PrefixModule
 
 TARGET = "ios"  # the one target it runs on: check_target("ios")
 
@@ -40,7 +42,7 @@ def export_coreml_prefix(prefix: FrozenPrefix, bundle_dir, target=None, name: st
     from ..platforms.coreml import export_mlpackage
     prefix_dir = Path(bundle_dir) / "prefix"
     prefix_dir.mkdir(parents=True, exist_ok=True)
-    package = export_mlpackage(prefix.module, prefix.example_inputs, prefix_dir / f"{name}_prefix.mlpackage",
+    package = export_mlpackage(PrefixModule(prefix), prefix.example_inputs, prefix_dir / f"{name}_prefix.mlpackage",
                                [i["name"] for i in prefix.inputs], [o["name"] for o in prefix.outputs], fp16=fp16)
     compiled = None
     if _xcode():  # Core ML compiles at build time; otherwise the Swift layer compiles at first run
@@ -73,7 +75,7 @@ class CoremlRunner:
 def build_with_coreml_prefix(prog, other_backends, out_dir=None, fp16: bool = True):
     """The step with its frozen prefix on Core ML and the rest on `other_backends` (macOS:
     coremltools runs the ML Program; elsewhere a PockError).  With no frozen prefix the
-    step is built on the other backends alone (passes/prefix.build_with_prefix)."""
+    step is built on the other backends alone (build/prefix_stage.build_with_prefix)."""
     def prepare(prefix):
         if platform.system() != "Darwin":
             raise PockError("the 'coreml' backend runs the frozen prefix with Core ML, which runs only on Apple "

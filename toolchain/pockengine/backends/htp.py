@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import PockError
-from ..passes.prefix import FrozenPrefix, build_with_prefix, split_prefix, torch_supports
+from ..build.prefix_stage import build_with_prefix
+from ..passes.prefix import FrozenPrefix, split_prefix, torch_supports
 from ..platforms.socs import get_soc
 from . import Backend, Device, register
 from .onnx_export import export_onnx
@@ -201,7 +202,7 @@ class HtpRunner:
 def build_with_htp_prefix(prog, other_backends, out_dir=None, soc=DEFAULT_SOC, precision: str = "fp16",
                           calibration=None):
     """The step with its frozen prefix on the HTP and the rest on `other_backends`: the suffix's
-    Trainer with a PrefixRunner over the HTP session as its input stage (passes/prefix.build_with_prefix).
+    Trainer with a PrefixRunner over the HTP session as its input stage (build/prefix_stage.build_with_prefix).
 
     With no frozen prefix to move, the step is built on the other backends alone."""
     built = []

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..errors import PockError
+from .prefix_torch import PrefixModule
 
 OPSET = 17
 PRECISIONS = ("fp16", "int8")
@@ -34,7 +35,7 @@ def export_onnx(prefix, path, precision: str = "fp16", calibration=None) -> Path
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            torch.onnx.export(prefix.module, prefix.example_inputs, str(float_path), dynamo=False,
+            torch.onnx.export(PrefixModule(prefix), prefix.example_inputs, str(float_path), dynamo=False,
                               opset_version=OPSET, input_names=[i["name"] for i in prefix.inputs],
                               output_names=[o["name"] for o in prefix.outputs], do_constant_folding=True)
     except Exception as e:  # torch raises many types; the user needs the reason

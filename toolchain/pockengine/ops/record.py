@@ -44,7 +44,7 @@ class OpRecord:
     grad: Callable | None = None  # the gradient rule (autodiff/backward.py)
     differentiable: bool = True  # False: no gradient rule by design (backward ops, updates, transfers)
     partial: frozenset = frozenset()  # inputs whose sparse slice count k the rule handles itself
-    torch: Callable | None = None  # the torch reference, eval semantics (passes/prefix.py)
+    torch: Callable | None = None  # the torch reference, eval semantics (backends/prefix_torch.py)
     torch_outputs: int = 1  # the number of leading outputs `torch` computes
     torch_train: Callable | None = None  # the torch reference of an op only a training step runs (losses,
     #                         train-mode batch norm): the reference backend's; the frozen prefix takes `torch` only

@@ -6,8 +6,12 @@ writes, constants), so they need no backward and an inference-only
 accelerator (the Hexagon NPU through QNN, Core ML) can run them:
 
     prefix, suffix = split_prefix(prog, "htp")
-    prefix.module(*inputs)   # torch.nn.Module: the cut values, in eval semantics
-    suffix.build_cpu()       # the same step with the cut values as inputs
+    prefix.nodes, prefix.cut  # the prefix's nodes and the values the rest reads (FrozenPrefix)
+    suffix.build_cpu()        # the same step with the cut values as inputs
+
+This module is the pass; the prefix as a torch module (what htp and coreml export) is
+backends/prefix_torch.py, and the prefix as a trainer's input stage (and a prefix backend's
+build) is build/prefix_stage.py.
 
 The partitioner decides the prefix (passes/partition.prefix_nodes, over the prefix
 backend and "cpu"): a prefix node is a forward node that
@@ -31,7 +35,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn as nn
 
 from ..errors import PockError
 from ..ir.graph import Graph, Node, Value, index_ranges
@@ -196,7 +199,6 @@ class FrozenPrefix:
                         "dtype": graph.inputs[i].dtype} for i in input_index]
         self.outputs = [{"name": name, "shape": list(v.shape), "dtype": v.dtype} for v, name in zip(cut, names)]
         self.frozen_state = {name: graph.state[name].data for name in self.state_names()}
-        self.module = PrefixModule(self)
         self.example_inputs = self.random_inputs(0)
 
     def random_inputs(self, seed: int) -> tuple[torch.Tensor, ...]:
@@ -243,39 +245,6 @@ class FrozenPrefix:
     def __repr__(self) -> str:
         ops = ", ".join(n.op for n in self.nodes)
         return f"<FrozenPrefix {len(self.nodes)} nodes ({ops}) -> {[o['name'] for o in self.outputs]}>"
-
-
-class PrefixModule(nn.Module):
-    """The prefix as a torch module over the frozen weights (eval semantics, traceable)."""
-
-    def __init__(self, prefix: FrozenPrefix):
-        super().__init__()
-        self._names: dict[str, str] = {}
-        for i, name in enumerate(prefix.state_names()):
-            v = prefix.graph.state[name]
-            t = torch.from_numpy(np.array(v.data, copy=True))
-            self.register_buffer(f"w{i}", t.bool() if v.dtype == "u8" else t)
-            self._names[name] = f"w{i}"
-        self._program = [(n.op, n.attrs, [None if v is None else id(v) for v in n.inputs],
-                          [None if o is None else id(o) for o in n.outputs]) for n in prefix.nodes]
-        self._input_ids = [id(prefix.graph.inputs[i]) for i in prefix.input_index]
-        self._state_ids = {id(prefix.graph.state[name]): attr for name, attr in self._names.items()}
-        self._out_ids = [id(v) for v in prefix.cut]
-        self.output_names = [o["name"] for o in prefix.outputs]
-        self.eval()
-
-    def forward(self, *inputs):
-        env = dict(zip(self._input_ids, inputs))
-        env.update({key: getattr(self, attr) for key, attr in self._state_ids.items()})
-        for op, attrs, ins, outs in self._program:
-            fn, computed = REGISTRY[op].torch, REGISTRY[op].torch_outputs
-            y = fn([None if i is None else env[i] for i in ins], attrs)
-            ys = list(y) if isinstance(y, (tuple, list)) else [y]
-            for o, t in zip(outs[:computed], ys):
-                if o is not None:
-                    env[o] = t
-        outs = tuple(env[i] for i in self._out_ids)
-        return outs[0] if len(outs) == 1 else outs
 
 
 def _embedding_ranges(g: Graph, nodes: list[Node], input_index: list[int]) -> dict[int, int]:
@@ -333,79 +302,4 @@ def split_prefix(prog, backend: str = "htp"):
     return prefix, suffix
 
 
-# ---- the prefix as a trainer's input stage ---------------------------------------------------
-def torch_runner(prefix: FrozenPrefix):
-    """run(arrays) -> arrays: the prefix in PyTorch (the reference every other runner is checked against)."""
-    def run(arrays):
-        with torch.no_grad():
-            ins = [torch.from_numpy(np.ascontiguousarray(a)) for a in arrays]
-            ins = [t.bool() if io["dtype"] == "u8" else t for t, io in zip(ins, prefix.inputs)]
-            out = prefix.module(*ins)
-        outs = out if isinstance(out, tuple) else (out,)
-        return [o.contiguous().numpy() for o in outs]
-    return run
-
-
-def graph_inputs(graph: Graph) -> list:
-    """trainer.IOInfo of each of a graph's inputs (what its library's step takes)."""
-    from ..frontends.torch_export import NUMPY
-    from ..runtime.trainer import IOInfo
-    return [IOInfo(v.name, np.dtype(NUMPY[v.dtype]), tuple(v.shape)) for v in graph.inputs]
-
-
-class PrefixRunner:
-    """The input stage of a Trainer (trainer.Trainer.use_input_stage) whose step follows a
-    frozen prefix: it runs the prefix on the model's inputs (`run`: the torch reference,
-    backends/htp.HtpRunner on the HTP, ...) and hands the library the inputs the suffix
-    keeps plus the prefix outputs.  The prefix's frozen weights are baked into the prefix
-    model: the trainer lists them in state_dict() and accepts them back only unchanged."""
-
-    def __init__(self, prog, prefix: FrozenPrefix, step_inputs, run, name: str = "torch", on_close=None):
-        """prog: the whole program; step_inputs: the IOInfos of the suffix step's inputs."""
-        self.prefix, self.run, self.name, self._on_close = prefix, run, name, on_close
-        self.inputs = graph_inputs(prog.graph)
-        self._cut = list(step_inputs)[len(prefix.kept_inputs):]  # the suffix inputs the prefix computes
-        self.frozen = {name: np.array(prog.state[name].data, copy=True) for name in prefix.state_names()}
-        self.order = [name for name, v in sorted(prog.state.items(), key=lambda kv: prog.state_offsets[kv[0]])
-                      if v.kind in ("param", "buffer")]
-
-    def prefix_outputs(self, arrays) -> list[np.ndarray]:
-        """The prefix outputs for the model's input arrays (checked: indices inside their tables)."""
-        ins = [arrays[i] for i in self.prefix.input_index]
-        self.prefix.check_inputs(ins)
-        return [np.ascontiguousarray(o, dtype=np.dtype(io.dtype)).reshape(io.shape)
-                for o, io in zip(self.run(ins), self._cut)]
-
-    def __call__(self, arrays) -> list[np.ndarray]:
-        return [arrays[i] for i in self.prefix.kept_inputs] + self.prefix_outputs(arrays)
-
-    def close(self) -> None:
-        if self._on_close is not None:
-            self._on_close()
-            self._on_close = None
-
-
-def PrefixTrainer(prog, prefix: FrozenPrefix, suffix_trainer, run_prefix, backend: str = "torch",  # noqa: N802
-                  on_close=None):
-    """The suffix step's Trainer with the prefix in front (`run_prefix` runs it) as its input stage."""
-    stage = PrefixRunner(prog, prefix, suffix_trainer.step_inputs, run_prefix, backend, on_close)
-    return suffix_trainer.use_input_stage(stage)
-
-
-def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
-    """A prefix backend's build: the step split at its frozen prefix, the suffix built on
-    `other_backends` (default cpu) with a PrefixRunner in front; `prepare(prefix)` gives the
-    prefix's (run, bundle manifest entry) on that backend.  With no frozen prefix to move, the
-    step is built on the other backends alone."""
-    from ..build.package import build_step
-    backends = list(other_backends or ["cpu"])
-    prefix, suffix = split_prefix(prog, name)
-    if prefix is None:
-        return prog.build(backends=backends, out_dir=out_dir)
-    run, manifest = prepare(prefix)
-    return build_step(suffix, suffix.emit(backends), out_dir,
-                      input_stage=PrefixRunner(prog, prefix, graph_inputs(suffix.graph), run, name=name), prefix_manifest=manifest)
-
-
-__all__ = ["split_prefix", "FrozenPrefix", "PrefixModule", "PrefixRunner", "PrefixTrainer", "frozen_state",
-           "prefix_partitions", "torch_runner", "torch_supports"]
+__all__ = ["split_prefix", "FrozenPrefix", "frozen_state", "prefix_partitions", "torch_supports"]

@@ -196,7 +196,7 @@ class Trainer:
     Pluggable stages around the library (set by prog.build from the backend registry):
       open_device   the device hook, run before the library loads (Backend.open)
       input stage   turns the user's inputs into the library's step inputs, e.g. a
-                    frozen prefix run on an inference accelerator (passes/prefix.PrefixRunner
+                    frozen prefix run on an inference accelerator (build/prefix_stage.PrefixRunner
                     on the HTP); install it with use_input_stage().  It is any object with
                       inputs                  [IOInfo] of the user's inputs
                       __call__(arrays)        the library's step inputs for checked user arrays
