@@ -200,3 +200,38 @@ def test_train_and_eval_prefixes_that_differ_are_an_error():
     prefix, _ = split_prefix(pe.compile(model, (torch.randn(4, 8),), (torch.randint(0, 4, (4,)),),
                                         update={"4.*": 1.0}))
     assert [n.op for n in prefix.nodes] == ["linear", "linear"]
+
+
+def test_the_cut_pairs_nodes_by_origin(case):
+    """Each inference node carries the training-graph node it was derived from (passes/inference.py);
+    the prefix is those nodes in both graphs: no structural matching."""
+    name, model, prog, data, prefix, suffix = case
+    train = {n.origin: n for n in prog.graph.nodes if n.origin is not None}
+    assert all(n.origin is not None for n in prog.forward_graph.nodes)
+    for n in prefix.nodes:
+        t = train[n.origin]
+        assert (t.op, t.attrs, t.source) == (n.op, n.attrs, n.source)
+    import pockengine.passes.prefix as mod
+    assert not any(hasattr(mod, f) for f in ("_node_sig", "_signatures", "_match"))
+
+
+class TrainingScale(nn.Module):
+    """Branches on self.training other than for dropout: the model is exported twice."""
+
+    def forward(self, x):
+        return x * 2.0 if self.training else x
+
+
+def test_a_model_exported_twice_is_cut_at_the_same_nodes():
+    """Two exports (the model reads self.training): the eval export's nodes are numbered as the
+    training export's that compute the same (passes/inference.share_origins), so the split is the same cut."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), TrainingScale(), nn.Linear(16, 4)).train()
+    x, y = torch.randn(4, 8), torch.randint(0, 4, (4,))
+    prog = pe.compile(model, (x,), (y,), update={"3.*": 1.0})
+    assert not any(n.op == "mul_scalar" for n in prog.forward_graph.nodes)  # the eval export's own graph
+    prefix, suffix = split_prefix(prog)
+    assert [(n.op, n.attrs.get("act")) for n in prefix.nodes] == [("linear", "relu")]
+    with torch.no_grad():
+        torch.testing.assert_close(PrefixModule(prefix)(x), model[1](model[0](x)))
+    assert "0.weight" not in suffix.state and "0.weight" not in suffix.forward_graph.state

@@ -97,7 +97,7 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
     derived from it (passes/inference.py: dropout as identity, batch norm over its running
     statistics).  Only a model whose code branches on `self.training` otherwise
     (reads_training) is exported again in eval mode; every module's mode is restored after."""
-    from ..passes.inference import inference_graph, reads_training
+    from ..passes.inference import inference_graph, reads_training, share_origins
     if not reads_training(model):
         graph = export_graph(model, inputs, targets, loss, name, output, names, with_outputs=True)
         forward_graph = verify(inference_graph(graph), "inference graph")
@@ -111,7 +111,7 @@ def export(model: nn.Module, inputs, targets, loss, name: str, output=None, name
     finally:
         for m, training in modes.items():
             m.training = training
-    return graph, forward_graph
+    return graph, share_origins(graph, forward_graph)
 
 
 def _autodiff(graph: Graph, trained: dict, optimizer: Optimizer) -> Graph:

@@ -7,7 +7,11 @@ A `Node` applies one op (its record in pockengine/ops) to input values and defin
 values; ops that write state in place (optimizer updates, running-stat
 assignment) list the state values they write in `mutates`.
 Every node remembers the module path it came from (`source`) and whether it
-belongs to the forward, backward or update phase.
+belongs to the forward, backward or update phase.  A forward node of the inference graph
+also remembers the training-graph node it computes as (`origin`: the number
+passes/inference.py gives each node of the training-mode export, kept by `clone` and by
+the passes that fuse a chain into one node), so the two graphs share their forward nodes
+by identity (passes/prefix.py cuts both at the same ones).
 """
 from __future__ import annotations
 
@@ -54,6 +58,7 @@ class Node:
     attrs: dict = field(default_factory=dict)
     source: str = ""
     phase: str = "forward"  # "forward" | "backward" | "update"
+    origin: int | None = None  # the export's node this one computes as (None: added after the export)
 
     @property
     def mutates(self) -> list[Value]:
@@ -103,7 +108,8 @@ class Graph:
         h.state = {name: cp(v) for name, v in self.state.items()}
         h.inputs, h.targets = [cp(v) for v in self.inputs], [cp(v) for v in self.targets]
         for n in self.nodes:
-            m = Node(n.op, [cp(v) for v in n.inputs], [cp(o) for o in n.outputs], dict(n.attrs), n.source, n.phase)
+            m = Node(n.op, [cp(v) for v in n.inputs], [cp(o) for o in n.outputs], dict(n.attrs), n.source, n.phase,
+                     n.origin)
             for o in m.outputs:
                 if o is not None:
                     o.producer = m

@@ -47,7 +47,8 @@ def _match(x_sq: Node, users, g: Graph):
 
 def _rewrite(g: Graph, fuse_at) -> Graph:
     """Each chain of nodes `fuse_at(n, users)` returns, as (chain, fused node), becomes the
-    fused node at the chain's last node (which produced the result); the rest of it is dropped."""
+    fused node at the chain's last node (which produced the result; the fused node takes its
+    `origin`); the rest of it is dropped."""
     users = g.users()
     drop, place = set(), {}
     for n in g.nodes:
@@ -75,7 +76,7 @@ def fuse_rms_norm(g: Graph) -> Graph:
         w = _other(last, chain[4].outputs[0])
         y = last.outputs[0]
         rstd = g.new_value("rms_rstd", (y.numel // x.shape[-1],), "f32")
-        return chain, Node("rms_norm", [x, w], [y, rstd], {"eps": eps}, last.source, "forward")
+        return chain, Node("rms_norm", [x, w], [y, rstd], {"eps": eps}, last.source, "forward", last.origin)
 
     return _rewrite(g, fuse_at)
 
@@ -94,7 +95,7 @@ def fuse_swiglu(g: Graph) -> Graph:
             return None
         if any(v.producer is None or v.producer.op != "linear" for v in (gate, up)):  # the MLP pattern only
             return None
-        return [n, mul], Node("swiglu", [gate, up], [mul.outputs[0]], {}, mul.source, "forward")
+        return [n, mul], Node("swiglu", [gate, up], [mul.outputs[0]], {}, mul.source, "forward", mul.origin)
 
     return _rewrite(g, fuse_at)
 
@@ -185,7 +186,8 @@ def fuse_rope(g: Graph) -> Graph:
         x, cos, sin, chain, (outer, rep, inner, cos_outer) = m
         add = chain[-1]
         return chain, Node("rope", [x, cos, sin], [add.outputs[0]],
-                           {"outer": outer, "rep": rep, "inner": inner, "cos_outer": cos_outer}, add.source, "forward")
+                           {"outer": outer, "rep": rep, "inner": inner, "cos_outer": cos_outer}, add.source, "forward",
+                           add.origin)
 
     return _rewrite(g, fuse_at)
 

@@ -6,6 +6,13 @@
     reads_training(model) -> list      where a module's code branches on `self.training` in a way
                                        this pass cannot reproduce: such a model is exported again
                                        in eval mode (program.export)
+    share_origins(train, eval) -> eval that eval-mode export's nodes numbered as the training
+                                       export's nodes that compute the same (op, attributes,
+                                       inputs), for the prefix split
+
+Each node of the inference graph carries the number (`Node.origin`) of the training-graph
+node it was derived from: inference_graph numbers the export's nodes and copies them, so the
+two graphs share their forward nodes and passes/prefix.split_prefix cuts both at the same ones.
 
 What the pass knows: nn.Dropout* and F.dropout (an IR `dropout` node), nn.BatchNorm* (an IR
 `batch_norm_train` node and the `assign`s of its running statistics), and code reading
@@ -37,7 +44,10 @@ NOT_FORWARD = frozenset({"train", "eval", "__init__", "extra_repr", "__setstate_
 def inference_graph(train: Graph) -> Graph:
     """A copy of `train` (exported in train mode with its model outputs in `outputs`) computing
     only those outputs as eval mode would: dropout is the identity, batch_norm_train becomes
-    batch_norm_eval over the running statistics, and their updates (assign) are dropped."""
+    batch_norm_eval over the running statistics, and their updates (assign) are dropped.
+    Each node of `train` gets its number (`origin`), which its copy keeps."""
+    for i, n in enumerate(train.nodes):
+        n.origin = i
     g, _ = train.clone()
     g.loss, g.targets = None, []
     replace: dict[int, object] = {}
@@ -69,6 +79,39 @@ def inference_graph(train: Graph) -> Graph:
     g.nodes = nodes
     g.outputs = [replace.get(id(v), v) for v in g.outputs]
     return eliminate_dead_code(g)
+
+
+def share_origins(train: Graph, forward: Graph) -> Graph:
+    """The eval-mode export `forward` with each node that computes what a node of the
+    training export `train` computes (the same op and attributes over the same inputs: model
+    inputs by position, state by name, other such nodes' outputs) numbered as that node;
+    the others (a module's eval-only branch) get no number.  Run on the two exports
+    before lowering, where the graphs are the model's own ops."""
+    for i, n in enumerate(train.nodes):
+        n.origin = i
+    key: dict[int, tuple] = {id(v): ("input", i) for i, v in enumerate(train.inputs)}
+    key.update({id(v): ("state", name) for name, v in train.state.items()})
+    fkey: dict[int, tuple] = {id(v): ("input", i) for i, v in enumerate(forward.inputs)}
+    fkey.update({id(v): ("state", name) for name, v in forward.state.items()})
+
+    def signature(n, keys):
+        return (n.op, tuple(sorted((k, repr(v)) for k, v in n.attrs.items())),
+                tuple(None if v is None else keys.get(id(v), ("?", id(v))) for v in n.inputs))
+
+    by_signature: dict[tuple, list] = {}
+    for n in train.nodes:
+        if n.phase == "forward":
+            by_signature.setdefault(signature(n, key), []).append(n)
+        for j, o in enumerate(n.outputs):
+            if o is not None:
+                key[id(o)] = ("node", n.origin, j)
+    for n in forward.nodes:
+        same = by_signature.get(signature(n, fkey))
+        n.origin = same.pop(0).origin if same else None
+        for j, o in enumerate(n.outputs):
+            if o is not None and n.origin is not None:
+                fkey[id(o)] = ("node", n.origin, j)
+    return forward
 
 
 def reads_training(model: nn.Module) -> list[str]:

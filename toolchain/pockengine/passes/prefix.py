@@ -27,9 +27,11 @@ the prefix only when a prefix node reads them.  The cut values are the prefix
 outputs the rest of the step (or the inference pass) reads.
 
 The training step and the inference pass share one prefix model, so both
-graphs are split the same way; if their prefixes differ (a frozen BatchNorm
-left in train mode computes with batch statistics in the step but running
-statistics in inference) the split is a PockError naming the node.
+graphs are cut at the same nodes: the inference graph is derived from the
+step's (passes/inference.py), each of its nodes carrying the step's node it
+came from (`Node.origin`), and the cut pairs them by it.  If the step does not
+compute an inference prefix node alike (a frozen layer's dropout left in train
+mode draws random numbers in the step) the split is a PockError naming the node.
 """
 from __future__ import annotations
 
@@ -68,49 +70,35 @@ def _nodes_on(part, g: Graph, backend: str) -> list[Node]:
     return [n for n in g.nodes if id(n) in mine]
 
 
-def _node_sig(n: Node, sig: dict[int, tuple]) -> tuple:
-    attrs = tuple(sorted((key, repr(val)) for key, val in n.attrs.items()))
-    return n.op, attrs, tuple(None if v is None else sig.get(id(v), ("?",)) for v in n.inputs)
+def _attrs(n: Node) -> tuple:
+    return tuple(sorted((key, repr(val)) for key, val in n.attrs.items()))
 
 
-def _base_sigs(g: Graph) -> dict[int, tuple]:
-    sig: dict[int, tuple] = {id(v): ("input", i) for i, v in enumerate(g.inputs)}
-    sig.update({id(v): ("state", name) for name, v in g.state.items()})
-    return sig
-
-
-def _signatures(g: Graph, nodes: list[Node]) -> tuple[list, dict[int, tuple]]:
-    """Structural signature of each prefix node, and id(value) -> signature of every prefix value."""
-    sig = _base_sigs(g)
-    out = []
-    for k, n in enumerate(nodes):
-        out.append(_node_sig(n, sig))
-        for i, o in enumerate(n.outputs):
-            if o is not None:
-                sig[id(o)] = ("node", k, i)
-    return out, sig
-
-
-def _match(g: Graph, nodes: list[Node], want: list[tuple]) -> tuple[list[Node], list[Node], dict[int, tuple]]:
-    """The training graph's prefix nodes that compute what inference's prefix does (matched, in order),
-    the rest (forward work only the step needs, e.g. slicing a saved activation: left to the suffix),
-    and id(value) -> signature of the matched nodes' values."""
-    index = {}
-    for k, s in enumerate(want):
-        index.setdefault(s, []).append(k)
-    sig = _base_sigs(g)
-    matched, extra = [], []
-    for n in nodes:
-        ks = index.get(_node_sig(n, sig))
-        if not ks:
-            extra.append(n)
+def _shared(g: Graph, tnodes: list[Node], fg: Graph, fnodes: list[Node]):
+    """The cut on shared nodes: each of inference's prefix nodes paired with the training
+    step's prefix node it was derived from (the same `origin`, passes/inference.py), which
+    must compute the same (op, attributes, inputs: the model's inputs, the same state or a
+    paired node's outputs).  Returns (the step's paired nodes in its order, the rest of its
+    prefix nodes: forward work only the step does, e.g. slicing a saved activation, left to
+    the suffix), id(inference value) -> the step's value, and the positions in `fnodes` of
+    the nodes without a partner."""
+    by_origin = {n.origin: n for n in tnodes if n.origin is not None}
+    same: dict[int, Value] = {id(v): w for v, w in zip(fg.inputs, g.inputs)}
+    same.update({id(v): g.state[name] for name, v in fg.state.items() if name in g.state})
+    paired, missing = set(), []
+    for k, fn in enumerate(fnodes):
+        tn = by_origin.get(fn.origin)
+        if (tn is None or tn.op != fn.op or _attrs(tn) != _attrs(fn) or len(tn.inputs) != len(fn.inputs)
+                or any((v is None) != (w is None) or (v is not None and same.get(id(v)) is not w)
+                       for v, w in zip(fn.inputs, tn.inputs))
+                or any(o is not None and (j >= len(tn.outputs) or tn.outputs[j] is None)
+                       for j, o in enumerate(fn.outputs))):
+            if any(o is not None for o in fn.outputs):  # (a node with no outputs feeds nothing)
+                missing.append(k)
             continue
-        k = ks.pop(0)
-        matched.append((k, n))
-        for i, o in enumerate(n.outputs):
-            if o is not None:
-                sig[id(o)] = ("node", k, i)
-    return [n for _, n in matched], extra, sig
+        paired.add(id(tn))
+        same.update({id(o): tn.outputs[j] for j, o in enumerate(fn.outputs) if o is not None})
+    return [n for n in tnodes if id(n) in paired], [n for n in tnodes if id(n) not in paired], same, missing
 
 
 def _cut_values(g: Graph, nodes: list[Node]) -> list[Value]:
@@ -133,9 +121,11 @@ def _cut_values(g: Graph, nodes: list[Node]) -> list[Value]:
 
 
 def _stopper(train: Graph, fn: Node) -> Node | None:
-    """The train-mode BatchNorm or dropout that keeps inference's prefix node `fn` out of the step's prefix."""
-    todo = [n for n in train.nodes if n.phase == "forward" and n.source == fn.source
-            and (n.op == fn.op or n.op == "batch_norm_train")]
+    """The train-mode BatchNorm or dropout that keeps inference's prefix node `fn` out of the step's prefix:
+    upstream of the step's node `fn` was derived from (else of its module's nodes)."""
+    todo = [n for n in train.nodes if n.origin is not None and n.origin == fn.origin] or \
+        [n for n in train.nodes if n.phase == "forward" and n.source == fn.source
+         and (n.op == fn.op or n.op == "batch_norm_train")]
     seen: set[int] = set()
     while todo:
         n = todo.pop(0)
@@ -258,29 +248,28 @@ def split_prefix(prog, backend: str = "htp"):
     """(FrozenPrefix, suffix Program), or (None, prog) when the prefix is empty or only moves data.
 
     The prefix is what the partitioner puts on the prefix `backend` (its record's `supports`
-    says what it runs) in the training step and in the inference pass; this checks the two
-    agree and cuts both graphs there."""
+    says what it runs) in the inference pass, and the same nodes of the training step (each
+    inference node is derived from one of the step's: `Node.origin`); this checks the step
+    computes each of them alike and cuts both graphs there."""
     g, fg = prog.graph, prog.forward_graph
     tpart, fpart = prefix_partitions(prog, backend)
     tnodes, fnodes = _nodes_on(tpart, g, backend), _nodes_on(fpart, fg, backend)
     if all(REGISTRY[n.op].layout for n in tnodes) and all(REGISTRY[n.op].layout for n in fnodes):
         return None, prog
-    fsig, fval = _signatures(fg, fnodes)
-    tnodes, extra, tval = _match(g, tnodes, fsig)
-    done = {tval[id(n.outputs[0])][1] for n in tnodes if n.outputs and n.outputs[0] is not None}
-    done |= {k for k, n in enumerate(fnodes) if not any(o is not None for o in n.outputs)}
-    missing = [k for k in range(len(fnodes)) if k not in done]
+    tnodes, extra, same, missing = _shared(g, tnodes, fg, fnodes)
     if missing:
         raise _mismatch(g, fnodes, missing)
     if extra:  # forward work only the step does (on the targets, slicing a saved prefix output) stays on the CPU
         tpart = partition(prog.order, g, [backend, ALWAYS], frozen=frozen_state(g), within={id(n) for n in tnodes})
     # one set of cut values serves both graphs (each suffix ignores those it does not read)
-    by_sig = {fval[id(v)]: v for v in _cut_values(fg, fnodes)}
-    train_by_sig = {tval[id(v)]: v for v in _cut_values(g, tnodes)}
-    sigs = list(by_sig) + [s for s in train_by_sig if s not in by_sig]
-    fprod = {fval[id(o)]: o for n in fnodes for o in n.outputs if o is not None}
-    tprod = {tval[id(o)]: o for n in tnodes for o in n.outputs if o is not None}
-    fcut, tcut = [fprod[s] for s in sigs], [tprod[s] for s in sigs]
+    fcut = _cut_values(fg, fnodes)
+    tcut = [same[id(v)] for v in fcut]
+    back = {id(w): v for v, w in ((v, same.get(id(v))) for n in fnodes for v in n.outputs if v is not None)
+            if w is not None}
+    for w in _cut_values(g, tnodes):
+        if not any(w is t for t in tcut):
+            fcut.append(back[id(w)])
+            tcut.append(w)
     names = [f"prefix{i}_{v.name}" for i, v in enumerate(fcut)]
     # model inputs: the prefix reads some, the suffix keeps those any remaining node reads
     in_prefix = {id(v) for n in fnodes for v in n.inputs if v is not None}
