@@ -45,7 +45,7 @@ def main() -> None:
                     help="as before chunking: the step in one function, the model TU at -O3 (for before/after)")
     args = ap.parse_args()
     options = None
-    if args.old_native:
+    if args.old_codegen:
         from pockengine import codegen
         from pockengine.build import host
         options, host.MODEL_OPT = codegen.EmitOptions(chunk_nodes=10 ** 9), "-O3"

@@ -90,3 +90,32 @@ def test_compile_leaves_each_module_in_its_own_mode():
     model[1].eval()
     pe.compile(model, (torch.randn(2, 3, 8, 8),), (torch.tensor([0, 1]),), update={"3.*": 1.0})
     assert [m.training for m in model] == [True, False, True, True]
+
+
+def test_the_unreordered_plan_is_made_only_when_asked_for(monkeypatch):
+    """stats()' arena_bytes_no_reorder needs the step scheduled and planned in graph order: that
+    schedule and plan are made when it is read, not by pe.compile or emit; with exact_skip (the
+    step already runs in graph order) they are the step's own."""
+    import pockengine.compiler.program as program
+    calls = []
+    real_schedule, real_plan = program.schedule, program.plan_memory
+    monkeypatch.setattr(program, "schedule",
+                        lambda g, reorder=True: calls.append(("schedule", reorder)) or real_schedule(g, reorder=reorder))
+    monkeypatch.setattr(program, "plan_memory", lambda *a, **k: calls.append(("plan",)) or real_plan(*a, **k))
+    torch.manual_seed(0)
+    x, y = batches("mlp")[0]
+    prog = pe.compile(MODELS["mlp"](), x, y, exact_skip=False)
+    assert ("schedule", False) not in calls
+    made = len(calls)
+    prog.source()
+    assert len(calls) == made  # emitting the step does not ask for it
+    stats = prog.stats()
+    assert calls[made:] == [("schedule", False), ("plan",)]
+    assert stats["arena_bytes"] <= stats["arena_bytes_no_reorder"]
+    prog.stats()
+    assert len(calls) == made + 2  # made once
+    calls.clear()
+    prog = pe.compile(MODELS["mlp"](), x, y)  # exact_skip=True: the step is scheduled in graph order once
+    made = len(calls)
+    prog.stats()
+    assert len(calls) == made and prog.plan_no_reorder is prog.plan

@@ -145,3 +145,14 @@ def test_functional_models_name_variables_without_the_model_name():
     prog = pe.compile(model, (x.numpy(),), (y.numpy(),), update={"out/*": 1.0})
     assert {v.path for v in model.variables} == {"dense1/kernel", "dense1/bias", "out/kernel", "out/bias"}
     assert set(prog.trained) == {"out/kernel", "out/bias"}
+
+
+def test_numpy_and_tensorflow_example_inputs():
+    """What a Keras user passes (NumPy arrays, tf.Tensor) compiles the same program as torch tensors
+    (it was "example_inputs must be a tuple of torch tensors")."""
+    keras.utils.set_random_seed(0)
+    model = MODELS["mlp"]("float32")
+    (x,), (y,) = batches("mlp")[0]
+    want = pe.compile(model, (x,), (y,), name="kx").source()
+    assert pe.compile(model, (x.numpy(),), (y.numpy(),), name="kx").source() == want
+    assert pe.compile(model, (tf.constant(x.numpy()),), (tf.constant(y.numpy()),), name="kx").source() == want

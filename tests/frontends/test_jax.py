@@ -238,3 +238,17 @@ def test_jax_trains_like_jax_grad_and_optax(name, scheme, opt):
     got = np.asarray(apply(new, x))
     assert_fp64_close(got, np.asarray(apply(p32, x)), out64, "prediction with the trained pytree")
     np.testing.assert_allclose(trainer.forward((data[1][0][0],)), got, rtol=1e-4, atol=1e-5)
+
+
+def test_jax_arrays_as_example_inputs():
+    """A JAX user passes jax.Array example inputs (and NumPy int64 labels): the same program as
+    torch tensors.  JAX's own integer arrays are int32 (x64 off): as class targets that is a
+    PockError asking for int64, as PyTorch's cross_entropy asks."""
+    init, apply = MODELS["mlp"]
+    params = jax.tree_util.tree_map(lambda a: jnp.asarray(a, jnp.float32), init(jax.random.PRNGKey(0)))
+    (x,), (y,) = batches("mlp")[0]
+    want = pe.compile(pe.from_jax(apply, params), (x,), (y,), name="jx").source()
+    got = pe.compile(pe.from_jax(apply, params), (jnp.asarray(x.numpy()),), (y.numpy(),), name="jx")
+    assert got.source() == want
+    with pytest.raises(pe.PockError, match="int64 class indices, got i32"):
+        pe.compile(pe.from_jax(apply, params), (jnp.asarray(x.numpy()),), (jnp.asarray(y.numpy()),))

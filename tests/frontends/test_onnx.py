@@ -111,3 +111,13 @@ def test_onnx_recurrent_nodes_train_like_pytorch(name, scheme, tmp_path):
     dst = pe.export_onnx(trainer, path, tmp_path / f"{name}_trained.onnx")
     got = ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"]).run(None, {"x": x.numpy()})[0]
     np.testing.assert_allclose(got, trainer.forward((x,)), rtol=1e-4, atol=1e-5)
+
+
+def test_numpy_example_inputs(tmp_path):
+    """An ONNX user passes NumPy arrays (what onnxruntime takes): the same program as torch tensors."""
+    torch.manual_seed(0)
+    model = MODELS["mlp"]().train()
+    (x,), (y,) = batches("mlp")[0]
+    path = export(model, x, tmp_path / "mlp.onnx")
+    want = pe.compile(str(path), (x,), (y,), update=SPARSE["mlp"], name="ox").source()
+    assert pe.compile(str(path), (x.numpy(),), (y.numpy(),), update=SPARSE["mlp"], name="ox").source() == want

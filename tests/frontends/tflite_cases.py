@@ -145,3 +145,12 @@ def test_unsupported_operator_and_bad_files_are_named(tmp_path):
     bad.write_bytes(b"\x00" * 64)
     with pytest.raises(pe.PockError, match="not a TFLite flatbuffer"):
         pe.compile(str(bad), (torch.randn(2, 8),), (torch.randint(0, 4, (2,)),))
+
+
+def test_tensorflow_and_numpy_example_inputs(tmp_path):
+    """A TFLite user passes tf.Tensor or NumPy example inputs: the same program as torch tensors."""
+    _, path = convert("mlp", tmp_path)
+    (x,), (y,) = batches("mlp")[0]
+    want = pe.compile(str(path), (x,), (y,), name="tfl").source()
+    assert pe.compile(str(path), (tf.constant(x.numpy()),), (tf.constant(y.numpy()),), name="tfl").source() == want
+    assert pe.compile(str(path), (x.numpy(),), (y.numpy(),), name="tfl").source() == want

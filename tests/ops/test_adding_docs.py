@@ -34,3 +34,9 @@ def test_files_naming_an_op_are_the_documented_ones():
 def test_files_naming_a_backend_are_the_documented_ones():
     assert naming(r"\"reference\"|\bimport reference\b|backends\.reference\b") == \
         stated("files naming the reference backend")
+
+
+def test_the_stated_count_of_files_naming_layer_norm():
+    text = DOC.read_text().split("`grep -rlw layer_norm toolchain native`", 1)[1]
+    stated_after = int(re.search(r"\*\*After: (\d+) files\.\*\*", text).group(1))
+    assert len(naming(r"\blayer_norm\b")) == stated_after

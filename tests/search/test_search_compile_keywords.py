@@ -64,3 +64,35 @@ def test_compile_spec_is_what_pe_compile_runs():
         spec.update = "full"  # frozen
     with pytest.raises(pe.PockError, match="frozen_dtyp"):
         pe.compile(model, x, y, frozen_dtyp="int8")
+
+
+class TwoOutputs(torch.nn.Module):
+    """An MLP returning (logits, features): `output=0` picks the loss's input."""
+
+    def __init__(self):
+        super().__init__()
+        self.mlp = MODELS["mlp"]()
+
+    def forward(self, x):
+        return self.mlp(x), x
+
+
+def test_every_pe_compile_keyword_reaches_the_scheme_compiler():
+    """Every pe.compile keyword (each CompileSpec field) given to the search's compiler at once, with
+    a value other than its default: each scheme is the program pe.compile builds with them."""
+    import dataclasses
+    torch.manual_seed(0)
+    model = TwoOutputs()
+    x, y = batches("mlp")[0]
+    opt = pe.AdamW(lr=1e-3)
+    own = {"model", "example_inputs", "example_targets", "update", "loss", "optimizer"}  # the search's own arguments
+    kw = dict(name="every_kw", output=0, lora=pe.LoRA(rank=2, alpha=4, targets=["mlp.net.0"]), frozen_dtype="int8",
+              exact_skip=False, compute_dtype="bf16", memory_budget_mb=64.0)
+    assert set(kw) == {f.name for f in dataclasses.fields(CompileSpec)} - own  # a new keyword needs a value here
+    compiler = SchemeCompiler(model, x, y, optimizer=opt, **kw)
+    for update in ("none", {"mlp.net.4.*": 1.0}):
+        want = pe.compile(model, x, y, update=update, optimizer=opt, **kw)
+        assert compiler.stats(update) == want.stats()
+        assert compiler.program(update).source() == want.source()
+    with pytest.raises(pe.PockError, match="frozen_dtyp"):
+        SchemeCompiler(model, x, y, frozen_dtyp="int8")
