@@ -3,7 +3,8 @@
     PYTHONPATH=toolchain python bench/compile_profile.py [--layers 30] [--real] [--scheme lora|sparse|full]
 
 Stages timed (program.compile_spec's, one by one): export (one torch.export in train mode
-+ conversion + the derived inference graph), lower (autodiff,
++ conversion + the derived inference graph; --export-twice: a second export in eval mode
+instead of the derived graph, as before issue 35), lower (autodiff,
 optimizer, DCE, fusion), lowp (frozen bf16), schedule, plan, Program (state
 layout), emit (codegen rendering), g++ (model TUs, cold: POCK_CACHE_DIR is a
 fresh folder unless --warm-runtime), load (dlopen + weights).  Without --real the
@@ -43,6 +44,8 @@ def main() -> None:
     ap.add_argument("--warm-runtime", action="store_true", help="keep the default cache (runtime objects built)")
     ap.add_argument("--old-codegen", action="store_true",
                     help="as before chunking: the step in one function, the model TU at -O3 (for before/after)")
+    ap.add_argument("--export-twice", action="store_true",
+                    help="as before issue 35: the inference graph from a second, eval-mode export (for before/after)")
     args = ap.parse_args()
     options = None
     if args.old_codegen:
@@ -54,6 +57,9 @@ def main() -> None:
     import torch
 
     import pockengine as pe
+    if args.export_twice:  # what program.export does for a model that branches on self.training
+        from pockengine.passes import inference
+        inference.reads_training = lambda model: ["--export-twice"]
     from pockengine.compiler import program as P
     from pockengine.ops import FULL
     from pockengine.frontends.torch_export import tied_aliases
@@ -72,14 +78,15 @@ def main() -> None:
     prof = cProfile.Profile() if args.cprofile else None
 
     def stage(name, fn, *a):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         if prof:
             prof.enable()
         r = fn(*a)
         if prof:
             prof.disable()
         times[name] = time.perf_counter() - t
-        print(f"  {name:10s} {times[name]:8.2f} s", flush=True)
+        cpu = time.process_time() - c  # this process's CPU seconds (all threads): steadier than wall time under load
+        print(f"  {name:10s} {times[name]:8.2f} s  (CPU {cpu:.2f} s)", flush=True)
         return r
 
     n = args.layers

@@ -99,8 +99,8 @@ def test_the_unreordered_plan_is_made_only_when_asked_for(monkeypatch):
     import pockengine.compiler.program as program
     calls = []
     real_schedule, real_plan = program.schedule, program.plan_memory
-    monkeypatch.setattr(program, "schedule",
-                        lambda g, reorder=True: calls.append(("schedule", reorder)) or real_schedule(g, reorder=reorder))
+    monkeypatch.setattr(program, "schedule", lambda g, reorder=True: calls.append(("schedule", reorder))
+                        or real_schedule(g, reorder=reorder))
     monkeypatch.setattr(program, "plan_memory", lambda *a, **k: calls.append(("plan",)) or real_plan(*a, **k))
     torch.manual_seed(0)
     x, y = batches("mlp")[0]

@@ -72,8 +72,8 @@ def build_with_prefix(prog, other_backends, out_dir, name: str, prepare):
     if prefix is None:
         return prog.build(backends=backends, out_dir=out_dir)
     run, manifest = prepare(prefix)
-    return build_step(suffix, suffix.emit(backends), out_dir,
-                      input_stage=PrefixRunner(prog, prefix, graph_inputs(suffix.graph), run, name=name), prefix_manifest=manifest)
+    stage = PrefixRunner(prog, prefix, graph_inputs(suffix.graph), run, name=name)
+    return build_step(suffix, suffix.emit(backends), out_dir, input_stage=stage, prefix_manifest=manifest)
 
 
 __all__ = ["PrefixRunner", "PrefixTrainer", "build_with_prefix", "graph_inputs"]

@@ -74,6 +74,18 @@ def _attrs(n: Node) -> tuple:
     return tuple(sorted((key, repr(val)) for key, val in n.attrs.items()))
 
 
+def _alike(fn: Node, tn: Node, same: dict[int, Value]) -> bool:
+    """Whether the step's node `tn` computes what inference's `fn` does: the same op and
+    attributes over the same inputs (`same`: id(inference value) -> the step's value),
+    with every output `fn` has."""
+    if tn.op != fn.op or _attrs(tn) != _attrs(fn) or len(tn.inputs) != len(fn.inputs):
+        return False
+    if any((v is None) != (w is None) or (v is not None and same.get(id(v)) is not w)
+           for v, w in zip(fn.inputs, tn.inputs)):
+        return False
+    return all(o is None or (j < len(tn.outputs) and tn.outputs[j] is not None) for j, o in enumerate(fn.outputs))
+
+
 def _shared(g: Graph, tnodes: list[Node], fg: Graph, fnodes: list[Node]):
     """The cut on shared nodes: each of inference's prefix nodes paired with the training
     step's prefix node it was derived from (the same `origin`, passes/inference.py), which
@@ -88,11 +100,7 @@ def _shared(g: Graph, tnodes: list[Node], fg: Graph, fnodes: list[Node]):
     paired, missing = set(), []
     for k, fn in enumerate(fnodes):
         tn = by_origin.get(fn.origin)
-        if (tn is None or tn.op != fn.op or _attrs(tn) != _attrs(fn) or len(tn.inputs) != len(fn.inputs)
-                or any((v is None) != (w is None) or (v is not None and same.get(id(v)) is not w)
-                       for v, w in zip(fn.inputs, tn.inputs))
-                or any(o is not None and (j >= len(tn.outputs) or tn.outputs[j] is None)
-                       for j, o in enumerate(fn.outputs))):
+        if tn is None or not _alike(fn, tn, same):
             if any(o is not None for o in fn.outputs):  # (a node with no outputs feeds nothing)
                 missing.append(k)
             continue
