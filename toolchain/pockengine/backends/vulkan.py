@@ -6,10 +6,12 @@ The partitioner (passes/partition.py) puts every node that has a shader here
 (`supports`) on Vulkan and the rest on the CPU, with explicit transfer nodes.
 Each Vulkan node becomes one or more dispatches (emitters below, forward and
 backward side by side); each run of consecutive Vulkan nodes is one command
-buffer, recorded once when the device opens and re-submitted every step.
+buffer, recorded once when the device opens and re-submitted every step: a
+segment of codegen's one step loop (VulkanSegments; the loop, the guard, the CPU
+nodes and the memory plan are codegen's), rendered from templates/vulkan.cpp.j2.
 Device memory is one host-visible buffer (native/runtime/vulkan/pock_vulkan.h):
 
-    [scalars: lr, step, AdamW factors | device arena (its own memory plan) | state mirror]
+    [scalars: lr, step, AdamW factors | device arena (the step plan's "vulkan" space) | state mirror]
 
 Parameters and optimizer state stay authoritative in the host state (so
 state_dict, checkpoints and inference are unchanged): the step copies the
@@ -243,7 +245,7 @@ def embedding_dispatch(mode, count, w=NONE, idx=NONE, y=NONE, n=0, V=0, D=0, k=0
 
 def index_word(e, n) -> int:
     """The scalars-block word where gather n's shader records an index out of range (the
-    host checks it after the segment: render), or NONE outside a rendered step."""
+    host checks it after the segment: VulkanSegments.end), or NONE outside a rendered step."""
     return e.index_slot(n) if hasattr(e, "index_slot") else NONE
 
 
@@ -474,7 +476,7 @@ class VulkanSegments(Segments):
     The device arena is the plan's "vulkan" space (memory.plan.plan_spaces)."""
 
     name = "vulkan"
-    template = "model.cpp.j2"
+    template = "vulkan.cpp.j2"  # extends model.cpp.j2
 
     def __init__(self, prog, part, plans, emit):
         from ..build.vulkan import window_bytes
