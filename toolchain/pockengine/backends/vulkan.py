@@ -25,13 +25,12 @@ from pathlib import Path
 
 from ..errors import PockError
 from ..ir.graph import Node, Value
-from ..ops import flops
 from ..memory.plan import ALIGN, root_of
 from ..ops.cpp import _fit, bcast_strides, strides
-from ..codegen import Segments
+from ..codegen import Segments, Source, render as render_step, segmented_step
 from ..passes.partition import ALWAYS, partition
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
-from .cpu import Emit, EmitOptions
+from .cpu import EmitOptions
 from .vulkan_ops import BACKWARD_BASE, BINARY, POINTWISE
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
                               fbits, fill_dispatch, grid, ibits, reduce_dispatch)
@@ -600,13 +599,11 @@ class VulkanSegments(Segments):
 def render(prog, part, options: EmitOptions | None = None):
     """(C++ source, hash) of the step with its Vulkan partition: codegen's one step loop with
     VulkanSegments (codegen.segmented_step), rendered from vulkan.cpp.j2."""
-    from ..codegen import render as render_step, segmented_step
     return render_step(prog, segmented_step(prog, part, VulkanSegments, options), options)
 
 
 def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None, options: EmitOptions | None = None):
     """The step with its Vulkan partition, as a codegen.Source."""
-    from ..codegen import Source
     part = partition_step(prog, backends, cost)
     text, digest = render(prog, part, options)
     return Source(text, digest, tuple(backends), part)
