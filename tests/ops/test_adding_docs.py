@@ -1,15 +1,17 @@
-"""docs/adding_an_op.md states the files that name an op (swiglu) and a backend (reference):
-the tree is grepped and must name exactly those files."""
+"""docs/adding_an_op.md states the files that name an op (swiglu), docs/adding_a_backend.md
+those that name a backend (reference) and the Vulkan backend's segments: the tree is grepped
+and must name exactly those files."""
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "adding_an_op.md"
+BACKEND_DOC = ROOT / "docs" / "adding_a_backend.md"
 SUFFIXES = {".py", ".h", ".cpp", ".comp", ".glsl", ".j2", ".txt", ".cmake", ".toml", ".kt", ".swift", ".mm"}
 
 
-def stated(marker: str) -> set[str]:
-    text = DOC.read_text()
+def stated(marker: str, doc: Path = DOC) -> set[str]:
+    text = doc.read_text()
     block = text.split(f"<!-- {marker} -->", 1)[1].split("<!-- end -->", 1)[0]
     return set(re.findall(r"^- `([^`]+)`", block, re.M))
 
@@ -33,10 +35,14 @@ def test_files_naming_an_op_are_the_documented_ones():
 
 def test_files_naming_a_backend_are_the_documented_ones():
     assert naming(r"\"reference\"|\bimport reference\b|backends\.reference\b") == \
-        stated("files naming the reference backend")
+        stated("files naming the reference backend", BACKEND_DOC)
 
 
 def test_the_stated_count_of_files_naming_layer_norm():
     text = DOC.read_text().split("`grep -rlw layer_norm toolchain native`", 1)[1]
     stated_after = int(re.search(r"\*\*After: (\d+) files\.\*\*", text).group(1))
     assert len(naming(r"\blayer_norm\b")) == stated_after
+
+
+def test_files_naming_the_vulkan_segments_are_the_documented_ones():
+    assert naming(r"\bVulkanSegments\b|vulkan\.cpp\.j2") == stated("files naming the vulkan segments", BACKEND_DOC)

@@ -6,10 +6,12 @@ The partitioner (passes/partition.py) puts every node that has a shader here
 (`supports`) on Vulkan and the rest on the CPU, with explicit transfer nodes.
 Each Vulkan node becomes one or more dispatches (emitters below, forward and
 backward side by side); each run of consecutive Vulkan nodes is one command
-buffer, recorded once when the device opens and re-submitted every step.
+buffer, recorded once when the device opens and re-submitted every step: a
+segment of codegen's one step loop (VulkanSegments; the loop, the guard, the CPU
+nodes and the memory plan are codegen's), rendered from templates/vulkan.cpp.j2.
 Device memory is one host-visible buffer (native/runtime/vulkan/pock_vulkan.h):
 
-    [scalars: lr, step, AdamW factors | device arena (its own memory plan) | state mirror]
+    [scalars: lr, step, AdamW factors | device arena (the step plan's "vulkan" space) | state mirror]
 
 Parameters and optimizer state stay authoritative in the host state (so
 state_dict, checkpoints and inference are unchanged): the step copies the
@@ -23,12 +25,12 @@ from pathlib import Path
 
 from ..errors import PockError
 from ..ir.graph import Node, Value
-from ..ops import flops
 from ..memory.plan import ALIGN, root_of
 from ..ops.cpp import _fit, bcast_strides, strides
-from ..passes.partition import ALWAYS, partition, plan_spaces
+from ..codegen import Segments, Source, render as render_step, segmented_step
+from ..passes.partition import ALWAYS, partition
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
-from .cpu import Emit, EmitOptions
+from .cpu import EmitOptions
 from .vulkan_ops import BACKWARD_BASE, BINARY, POINTWISE
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
                               fbits, fill_dispatch, grid, ibits, reduce_dispatch)
@@ -242,7 +244,7 @@ def embedding_dispatch(mode, count, w=NONE, idx=NONE, y=NONE, n=0, V=0, D=0, k=0
 
 def index_word(e, n) -> int:
     """The scalars-block word where gather n's shader records an index out of range (the
-    host checks it after the segment: render), or NONE outside a rendered step."""
+    host checks it after the segment: VulkanSegments.end), or NONE outside a rendered step."""
     return e.index_slot(n) if hasattr(e, "index_slot") else NONE
 
 
@@ -461,214 +463,147 @@ def partition_step(prog, backends=("vulkan", "cpu"), cost=None):
                      prefer=None if cost is not None else "vulkan")
 
 
-def render(prog, part, options: EmitOptions | None = None):
-    """(C++ source, hash) of the step with its Vulkan partition: codegen.render with this
-    step (templates/model.cpp.j2, its blocks under `vulkan`), emitted under `options`."""
-    import dataclasses
+class VulkanSegments(Segments):
+    """The Vulkan side of a partitioned step for codegen's one loop (codegen.Segments): each
+    Vulkan node is recorded as dispatches (kDispatches); a segment is one command buffer,
+    recorded once when the device opens, run by pvk::run (submit and wait) at its end, after
+    which the host checks the gathers it ran.  Transfers are memcpy's between the host's
+    arena or state and D, the host-visible Vulkan buffer:
 
-    from ..codegen import BufferNames, Step, chunks, emit_options, kernel_name
-    from ..codegen import render as render_step
-    from ..ops.cpp import fl
+        [scalars: lr, step, AdamW factors, gather error words | device arena | state mirror]
 
-    pg = part.graph
-    plans = plan_spaces(part, [pg.loss])
-    host = plans[ALWAYS]
-    dev = plans.get("vulkan")
-    so = prog.state_offsets
-    adamw_nodes = [n for n in pg.nodes if part.backend[id(n)] == "vulkan" and n.op == "adamw_update"]
-    # gathers on Vulkan: one error word each after the AdamW slots (see index_word)
-    gathers = [n for n in pg.nodes if part.backend[id(n)] == "vulkan" and n.op in GATHERS]
-    index_slot0 = ADAMW_SLOT0 + 8 * len(adamw_nodes)
-    scalars = _align(4 * (index_slot0 + len(gathers)))
-    arena_base = scalars
-    state_base = arena_base + _align(dev.arena_bytes if dev else 0)
-    device_bytes = state_base + max(prog.state_bytes, 64)
+    The device arena is the plan's "vulkan" space (memory.plan.plan_spaces)."""
 
-    def word(v: Value) -> int:  # D's word of v, as the host sees it
-        r = root_of(v)
-        if r.in_state:
-            return (state_base + so[r.name]) // 4
-        return (arena_base + dev.offset(v)) // 4
+    name = "vulkan"
+    template = "vulkan.cpp.j2"  # extends model.cpp.j2
 
-    def extent(v: Value) -> tuple[int, int, str]:  # bytes of D that v's storage (its root) spans
-        r = root_of(v)
-        return (4 * word(r), 4 * word(r) + r.nbytes, r.name)
+    def __init__(self, prog, part, plans, emit):
+        from ..build.vulkan import window_bytes
+        super().__init__(prog, part, plans, emit)
+        pg = part.graph
+        self.host, dev, so = plans[ALWAYS], plans.get("vulkan"), prog.state_offsets
+        mine = [n for n in pg.nodes if self.runs(n)]
+        self.adamw_nodes = [n for n in mine if n.op == "adamw_update"]
+        # gathers on Vulkan: one error word each after the AdamW slots (see index_word)
+        self.gathers = [n for n in mine if n.op in GATHERS]
+        self.index_slot0 = ADAMW_SLOT0 + 8 * len(self.adamw_nodes)
+        self.arena_base = _align(4 * (self.index_slot0 + len(self.gathers)))
+        self.state_base = self.arena_base + _align(dev.arena_bytes if dev else 0)
+        self.device_bytes = self.state_base + max(prog.state_bytes, 64)
 
-    # The shaders' view of D: windows of at most window_bytes() each (every tensor inside one).
-    from ..build.vulkan import compile_shader, window_bytes
-    used: dict[int, Value] = {}
+        def word(v: Value) -> int:  # D's word of v, as the host sees it
+            r = root_of(v)
+            return (self.state_base + so[r.name]) // 4 if r.in_state else (self.arena_base + dev.offset(v)) // 4
+        self.word = word
+        # The shaders' view of D: windows of at most window_bytes() each (every tensor inside one).
+        used: dict[int, Value] = {}
 
-    def record(v: Value) -> int:
-        used[id(v)] = v
-        return 0
-
-    probe = VkEmit(record)
-    for n in pg.nodes:
-        if part.backend[id(n)] == "vulkan" and n.op not in ("transfer", "state_transfer"):
+        def record(v: Value) -> int:
+            used[id(v)] = v
+            return 0
+        probe = VkEmit(record)
+        for n in mine:
             probe.node(n)
-    windows, window_of = plan_windows([extent(v) for v in used.values()], device_bytes, window_bytes())
+        self.windows, self.window_of = plan_windows([self.extent(v) for v in used.values()], self.device_bytes,
+                                                    window_bytes())
+        self.vk = VkEmit(self.shader_word)
+        self.vk.adamw_slot = lambda n: ADAMW_SLOT0 + 8 * self.adamw_nodes.index(n)
+        self.vk.index_slot = lambda n: self.index_slot0 + self.gathers.index(n)
+        self.shaders: list[str] = []
+        self.dispatches: list[dict] = []
+        self.segments: list[dict] = []
+        self.recorded: list[Node] = []  # the gathers of the open segment
 
-    def shader_word(v: Value) -> int:  # (window << 28) | word in that window; just D's word with one window
-        w = window_of[extent(v)[:2]]
-        return (w << WINDOW_SHIFT) | (word(v) - windows[w][0] // 4)
-
-    def host_ptr(v: Value) -> str:
+    def extent(self, v: Value) -> tuple[int, int, str]:  # bytes of D that v's storage (its root) spans
         r = root_of(v)
-        return f"S + {so[r.name]}" if r.in_state else f"A + {host.offset(v)}"
+        return (4 * self.word(r), 4 * self.word(r) + r.nbytes, r.name)
 
-    class Emitter(VkEmit):
-        def adamw_slot(self, n):
-            return ADAMW_SLOT0 + 8 * adamw_nodes.index(n)
+    def shader_word(self, v: Value) -> int:  # (window << 28) | word in that window; D's word with one window
+        w = self.window_of[self.extent(v)[:2]]
+        return (w << WINDOW_SHIFT) | (self.word(v) - self.windows[w][0] // 4)
 
-        def index_slot(self, n):
-            return index_slot0 + gathers.index(n)
-
-    buffers = BufferNames(pg, host.offset, so)  # the CPU nodes' buffers, named after the module path
-    options = emit_options(prog, options)
-    # CPU updates of this step are checked here (below), not by their kernels
-    vk, cpu = Emitter(shader_word), Emit(host.offset, so, buffers, dataclasses.replace(options, exact_skip=True))
-    # The non-finite guard (nonfinite_guard), by the host, reading the device buffer where the
-    # values are there.  exact_skip (every update after the whole backward): once, before the
-    # first update, for the loss and every gradient, so a skipped step changes nothing.
-    # Otherwise before each update (the segment before it submitted first), for its own
-    # gradient: a NaN/inf one skips it and every later update, as on the CPU ("partial").
-    guard, exact = options.nonfinite_guard, options.exact_skip
-    position = {id(n): i for i, n in enumerate(pg.nodes)}
-    update_nodes = [n for n in pg.nodes if n.op in ("sgd_update", "adamw_update")]
-    first_update = next((i for i, n in enumerate(pg.nodes) if n.phase == "update"), None)
-    applied: set[str] = set()
-
-    def value_ptr(v: Value) -> str:  # where the host reads v (the device buffer is host-visible)
+    def host_ptr(self, v: Value) -> str:
         r = root_of(v)
         if r.in_state:
-            return f"F32(S, {so[r.name]})"
-        if part.space.get(id(v), part.space.get(id(r), ALWAYS)) == ALWAYS:
-            return f"F32(A, {host.offset(v)})"
-        return f"reinterpret_cast<const float*>(D + {4 * word(v)})"
+            return f"F32(S, {self.prog.state_offsets[r.name]})"
+        if self.on_host(v):
+            return f"F32(A, {self.host.offset(v)})"
+        return f"reinterpret_cast<const float*>(D + {4 * self.word(v)})"
 
-    def computed(v: Value) -> Value | None:  # v, or its copy on the other side, once computed
-        p = v.producer
-        if p is None or position[id(p)] < first_update:
-            return v
-        if p.op == "transfer" and computed(p.inputs[0]) is not None:
-            return p.inputs[0]
-        return None
+    def _bytes(self, v: Value) -> str:  # v's bytes where its backend keeps them
+        r = root_of(v)
+        so = self.prog.state_offsets
+        if self.on_host(v):
+            return f"S + {so[r.name]}" if r.in_state else f"A + {self.host.offset(v)}"
+        return f"D + {4 * self.word(v)}"
 
-    def nonfinite_guard(updates: list[Node], done: int, with_loss: bool) -> list[str]:
-        """The non-finite guard, run by the host after the segment before it: the loss (at the
-        first update), then the gradients of `updates`; `done` updates of the step ran before."""
-        from ..ops.cpp import cstr
-        out = []
-        loss = computed(pg.loss)
-        # a skipped step still returns its loss: copy it to the host's loss slot first when it is
-        # still on the device (only on the way out: that slot may hold something else until then)
-        ret = "" if loss is None or loss is pg.loss else f"*F32(A, {host.offset(pg.loss)}) = *{value_ptr(loss)}; "
-        if loss is not None and with_loss:
-            out.append(f"if (!pk::all_finite({value_ptr(loss)}, 1)) {{ {ret}return pock_nonfinite(\"the loss\", 0); }}")
-        for u in updates:
-            g = computed(u.inputs[1]) if exact else u.inputs[1]
-            if g is not None:
-                what = cstr(f"the gradient of {u.inputs[0].name!r}")
-                out.append(f"if (!pk::all_finite({value_ptr(g)}, {_n(g)})) {{ {ret}return pock_nonfinite({what}, "
-                           f"{done}); }}")
-        return out
-    shaders: list[str] = []
-    dispatches, segments, blocks = [], [], []
-    pending = 0  # dispatches recorded since the last submission
-    pending_gathers: list[Node] = []  # gathers in them: their error words are checked after the run
+    def begin(self) -> list[str]:
+        self.segments.append({"first": len(self.dispatches), "count": 0})
+        self.recorded = []
+        return []
 
-    def flush(lines: list[str]) -> None:
-        nonlocal pending
-        if pending:
-            k = len(segments)
-            segments.append({"first": len(dispatches) - pending, "count": pending})
-            lines.append(f"if (!pvk::run(vk, {k})) {{ *F32(A, {host.offset(pg.loss)}) = NAN; "
-                         f"return pock_rt::fail(POCK_ERR_BACKEND, \"Vulkan segment {k} failed\"); }}"
-                         f"  // Vulkan segment {k}: {pending} dispatches")
-            lines += [gather_check(g, 4 * (index_slot0 + gathers.index(g)), 4 * word(g.inputs[1]))
-                      for g in pending_gathers]
-            pending_gathers.clear()
-            pending = 0
+    def node(self, i: int, n: Node) -> tuple[list[str], str]:
+        ds = self.vk.node(n)
+        for d in ds:
+            if d.shader not in self.shaders:
+                self.shaders.append(d.shader)
+            push = list(d.push) + [0] * (32 - len(d.push))
+            self.dispatches.append({"node": i, "shader": self.shaders.index(d.shader), "groups": list(d.groups),
+                                    "push": [f"{int(x) & 0xFFFFFFFF}u" for x in push]})
+        self.segments[-1]["count"] += len(ds)
+        if n.op in GATHERS:
+            self.recorded.append(n)
+        names = ", ".join(sorted({d.shader for d in ds})) or "none (a view)"
+        kernel = "vk:" + "+".join(dict.fromkeys(d.shader for d in ds)) if ds else "view"
+        return [f"// vulkan: {len(ds)} dispatch(es) #{len(self.dispatches) - len(ds)}.. ({names})"], kernel
 
-    for i, n in enumerate(pg.nodes):
-        b = part.backend[id(n)]
-        lines: list[str] = []
-        kernel = None
-        if guard and exact and i == first_update:
-            flush(lines)
-            lines += nonfinite_guard(update_nodes, 0, True)
-        elif guard and not exact and n in update_nodes:
-            flush(lines)
-            lines += nonfinite_guard([n], len(applied), i == first_update)
-        # the updates that reached the host's state so far (CPU updates; Vulkan ones update the
-        # mirror, which is copied back at the end: a step stopped before changes nothing there)
-        if n.op in ("sgd_update", "adamw_update") and b == ALWAYS or \
-                n.op == "state_transfer" and n.attrs["dst"] == ALWAYS and n.inputs[0].kind == "param":
-            applied.add(n.inputs[0].name)
-        if n.op == "transfer":
-            flush(lines)
-            v, out = n.inputs[0], n.outputs[0]
-            dst, src = (f"D + {word(out) * 4}", host_ptr(v)) if n.attrs["dst"] != ALWAYS else \
-                (host_ptr(out), f"D + {word(v) * 4}")
-            lines.append(f"std::memcpy({dst}, {src}, {v.nbytes});  // {n.attrs['src']} -> {n.attrs['dst']}")
-            kernel = "transfer"
-        elif n.op == "state_transfer":
-            flush(lines)
-            v = n.inputs[0]
-            dev_p, host_p = f"D + {state_base + so[v.name]}", f"S + {so[v.name]}"
-            dst, src = (dev_p, host_p) if n.attrs["dst"] != ALWAYS else (host_p, dev_p)
-            lines.append(f"std::memcpy({dst}, {src}, {v.nbytes});  // state {v.name}: {n.attrs['src']} -> "
-                         f"{n.attrs['dst']}")
-            kernel = "transfer"
-        elif b == ALWAYS:
-            flush(lines)
-            lines += cpu.node(n)
-        else:
-            ds = vk.node(n)
-            for d in ds:
-                if d.shader not in shaders:
-                    shaders.append(d.shader)
-                push = list(d.push) + [0] * (32 - len(d.push))
-                dispatches.append({"node": i, "shader": shaders.index(d.shader), "groups": list(d.groups),
-                                   "push": [f"{int(x) & 0xFFFFFFFF}u" for x in push]})
-            pending += len(ds)
-            if n.op in GATHERS:
-                pending_gathers.append(n)
-            names = ", ".join(sorted({d.shader for d in ds})) or "none (a view)"
-            lines.append(f"// vulkan: {len(ds)} dispatch(es) #{len(dispatches) - len(ds)}.. ({names})")
-            kernel = "vk:" + "+".join(dict.fromkeys(d.shader for d in ds)) if ds else "view"
-        blocks.append({"index": i, "phase": n.phase, "ir": f"[{b}] " + repr(n).split("  # ")[0], "source": n.source,
-                       "lines": lines, "op": n.op, "kernel": kernel or kernel_name(lines), "flops": flops(n),
-                       "guard_loss": False})  # the guards are in the lines (nonfinite_guard)
-    if pending:
-        tail: list[str] = []
-        flush(tail)
-        blocks[-1]["lines"] += tail
-    # End-of-step state copies back were placed after the last Vulkan node by the partitioner;
-    # a flush before them happened above (they are host-side nodes).
+    def end(self) -> list[str]:
+        k, count = len(self.segments) - 1, self.segments[-1]["count"]
+        lines = [f"if (!pvk::run(vk, {k})) {{ *F32(A, {self.host.offset(self.part.graph.loss)}) = NAN; "
+                 f"return pock_rt::fail(POCK_ERR_BACKEND, \"Vulkan segment {k} failed\"); }}"
+                 f"  // Vulkan segment {k}: {count} dispatches"]
+        lines += [gather_check(g, 4 * (self.index_slot0 + self.gathers.index(g)), 4 * self.word(g.inputs[1]))
+                  for g in self.recorded]
+        return lines
 
-    shader_rows = [{"name": s, "words": compile_shader(s, len(windows))} for s in shaders]
-    adamw = []
-    for n in adamw_nodes:
-        a = n.attrs
-        adamw.append({"offset": 4 * (ADAMW_SLOT0 + 8 * adamw_nodes.index(n)),
-                      "args": f"{fl(a['beta1'])}, {fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}"})
-    # model.cpp.j2's Vulkan blocks: the tables, the head of train_step, the device hooks
-    blocks_ctx = {
-        "partition_summary": ", ".join(f"{b} {len(part.nodes_on(b))} nodes" for b in part.backends),
-        "device_arena_base": arena_base, "device_state_base": state_base, "device_bytes": device_bytes,
-        "windows": windows, "shaders": shader_rows, "dispatches": dispatches, "segments": segments,
-        "adamw": adamw, "index_words": [4 * (index_slot0 + i) for i in range(len(gathers))],
-    }
-    # a long step is split into chunk functions as the CPU's is; model.cpp.j2 hands each the device
-    # and its memory (the lock and the step's scalars are taken once, in train_step)
-    return render_step(prog, Step(pg, host, blocks, buffers.decls, chunks(blocks, buffers, options.chunk_nodes),
-                                  {"vulkan": blocks_ctx}), options)
+    def transfer(self, n: Node) -> list[str]:
+        v = n.inputs[0]
+        if n.op == "state_transfer":  # the host's state <-> its mirror in D
+            so = self.prog.state_offsets
+            dev, host = f"D + {self.state_base + so[v.name]}", f"S + {so[v.name]}"
+            dst, src = (dev, host) if n.attrs["dst"] != ALWAYS else (host, dev)
+            return [f"std::memcpy({dst}, {src}, {v.nbytes});  // state {v.name}: {n.attrs['src']} -> {n.attrs['dst']}"]
+        return [f"std::memcpy({self._bytes(n.outputs[0])}, {self._bytes(v)}, {v.nbytes});  "
+                f"// {n.attrs['src']} -> {n.attrs['dst']}"]
+
+    def context(self) -> dict:
+        """vulkan.cpp.j2's context: the tables, the head of train_step, the device hooks."""
+        from ..build.vulkan import compile_shader
+        from ..ops.cpp import fl
+        part = self.part
+        adamw = []
+        for k, n in enumerate(self.adamw_nodes):
+            a = n.attrs
+            adamw.append({"offset": 4 * (ADAMW_SLOT0 + 8 * k),
+                          "args": f"{fl(a['beta1'])}, {fl(a['beta2'])}, {fl(a['eps'])}, {fl(a['weight_decay'])}"})
+        return {
+            "partition_summary": ", ".join(f"{b} {len(part.nodes_on(b))} nodes" for b in part.backends),
+            "device_arena_base": self.arena_base, "device_state_base": self.state_base,
+            "device_bytes": self.device_bytes, "windows": self.windows,
+            "shaders": [{"name": s, "words": compile_shader(s, len(self.windows))} for s in self.shaders],
+            "dispatches": self.dispatches, "segments": self.segments, "adamw": adamw,
+            "index_words": [4 * (self.index_slot0 + i) for i in range(len(self.gathers))],
+        }
+
+
+def render(prog, part, options: EmitOptions | None = None):
+    """(C++ source, hash) of the step with its Vulkan partition: codegen's one step loop with
+    VulkanSegments (codegen.segmented_step), rendered from vulkan.cpp.j2."""
+    return render_step(prog, segmented_step(prog, part, VulkanSegments, options), options)
 
 
 def emit_vulkan(prog, backends=("vulkan", "cpu"), cost=None, options: EmitOptions | None = None):
     """The step with its Vulkan partition, as a codegen.Source."""
-    from ..codegen import Source
     part = partition_step(prog, backends, cost)
     text, digest = render(prog, part, options)
     return Source(text, digest, tuple(backends), part)

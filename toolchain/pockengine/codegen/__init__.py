@@ -8,13 +8,13 @@ from pathlib import Path
 
 import jinja2
 
-from ..backends import cpu
+from ..backends import ALWAYS, cpu
 from ..backends.cpu import Emit, EmitOptions
 from .decoder import decoder_source
 from ..ir.graph import Graph, Node, Value, index_ranges
 from ..ops import REGISTRY, flops
-from ..ops.cpp import CTYPE, MACRO, cstr
-from ..memory.plan import root_of
+from ..ops.cpp import CTYPE, MACRO, _n, cstr
+from ..memory.plan import plan_spaces, root_of
 from ..ops.state import fused_weight_update
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout, when running from one
@@ -155,22 +155,25 @@ def reader_counts(order: list[Node]) -> dict[int, int]:
     return users
 
 
-def fusable_updates(order: list[Node]) -> dict[int, Node]:
+def fusable_updates(order: list[Node], on_cpu=None) -> dict[int, Node]:
     """{id(linear_bwd_weight node): the update node fused into it}: the update of an fp32
     weight whose gradient that node computes whole (one kernel, read by nothing but the
     update), over the whole [N, k] gradient, with no node between the two reading or
     writing the weight or its optimizer state (the update moves up to the gradient).
     Only for steps without the exact non-finite guard (that one needs every gradient
-    checked before any update runs)."""
+    checked before any update runs); on_cpu(node): whether the CPU runs it (a partitioned
+    step; default every node)."""
     users = reader_counts(order)
     pos = {id(n): i for i, n in enumerate(order)}
     out = {}
     for u in order:
-        if u.op not in UPDATES:
+        if u.op not in UPDATES or on_cpu is not None and not on_cpu(u):
             continue
         grad, param = u.inputs[1], u.inputs[0]
         n = grad.producer
         if n is None or n.op != "linear_bwd_weight" or id(n) not in pos or users.get(id(grad)) != 1:
+            continue
+        if on_cpu is not None and not on_cpu(n):
             continue
         if any(v.dtype != "f32" for v in (*n.inputs, param)) or len(param.shape) != 2:
             continue
@@ -186,19 +189,20 @@ def fusable_updates(order: list[Node]) -> dict[int, Node]:
     return out
 
 
-def kernel_checks(order: list[Node], checks: dict[int, list[Node]]) -> dict[int, Node]:
+def kernel_checks(order: list[Node], checks: dict[int, list[Node]], on_cpu=None) -> dict[int, Node]:
     """{id(node): the update whose gradient's check its kernel makes} for the exact guard: a
     checked gradient's producer whose record has a cpu_finite form tests the gradient as it
     stores it instead of a second pass (all_finite) over it.  A producer that sums onto
     another gradient (its `inplace` input: a tied head's gradient under an embedding's rows)
     checks only what it wrote, so that input's producer checks its own output too (it must
-    have the form and no other reader); otherwise the gradient keeps the separate check."""
+    have the form and no other reader); otherwise the gradient keeps the separate check.
+    on_cpu(node): whether the CPU runs it (a partitioned step; default every node)."""
     users = reader_counts(order)
     by_id = {id(n): n for n in order}
 
     def chain(n: Node) -> list[Node] | None:  # n and the producers of what it sums onto
         rec = REGISTRY[n.op]
-        if rec.cpu_finite is None:
+        if rec.cpu_finite is None or on_cpu is not None and not on_cpu(n):
             return None
         out = [n]
         for i in rec.inplace:
@@ -221,11 +225,69 @@ def kernel_checks(order: list[Node], checks: dict[int, list[Node]]) -> dict[int,
     return out
 
 
-def _blocks(order: list[Node], emit: Emit) -> list[dict]:
+class Segments:
+    """What an accelerator running part of a partitioned step (passes/partition.py) hands the
+    one step loop (_blocks): the emission of its own nodes and of the segment edges.  The loop
+    (buffer names, the non-finite guard, profiling, chunks, fused updates and kernel checks of
+    the CPU nodes) is codegen's; a run of consecutive accelerator nodes is one segment, opened
+    by `begin` before its first node and closed by `end` before the next host-side node (a CPU
+    node or a transfer), before a guard that must read what it computed, and at the end of the
+    step.  Lines emitted while a segment is open run on the host before the segment does.
+    backends/vulkan.py (VulkanSegments) is the one implementation; see docs/adding_a_backend.md."""
+
+    name = ""          # the backend's name: its template (<name>.cpp.j2) and its context there
+    template = "model.cpp.j2"
+
+    def __init__(self, prog, part, plans: dict, emit: Emit):
+        self.prog, self.part, self.plans, self.emit = prog, part, plans, emit
+
+    def runs(self, n: Node) -> bool:
+        """Whether node n runs in this backend's segments (transfers run on the host)."""
+        return self.part.backend[id(n)] == self.name and not REGISTRY[n.op].transfer
+
+    def on_host(self, v: Value) -> bool:
+        """Whether the host's arena holds v (or v is state)."""
+        return root_of(v).in_state or self.part.space.get(id(v), ALWAYS) == ALWAYS
+
+    def begin(self) -> list[str]:
+        return []
+
+    def node(self, i: int, n: Node) -> tuple[list[str], str]:
+        """(host lines, profiler kernel name) recording node i into the open segment."""
+        raise NotImplementedError
+
+    def end(self) -> list[str]:
+        """The lines that run the open segment and wait for it."""
+        raise NotImplementedError
+
+    def transfer(self, n: Node) -> list[str]:
+        """A transfer or state_transfer node's copy, run by the host between segments."""
+        raise NotImplementedError
+
+    def host_ptr(self, v: Value) -> str:
+        """A float pointer through which the host reads v where it lives (after its segment ran)."""
+        raise NotImplementedError
+
+    def context(self) -> dict:
+        """The backend's template context, after the loop."""
+        return {}
+
+
+def _loss_source(g: Graph) -> Value | None:
+    """The value a partitioned step computes its loss in, when the host's loss is a copy of it."""
+    p = g.loss.producer if g.loss is not None else None
+    return p.inputs[0] if p is not None and p.op == "transfer" else None
+
+
+def _blocks(order: list[Node], emit: Emit, seg: Segments | None = None) -> list[dict]:
+    """One block per node of `order`: its lines, the checks of the non-finite guard around
+    them, its kernel for the profiler.  seg: the accelerator's Segments when the step is
+    partitioned (None: every node on the CPU)."""
     blocks = []
     guarded = False
     options = emit.options
     exact = options.nonfinite_guard and options.exact_skip
+    on_cpu = None if seg is None else (lambda n: not seg.runs(n) and not REGISTRY[n.op].transfer)
     # the exact guard: each gradient an update reads is checked right after the node that
     # computes it (still in cache); the updates all run later, after every check passed
     checks: dict[int, list[Node]] = {}
@@ -236,30 +298,75 @@ def _blocks(order: list[Node], emit: Emit) -> list[dict]:
                 p = n.inputs[1].producer
                 checks.setdefault(id(p) if p is not None and id(p) in placed else 0, []).append(n)
     # the exact guard's checks made by the kernels computing the gradients (kernel_checks)
-    by_kernel = kernel_checks(order, checks) if exact else {}
+    cpu_only = () if seg is None else (on_cpu,)
+    by_kernel = kernel_checks(order, checks, *cpu_only) if exact else {}
     # the optimizer update fused into the weight gradient's GEMM (no exact guard, see fusable_updates)
-    fused = fusable_updates(order) if not exact and options.fuse_updates else {}
+    fused = fusable_updates(order, *cpu_only) if not exact and options.fuse_updates else {}
     fused_into = {id(u): n for n in order if id(n) in fused for u in (fused[id(n)],)}
+
+    def ptr(v: Value) -> str:  # where the host reads v
+        return emit.p(v) if seg is None or seg.on_host(v) else seg.host_ptr(v)
+
+    # a partitioned step: the open segment (its values are read after it ran) and the host
+    # checks waiting for it to run
+    is_open, computing, waiting = False, set(), []
+    loss = None if seg is None else _loss_source(seg.part.graph)
     for i, n in enumerate(order):
-        if id(n) in fused:
-            lines = list(fused_weight_update(emit, n, fused[id(n)]))
-        elif id(n) in fused_into:
-            lines = [f"// fused into node {order.index(fused_into[id(n)])} (the weight gradient's kernel)"]
-        else:
-            lines = emit.node(n)
-        kernel = kernel_name(lines)
-        if id(n) in by_kernel:
-            lines = cpu.checked_node(emit, n, by_kernel[id(n)])
-        if exact and n.phase == "update" and 0 in checks:  # gradients computed by no node of the step
-            lines = [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks.pop(0)] + lines
-        if exact and id(n) in checks and id(n) not in by_kernel:
-            lines = lines + [cpu.finite_guard(u, emit.p(u.inputs[1])) for u in checks[id(n)]]
+        pre: list[str] = []
+        accel = seg is not None and seg.runs(n)
+        update_waits = (accel and options.nonfinite_guard and not exact and n.op in UPDATES
+                        and id(n.inputs[1]) in computing)
+        if is_open and (not accel or (n.phase == "update" and waiting) or update_waits):
+            pre += seg.end() + waiting
+            is_open, computing, waiting = False, set(), []
         # the loss guard runs once, before the first backward or update node
-        guard_loss = not guarded and n.phase != "forward" and options.nonfinite_guard
+        guard_loss = not guarded and n.phase not in ("forward", "transfer") and options.nonfinite_guard
         guarded = guarded or guard_loss
-        blocks.append({"index": i, "phase": n.phase, "ir": repr(n).split("  # ")[0], "source": n.source,
-                       "lines": lines, "op": n.op, "kernel": kernel, "flops": flops(n),
+        if guard_loss and loss is not None:  # the loss is on the accelerator: its host copy, checked
+            host_loss = emit.p(seg.part.graph.loss)
+            lines = [f"*{host_loss} = *{seg.host_ptr(loss)};  // the loss on the host from here (the guard, an early "
+                     f"return)", f'if (!pk::all_finite({host_loss}, 1)) return pock_nonfinite("the loss", 0);']
+            (waiting if id(loss) in computing else pre).extend(lines)
+            guard_loss = False
+        if accel:
+            if options.nonfinite_guard and not exact and n.op in UPDATES:  # its gradient, before it runs
+                what = cstr(f"the gradient of {n.inputs[0].name!r}")
+                pre.append(f"if (!pk::all_finite({ptr(n.inputs[1])}, {_n(n.inputs[1])})) "
+                           f"return pock_nonfinite({what}, ctx->updates_done);")
+            if not is_open:
+                pre += seg.begin()
+                is_open = True
+            lines, kernel = seg.node(i, n)
+            computing.update(id(o) for o in n.outputs if o is not None)
+        elif seg is not None and REGISTRY[n.op].transfer:
+            lines, kernel = seg.transfer(n), "transfer"
+            if options.nonfinite_guard and not exact and n.op == "state_transfer" and \
+                    n.attrs["dst"] == ALWAYS and n.inputs[0].kind == "param":
+                lines.append("++ctx->updates_done;  // the accelerator's update reached the host's state")
+        else:
+            if id(n) in fused:
+                lines = list(fused_weight_update(emit, n, fused[id(n)]))
+            elif id(n) in fused_into:
+                lines = [f"// fused into node {order.index(fused_into[id(n)])} (the weight gradient's kernel)"]
+            else:
+                lines = emit.node(n)
+            kernel = kernel_name(lines)
+            if id(n) in by_kernel:
+                lines = cpu.checked_node(emit, n, by_kernel[id(n)])
+        if exact and n.phase == "update" and 0 in checks:  # gradients computed by no node of the step
+            lines = [cpu.finite_guard(u, ptr(u.inputs[1])) for u in checks.pop(0)] + lines
+        if exact and id(n) in checks and id(n) not in by_kernel:
+            after = [cpu.finite_guard(u, ptr(u.inputs[1])) for u in checks[id(n)]]
+            if accel:  # read once the segment ran
+                waiting += after
+            else:
+                lines = lines + after
+        blocks.append({"index": i, "phase": n.phase,
+                       "ir": ("" if seg is None else f"[{seg.part.backend[id(n)]}] ") + repr(n).split("  # ")[0],
+                       "source": n.source, "lines": pre + lines, "op": n.op, "kernel": kernel, "flops": flops(n),
                        "guard_loss": guard_loss})
+    if is_open:
+        blocks[-1]["lines"] += seg.end() + waiting
     return blocks
 
 
@@ -307,14 +414,16 @@ class Step:
     """The training step as a step backend hands it to `render`: the graph its blocks run
     (a partitioned step has transfer nodes), the host arena's plan (offset(v), arena_bytes),
     one block per node (see _blocks), the buffer declarations at the top of train_step, the
-    chunks (see chunks(); [] for one function) and `blocks`, the context of the backend's own
-    blocks in model.cpp.j2 keyed by its name ({} for the all-CPU step)."""
+    chunks (see chunks(); [] for one function), `blocks`, the context of the backend's own
+    template blocks keyed by its name ({} for the all-CPU step), and the template rendering
+    it (a backend's extends model.cpp.j2)."""
     graph: Graph
     plan: object
     nodes: list[dict]
     buffers: list[str]
     chunks: list[dict] = field(default_factory=list)
     blocks: dict = field(default_factory=dict)
+    template: str = "model.cpp.j2"
 
 
 def emit_options(prog, options: EmitOptions | None = None) -> EmitOptions:
@@ -335,9 +444,27 @@ def cpu_step(prog, options: EmitOptions | None = None) -> Step:
     return Step(prog.graph, prog.plan, nodes, names.decls, chunks(nodes, names, options.chunk_nodes))
 
 
+def segmented_step(prog, part, segments: type[Segments], options: EmitOptions | None = None) -> Step:
+    """The training step partitioned over the CPU and one accelerator (`part`, a
+    passes/partition.Partition), its accelerator nodes emitted by `segments` (a Segments
+    subclass): planned by the one planner (memory.plan.plan_spaces: the host arena and the
+    device's), looped over by _blocks as the all-CPU step is."""
+    options = emit_options(prog, options)
+    pg = part.graph
+    plans = plan_spaces(pg.nodes, pg, [pg.loss], part.space, keep_whole=[pg.loss] if _loss_source(pg) else [])
+    host = plans[ALWAYS]
+    names = BufferNames(pg, host.offset, prog.state_offsets)
+    emit = Emit(host.offset, prog.state_offsets, names, options)
+    seg = segments(prog, part, plans, emit)
+    nodes = _blocks(pg.nodes, emit, seg)
+    return Step(pg, host, nodes, names.decls, chunks(nodes, names, options.chunk_nodes), {seg.name: seg.context()},
+                seg.template)
+
+
 def render(prog, step: Step | None = None, options: EmitOptions | None = None) -> tuple[str, str]:
     """(C++ source, model hash) of a Program with `step` (default: the all-CPU step), from the
-    one template, model.cpp.j2; inference always runs on the CPU."""
+    one template, model.cpp.j2 (a partitioned step: its backend's, which extends it);
+    inference always runs on the CPU."""
     options = emit_options(prog, options)
     step = step if step is not None else cpu_step(prog, options)
     state_offsets = prog.state_offsets
@@ -366,7 +493,7 @@ def render(prog, step: Step | None = None, options: EmitOptions | None = None) -
         "trained": [n for n in state_names if n in trained],
         **step.blocks,
     }
-    return finish(_env().get_template("model.cpp.j2"), ctx)
+    return finish(_env().get_template(step.template), ctx)
 
 
 def emit_cpu(prog, options: EmitOptions | None = None) -> Source:

@@ -45,7 +45,7 @@ from ..ops import flops
 from ..ops import REGISTRY as OP_RECORDS
 from ..ir.verify import verify
 from ..memory.budget import memory_stats as _memory_stats
-from ..memory.plan import MemoryPlan, plan_memory, state_layout, written_state
+from ..memory.plan import MemoryPlan, plan_memory, plan_spaces, state_layout, written_state
 from ..optim.optimizers import SGD, Optimizer
 from ..passes.dce import eliminate_dead_code
 from ..passes.fuse import fuse_activation_grads, fuse_activations
@@ -201,7 +201,7 @@ class Plans:
 
 def plan_program(graph: Graph, forward_graph: Graph, sched: Schedule) -> Plans:
     """Stage `plan`: the step's and the inference pass's memory plans."""
-    return Plans(plan_memory(sched.order, graph, [graph.loss]),
+    return Plans(plan_spaces(sched.order, graph, [graph.loss])["cpu"],
                  plan_memory(sched.forward_order, forward_graph, forward_graph.outputs), sched)
 
 

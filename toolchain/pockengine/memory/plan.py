@@ -45,7 +45,8 @@ def root_of(v: Value) -> Value:
     return v
 
 
-def liveness(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bool = True) -> list[Buffer]:
+def liveness(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bool = True,
+             keep_whole=()) -> list[Buffer]:
     end = len(order)
     bufs: dict[int, Buffer] = {}
 
@@ -78,6 +79,9 @@ def liveness(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bo
     for v in keep_to_end:
         if (b := buf(v)) is not None:
             b.last = end
+    for v in keep_whole:  # reserved for the whole step (a partitioned step's host copy of the loss)
+        if (b := buf(v)) is not None:
+            b.first, b.last = -1, end
     for b in bufs.values():
         if b.first is None:  # defined by a node outside the order (cannot happen after DCE)
             raise AssertionError(f"{b.value!r} is never produced")
@@ -114,8 +118,9 @@ def _share_in_place(order: list[Node], bufs: dict[int, Buffer]) -> None:
             break
 
 
-def plan_memory(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bool = True) -> MemoryPlan:
-    buffers = liveness(order, g, keep_to_end, in_place)
+def plan_memory(order: list[Node], g: Graph, keep_to_end: list[Value], in_place: bool = True,
+                keep_whole=()) -> MemoryPlan:
+    buffers = liveness(order, g, keep_to_end, in_place, keep_whole)
     placed: list[Buffer] = []
     for b in sorted(buffers, key=lambda b: (-b.size, b.first)):
         busy = sorted((p.offset, p.offset + p.size) for p in placed if p.first <= b.last and b.first <= p.last)
@@ -135,6 +140,34 @@ def plan_memory(order: list[Node], g: Graph, keep_to_end: list[Value], in_place:
     plan = MemoryPlan(buffers, offsets, size)
     verify_plan(plan)
     return plan
+
+
+HOST = "cpu"  # the host's memory space (backends.ALWAYS): inputs, targets and the loss live there
+
+
+def plan_spaces(order: list[Node], g: Graph, keep_to_end=(), space: dict[int, str] | None = None,
+                keep_whole=()) -> dict[str, MemoryPlan]:
+    """The step's memory plan, one MemoryPlan per memory space: {"cpu": the host arena} for a step
+    on the CPU, plus {backend: its device arena} for a step partitioned over an accelerator
+    (passes/partition.py; `space`: id(value) -> the backend whose memory holds it).  Every
+    backend's code is emitted against this one plan.  Each space plans the values it holds at
+    their step indices (a transfer's input in the source's space, its output in the
+    destination's); only the host shares a buffer in place.  keep_whole: values whose buffer
+    is reserved for the whole step."""
+    if space is None:
+        return {HOST: plan_memory(order, g, list(keep_to_end), keep_whole=keep_whole)}
+    plans = {}
+    for b in dict.fromkeys([HOST, *space.values()]):
+        def mine(v, b=b):
+            return v is not None and not v.in_state and space[id(v)] == b
+        proxies = [Node(n.op, [v if mine(v) else None for v in n.inputs],
+                        [o if mine(o) else None for o in n.outputs], n.attrs, n.source, n.phase) for n in order]
+        host = Graph(g.name)
+        if b == HOST:
+            host.inputs, host.targets = g.inputs, g.targets
+        plans[b] = plan_memory(proxies, host, [v for v in keep_to_end if mine(v)], in_place=(b == HOST),
+                               keep_whole=[v for v in keep_whole if mine(v)])
+    return plans
 
 
 def verify_plan(plan: MemoryPlan) -> None:

@@ -26,7 +26,7 @@ the step's nodes in schedule order with `transfer` nodes (a value copied from
 one backend's memory to another's) and `state_transfer` nodes (a state tensor
 copied in before its first use on a backend, or back after a backend updated
 it) inserted.  Each value of the new graph lives on exactly one backend, so
-each backend's memory is planned separately (plan_spaces).
+each backend's memory is planned separately by the one planner (memory.plan.plan_spaces).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ from ..backends import ALWAYS, Device, registered
 from ..ir.graph import Graph, Node, Value, dependents
 from ..errors import PockError
 from ..ir.verify import verify
-from ..memory.plan import MemoryPlan, plan_memory
+from ..memory.plan import MemoryPlan, plan_spaces as _plan_spaces
 from ..ops import REGISTRY, flops
 
 
@@ -356,24 +356,10 @@ def _materialize(order, g: Graph, assign, backends, est) -> Partition:
 
 
 def plan_spaces(part: Partition, keep_to_end=()) -> dict[str, MemoryPlan]:
-    """One memory plan per backend: its nodes' values at their step indices
-    (a transfer's input in the source's plan, its output in the destination's)."""
-    plans = {}
-    nodes = part.graph.nodes
-    for b in part.backends:
-        if b != ALWAYS and not any(part.backend[id(n)] == b for n in nodes):
-            continue
-        mine = lambda v: v is not None and not v.in_state and part.space[id(v)] == b  # noqa: E731
-        proxies = []
-        for n in nodes:
-            proxies.append(Node(n.op, [v if mine(v) else None for v in n.inputs],
-                                [o if mine(o) else None for o in n.outputs], n.attrs, n.source, n.phase))
-        host = Graph(part.graph.name)
-        if b == ALWAYS:
-            host.inputs, host.targets = part.graph.inputs, part.graph.targets
-        keep = [v for v in keep_to_end if mine(v)]
-        plans[b] = plan_memory(proxies, host, keep, in_place=(b == ALWAYS))
-    return plans
+    """The partitioned step's memory plan, one per memory space, by the one planner
+    (memory.plan.plan_spaces, which codegen.segmented_step calls for every backend)."""
+    g = part.graph
+    return _plan_spaces(g.nodes, g, keep_to_end, part.space)
 
 
 def format_partition(part: Partition) -> str:
