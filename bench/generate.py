@@ -8,8 +8,10 @@ same GGUF when installed, and greedy equality on 5 prompts x 64 tokens.
 
 Decode tokens/s = (N - 1) / (t(N new tokens) - t(1 new token)): the prefill and the first
 token cancel out, on every side.  The runners are timed in turns within each repeat (ours,
-transformers, llama.cpp, ours, ...), best of --repeat, so a busy machine slows them alike;
-each row also gives the process CPU seconds per decoded token (the same difference).
+transformers, llama.cpp, ours, ...), each turn giving every runner a rate; a row is the median
+over --repeat turns, and its ratios the median of the per-turn ratios, so a busy machine slows
+the sides alike; each row also gives the process CPU milliseconds per decoded token (the same
+difference, median over turns).
 llama.cpp runs the GGUF file as it is (SmolLM2: Q4_1 blocks, a Q8_0 embedding); our q4 row
 stores the dequantized weights again as q4 blocks with fp32 (d, m), int8 embedding.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -86,15 +89,14 @@ def timed(fn):
 
 
 def decode_rates(runners: dict, n: int, repeat: int) -> dict:
-    """{name: (tok/s, CPU ms per token)}, the runners taking turns within each repeat."""
-    best = {k: [float("inf")] * 4 for k in runners}  # wall(1), wall(n), cpu(1), cpu(n)
+    """{name: [(tok/s, CPU ms per token) per turn]}, the runners taking turns within each repeat."""
+    turns = {k: [] for k in runners}
     for _ in range(repeat):
         for name, run in runners.items():
             w1, c1 = timed(lambda: run(1))
             wn, cn = timed(lambda: run(n))
-            b = best[name]
-            best[name] = [min(b[0], w1), min(b[1], wn), min(b[2], c1), min(b[3], cn)]
-    return {k: ((n - 1) / max(b[1] - b[0], 1e-9), 1e3 * max(b[3] - b[2], 0.0) / (n - 1)) for k, b in best.items()}
+            turns[name].append(((n - 1) / max(wn - w1, 1e-9), 1e3 * max(cn - c1, 0.0) / (n - 1)))
+    return turns
 
 
 def main(argv=None):
@@ -102,7 +104,7 @@ def main(argv=None):
     ap.add_argument("--model", default="smollm2", choices=["smollm2", "tiny"])
     ap.add_argument("--frozen-dtype", default="fp32", help="comma-separated: fp32,bf16,int8,q4")
     ap.add_argument("--tokens", type=int, default=64)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-llama-cpp", action="store_true", help="leave out llama.cpp even when installed")
     ap.add_argument("--out", type=Path, help="also write the table here (markdown) and beside it as .json")
     args = ap.parse_args(argv)
@@ -140,26 +142,32 @@ def main(argv=None):
     llama = None if args.no_llama_cpp or args.model != "smollm2" else llama_cpp_runner(len(ids) + args.tokens + 8)
     if llama is not None:
         runners["llama.cpp (GGUF Q4_1)"] = lambda n: llama(ids, n)
-    rates = decode_rates(runners, args.tokens, args.repeat)
-    base = rates["transformers fp32"][0]
+    turns = decode_rates(runners, args.tokens, args.repeat)
+    med = statistics.median
+    rates = {k: (med(r for r, _ in v), med(c for _, c in v)) for k, v in turns.items()}
+
+    def ratio(a, b):  # the median over turns of a's rate / b's rate in the same turn
+        return med(x[0] / y[0] for x, y in zip(turns[a], turns[b]))
+    llama_row = "llama.cpp (GGUF Q4_1)"
     lines = ["| decode, one thread | tok/s | CPU ms/token | vs transformers fp32 |" +
              (" vs llama.cpp |" if llama else ""), "|---|---|---|---|" + ("---|" if llama else "")]
     for name, (rate, cpu) in rates.items():
-        row = f"| {name} | {rate:.1f} | {cpu:.1f} | {rate / base:.2f}x |"
+        row = f"| {name} | {rate:.1f} | {cpu:.1f} | {ratio(name, 'transformers fp32'):.2f}x |"
         if llama:
-            row += f" {rate / rates['llama.cpp (GGUF Q4_1)'][0]:.2f}x |"
+            row += f" {ratio(name, llama_row):.2f}x |"
         lines.append(row)
     table = "\n".join(lines)
     print(table)
     if args.out:
         head = (f"SmolLM2-135M-Instruct ({args.model}), {args.tokens} new tokens after a {len(ids)}-token prompt, "
-                f"best of {args.repeat} turns; greedy fp32 identical to transformers on "
+                f"medians of {args.repeat} interleaved turns; greedy fp32 identical to transformers on "
                 f"{greedy.get('fp32', 'n/a')}/{len(PROMPTS)} prompts; load average {os.getloadavg()[0]:.1f} "
                 f"on {os.cpu_count()} cores at the end.\n\n")
         args.out.write_text(head + table + "\n")
         args.out.with_suffix(".json").write_text(json.dumps(
             {"model": args.model, "tokens": args.tokens, "repeat": args.repeat, "greedy_identical": greedy,
-             "rows": {k: {"tok_s": r, "cpu_ms_per_token": c} for k, (r, c) in rates.items()}}, indent=1) + "\n")
+             "rows": {k: {"tok_s": r, "cpu_ms_per_token": c, "turns_tok_s": [t for t, _ in turns[k]]}
+                      for k, (r, c) in rates.items()}}, indent=1) + "\n")
     for t in trainers.values():
         t.close()
 

@@ -167,6 +167,8 @@ def lowp_cases():
         p = dict(dt={"bf16": 0, "f16": 1, "i8": 2, "q4": 3}[dt], M=M, N=N, K=K)  # pk::LowpDtype
         yield call("linear_fwd_lowp", {"x": x, "b": b, **w}, {"y": x @ wd.T + b}, act=0, **p)
         yield call("linear_bwd_input_lowp", {"dy": dy, **w}, {"dx": dy @ wd}, **p)
+        # generation's one-row product (gemv.cpp's portable path: NEON)
+        yield call("gemv_lowp", {"x": x[0], "b": b, **w}, {"y": wd @ x[0] + b}, dt=p["dt"], N=N, K=K)
         # compute_dtype: the products in bf16 / fp16 (fcvt's rounding on aarch64), fp32 accumulation
         for cd in ("bf16", "f16"):
             wr = round_to(wd.astype(np.float32), cd).astype(np.float64)

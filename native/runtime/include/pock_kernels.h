@@ -64,7 +64,8 @@ void linear_bwd_input_lowp(const float* dy, const void* w, LowpDtype dt, const f
 i64 embedding_fwd_lowp(const void* w, LowpDtype dt, const float* scale, const int64_t* idx, float* y, i64 n,
                        i64 V, i64 D);
 // gemv.cpp: y[N] = dequant(w)[N, K] x[K] + b[N] for one row x (a decode step), b nullable;
-// the same dequantized values as above, fp32 accumulation, the same bits for any thread count.
+// the same weights as above (int8's and q4's scales applied to each row's / block's product,
+// not to each weight), fp32 accumulation, the same bits for any thread count.
 void gemv_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y, i64 N,
                i64 K);
 // compute_dtype: the products above in cd (BF16 or F16) with fp32 accumulation: x (dy) and the

@@ -287,6 +287,12 @@ void read_w(const void* ctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64
 
 }  // namespace
 
+// dequant_span for the other kernels (gemm_detail.h: gemv.cpp), out of line
+void detail::dequant_span(const void* w, LowpDtype dt, const float* scale, i64 K, i64 row, i64 c0, i64 n,
+                          float* out) {
+  pk::dequant_span(w, dt, scale, K, row, c0, n, out);
+}
+
 // y[M,N] = act(x[M,K] @ dequant(w)[N,K]^T + b[N])
 void linear_fwd_lowp(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
                      i64 M, i64 N, i64 K, Act act) {
