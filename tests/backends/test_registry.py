@@ -22,7 +22,9 @@ def mlp():
 
 def test_builtins_are_registered():
     assert names()[:3] == ["cpu", "vulkan", "htp"]
-    assert get("cpu").supports is None and get("cpu").emit is None  # every op; the all-CPU renderer
+    assert get("cpu").supports is None  # every op
+    # its step is rendered through its own record like every step backend's (issue 35 finding 3: it was emit=None)
+    assert get("cpu").emit is not None and get("cpu").emit(mlp()).backends == ("cpu",)
     assert get("vulkan").role == "step" and get("vulkan").emit is not None and get("vulkan").open is not None
     htp = get("htp")
     assert htp.role == "prefix" and htp.inference_only and htp.split is not None and htp.export is not None

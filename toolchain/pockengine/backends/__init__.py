@@ -11,8 +11,9 @@ and ExecuTorch's partitioner/preprocess split, written for this compiler):
   supports(node)  whether it has a kernel for the node (None: every op; only "cpu"); the
                   partitioner (passes/partition.py) assigns nodes with it, a prefix backend's
                   frozen prefix included
-  emit(prog, cost)            step backends: the step's codegen.Source with this backend's
-                              partition (None: the all-CPU renderer)
+  emit(prog, cost, options)   step backends: the step's codegen.Source with this backend's
+                              partition (cpu's: the all-CPU step; a step backend without one
+                              is rendered by the cpu record's)
   compile(prog, source, out)  step backends: the host library of `source` (None: the CPU
                               runtime's; build/package.compile_library), loaded with `open`
   build(prog, source, out)    step backends that load without a library (the reference

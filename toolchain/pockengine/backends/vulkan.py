@@ -30,7 +30,7 @@ from ..ops.cpp import _fit, bcast_strides, strides
 from ..codegen import Segments, Source, render as render_step, segmented_step
 from ..passes.partition import ALWAYS, partition
 from . import vulkan_conv  # noqa: F401  (registers the conv2d, batch norm and pooling emitters)
-from .cpu import EmitOptions
+from ..codegen import EmitOptions
 from .vulkan_ops import BACKWARD_BASE, BINARY, POINTWISE
 from .vulkan_dispatch import (EMITTERS, NONE, WG, WORDS, Dispatch, _f32, _n, copy_dispatch, emitter,  # noqa: F401
                               fbits, fill_dispatch, grid, ibits, reduce_dispatch)

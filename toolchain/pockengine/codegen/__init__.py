@@ -8,8 +8,9 @@ from pathlib import Path
 
 import jinja2
 
-from ..backends import ALWAYS, cpu
-from ..backends.cpu import Emit, EmitOptions
+from ..backends import ALWAYS
+from . import emit as cpu
+from .emit import Emit, EmitOptions
 from .decoder import decoder_source
 from ..ir.graph import Graph, Node, Value, index_ranges
 from ..ops import REGISTRY, flops
@@ -395,7 +396,7 @@ def int_ranges(g: Graph) -> dict[int, tuple[int, int, int | None]]:
     """id(input) -> (lo, hi, ignore) for integer inputs and targets that index something through
     value-preserving ops (ir.graph.index_ranges): pock_step checks them at entry and names the
     input.  Indices computed any other way (x + 1, ...) are checked by the gather itself inside
-    the step (backends/cpu.py: index_check)."""
+    the step (codegen/emit.py: index_check)."""
     return index_ranges(g.nodes, [v for v in g.inputs + g.targets if v.dtype in ("i64", "i32")])
 
 

@@ -37,7 +37,7 @@ from ..backends import coreml as _coreml  # noqa: F401
 from ..backends import reference as _reference  # noqa: F401  (the null backend: the IR in torch, for tests)
 from ..backends import check_backends as _check_backends, split_roles, step_backend
 from ..build.host import cache_dir
-from ..codegen import EmitOptions, Source, emit_cpu, emit_options
+from ..codegen import EmitOptions, Source, emit_options
 from ..errors import PockError
 from ..frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
 from ..ir.graph import Graph, Value
@@ -345,8 +345,7 @@ def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = 
     if cost is None and key in prog._sources:
         return prog._sources[key]
     renderer = step_backend(backends)
-    source = _backend_emit(renderer, prog, cost, options) if renderer.emit is not None else \
-        emit_cpu(prog, options)
+    source = _backend_emit(renderer, prog, cost, options)
     if cost is None:
         prog._sources[key] = source
     return source

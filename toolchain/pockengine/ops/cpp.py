@@ -1,6 +1,6 @@
 """C++ text helpers for the op records' CPU kernel calls (the reference runtime's
 kernel signatures, native/runtime/include/pock_kernels.h): literals, pointer-free
-shape/stride arguments, index checks. backends/cpu.py re-exports them."""
+shape/stride arguments, index checks, used by the records' builders and codegen/emit.py."""
 from __future__ import annotations
 
 import math

@@ -4,7 +4,7 @@ An `OpRecord` holds everything the compiler knows about an op: its shape inferen
 and FLOPs, which inputs it writes (state updates) or may overwrite in place
 (the memory planner), whether its output aliases its input (a view), its gradient rule
 (autodiff), its torch reference (the frozen prefix's module, HTP/ONNX export), and the
-C++ call of the reference runtime's kernel (backends/cpu.py). The records live by
+C++ call of the reference runtime's kernel (codegen/emit.py). The records live by
 family in this package (dense.py, conv.py, norm.py, ...), each op's forward and backward
 side by side; every pass reads REGISTRY (or `ops.get(name)`) directly, there is no other
 table of ops. docs/adding_an_op.md lists the files an op touches.
@@ -15,7 +15,7 @@ Signatures:
   grad(b, node, gouts, need) -> one gradient (or None) per input   (autodiff/backward.py)
   torch(inputs, attrs) -> tensor or list; torch_outputs = how many leading outputs it computes
   torch_train(inputs, attrs) -> tensor or list (every output)
-  cpu(e, node, *input pointers, *output pointers) -> C++ line(s)   (backends/cpu.py Emit)
+  cpu(e, node, *input pointers, *output pointers) -> C++ line(s)   (codegen/emit.py Emit)
   cpu_finite(e, node, *input pointers, *output pointers) -> (C++ lines, condition): the same
       computation, the condition (C++) true when its output holds no NaN/inf (codegen's exact
       guard); it may assume its `inplace` inputs were checked where they were made
@@ -48,7 +48,7 @@ class OpRecord:
     torch_outputs: int = 1  # the number of leading outputs `torch` computes
     torch_train: Callable | None = None  # the torch reference of an op only a training step runs (losses,
     #                         train-mode batch norm): the reference backend's; the frozen prefix takes `torch` only
-    cpu: Callable | None = None  # the C++ kernel call (backends/cpu.py)
+    cpu: Callable | None = None  # the C++ kernel call (codegen/emit.py)
     cpu_finite: Callable | None = None  # the call that also checks its output (the exact guard, codegen._blocks)
     transfer: bool = False  # data movement between backends: inserted by the partitioner, emitted by
     #                         the accelerator backend on either end, never by the CPU backend alone

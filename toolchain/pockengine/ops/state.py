@@ -12,7 +12,7 @@ def _assign_cpu(e, n, dst, src):
     return f"std::memcpy({dst}, {src}, {n.inputs[0].nbytes});"
 
 
-# An update's call goes through e.update (backends/cpu.py: the non-finite guard around it).
+# An update's call goes through e.update (codegen/emit.py: the non-finite guard around it).
 def _sgd_cpu(e, n, p, g, buf):
     a = n.attrs
     return e.update(n, f"pk::sgd_update({p}, {g}, {buf}, {arr(a['region'])}, ctx->lr, {fl(a['momentum'])}, "
