@@ -170,6 +170,8 @@ def main(argv=None) -> int:
         lines.append(f"| {r['workload']} | {r['scheme']} | {r['flops_per_step'] / 1e6:.1f} | " +
                      " | ".join(f"{r[n] / 1e6:.2f}" for n in names) + " | " +
                      " | ".join(f"{r[n] / r['ours']:.2f}x" for n in names[1:]) + " |")
+    if (out / "lowp_cd_results.md").exists():  # compute_dtype's per-product counts (lowp_cd_insns.py)
+        lines += ["", (out / "lowp_cd_results.md").read_text().rstrip("\n")]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

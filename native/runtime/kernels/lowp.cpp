@@ -192,26 +192,13 @@ PK_X86_WIDE void read_wt16_x86(const uint16_t* w, bool f16, i64 K, i64 r0, i64 r
   for (i64 j = 0; j < jt; j += 8) {
     const uint16_t* src = w + (c0 + j) * K + r0;
     for (i64 k = 0; k < kt; k += 8) {
-      const __m256 r0v = widen8(src + k, f16), r1 = widen8(src + K + k, f16), r2 = widen8(src + 2 * K + k, f16),
-                   r3 = widen8(src + 3 * K + k, f16), r4 = widen8(src + 4 * K + k, f16),
-                   r5 = widen8(src + 5 * K + k, f16), r6 = widen8(src + 6 * K + k, f16),
-                   r7 = widen8(src + 7 * K + k, f16);
-      const __m256 t0 = _mm256_unpacklo_ps(r0v, r1), t1 = _mm256_unpackhi_ps(r0v, r1),
-                   t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5),
-                   t5 = _mm256_unpackhi_ps(r4, r5), t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
-                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
-                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
-                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) r[t] = widen8(src + t * K + k, f16);
+      transpose8(r);  // simd.h
       float* d = out + k * ld + j;
-      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) _mm256_storeu_ps(d + t * ld, r[t]);
     }
     for (i64 k = kt; k < rows; ++k)
       for (i64 t = 0; t < 8; ++t) out[k * ld + j + t] = widen1(src[t * K + k], f16);
@@ -501,6 +488,51 @@ const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) 
   return out;
 }
 
+#if defined(__aarch64__)
+// ---- fp16 FMLA (lowp_fmla.cpp, arm64 CPUs with fp16 vector arithmetic)
+struct ScratchF16A {};
+struct ScratchF16B {};
+i64 pad16(i64 n) { return (n + 15) / 16 * 16; }
+inline uint16_t f16_bits(float v) {  // fcvt: round-to-nearest-even, as round_f16
+  const __fp16 h = static_cast<__fp16>(v);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+// The dequantized weight [N, K] in fp16 with row stride ld >= K, zero padded to `rows` >= N
+// rows; as stored when it is fp16 already, ld == K and rows == N.
+const uint16_t* weight_f16(const LowpW& q, i64 N, i64 ld, i64 rows) {
+  if (q.dt == LowpDtype::F16 && ld == q.K && rows == N) return static_cast<const uint16_t*>(q.w);
+  uint16_t* out = scratch_u16(detail::thread_scratch<ScratchF16B>((rows * ld + 1) / 2));
+  std::memset(out + N * ld, 0, sizeof(uint16_t) * static_cast<size_t>((rows - N) * ld));
+  parallel_for(N, grain_for_work(ld, kMinChunkElems), [&](i64 n0, i64 n1) {
+    float* row = detail::thread_scratch<ScratchRow>(q.K);
+    for (i64 n = n0; n < n1; ++n) {
+      uint16_t* dst = out + n * ld;
+      if (q.dt == LowpDtype::F16) {
+        std::memcpy(dst, static_cast<const uint16_t*>(q.w) + n * q.K, sizeof(uint16_t) * static_cast<size_t>(q.K));
+      } else {
+        dequant_span(q.w, q.dt, q.scale, q.K, n, 0, q.K, row);
+        for (i64 k = 0; k < q.K; ++k) dst[k] = f16_bits(row[k]);
+      }
+      for (i64 k = q.K; k < ld; ++k) dst[k] = 0;
+    }
+  });
+  return out;
+}
+// The activation operand's power of two for FMLA's fp16 sums: cd_scale's (max |a| in
+// [2^13, 2^14)), lowered where the weight needs it so that max |a| max |w| < 2^11: a chunk of
+// 16 fp16 products then sums to under 2^15 < 65504 (lowp_fmla.cpp).  With max |w| in
+// [2^(ew-1), 2^ew): min(mul, mul * 2^(-3-ew)).
+float fmla_scale(const float* a, i64 n, float wmax) {
+  const float mul = cd_scale(a, n, LowpDtype::F16);
+  if (!(wmax > 0.0f) || !std::isfinite(wmax)) return mul;
+  int ew;
+  std::frexp(wmax, &ew);
+  return ew > -3 ? std::ldexp(mul, -3 - ew) : mul;
+}
+#endif
+
 }  // namespace
 
 // y[M,N] = act(round(x)[M,K] @ round(dequant(w))[N,K]^T + b[N])  in cd (BF16 or F16)
@@ -514,6 +546,18 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
     if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
     return;
   }
+#if defined(__aarch64__)
+  if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: y^T = w @ x^T, stored transposed
+    const i64 D = pad8(K), ldb = pad16(M);
+    const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, D, N);
+    const float mul = fmla_scale(x, M * K, detail::f16_absmax(wh, N * D));
+    uint16_t* xt = scratch_u16(detail::thread_scratch<ScratchF16A>((D * ldb + 1) / 2));
+    detail::f16_round_cols(x, M, K, mul, xt, ldb, D);
+    detail::f16_fmla_gemm(wh, D, xt, ldb, y, N, true, N, M, D);
+    if (mul != 1.0f || b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f / mul, b, act);
+    return;
+  }
+#endif
   const float mul = cd_scale(x, M * K, cd);
   const float* xr = rounded_operand(x, M, K, cd, mul);
   const LowpCd c{{w, dt, scale, K}, cd};
@@ -535,6 +579,18 @@ void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, cons
     detail::bf16_dot_rows(dyb, pack_weight_bf16(LowpW{w, dt, scale, K}, N, true, L), dx, M, K, L, K);
     return;
   }
+#if defined(__aarch64__)
+  if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: rows of dy, rows of w
+    const i64 D = pad8(N), ldb = pad16(K);
+    const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, ldb, D);  // D - N zero rows past w
+    const float mul = fmla_scale(dy, M * N, detail::f16_absmax(wh, N * ldb));
+    uint16_t* dyh = scratch_u16(detail::thread_scratch<ScratchF16A>((M * D + 1) / 2));
+    detail::f16_round_rows(dy, M, N, mul, dyh, D);
+    detail::f16_fmla_gemm(dyh, D, wh, ldb, dx, K, false, M, K, D);
+    if (mul != 1.0f) scale_bias_act(dx, M, K, 1.0f / mul, nullptr, Act::None);
+    return;
+  }
+#endif
   const float mul = cd_scale(dy, M * N, cd);
   const float* dyr = rounded_operand(dy, M, N, cd, mul);
   const LowpCd c{{w, dt, scale, K}, cd};
