@@ -64,16 +64,19 @@ void bf16_dot_rows(const uint16_t* A, const uint16_t* B, float* C, i64 M, i64 R,
 
 // lowp_fmla.cpp: compute_dtype's fp16 products on arm64 CPUs with fp16 vector arithmetic
 // (compile time, or hwcaps at run time; false elsewhere).  C = A @ B: A [M, D] fp16 rows (row
-// stride lda, D a multiple of 8, zero padded), B [D, ldb] fp16 (ldb >= pad16(N), zero padded),
-// into C[i*ldc + j] (C[j*ldc + i] when transposed); fp16 FMLA over chunks of 16 depth steps,
-// the chunk sums added in fp32 (numerics in lowp_fmla.cpp).
+// stride lda, D a multiple of 8, zero padded), B [D, N] fp16 in panels of 16 columns (panel p at
+// B + p * D * 16, row l of it at + l * 16; zero padded), into C[i*ldc + j] (C[j*ldc + i] when
+// transposed); fp16 FMLA over chunks of 16 depth steps, the chunk sums added in fp32 (numerics
+// in lowp_fmla.cpp).
 bool f16_fmla_available();
-void f16_fmla_gemm(const uint16_t* A, i64 lda, const uint16_t* B, i64 ldb, float* C, i64 ldc, bool transposed, i64 M,
-                   i64 N, i64 D);
+void f16_fmla_gemm(const uint16_t* A, i64 lda, const uint16_t* B, float* C, i64 ldc, bool transposed, i64 M, i64 N,
+                   i64 D);
 // out[i*ld + l] = fp16(a[i*n + l] * mul), zeros for l in [n, ld)
 void f16_round_rows(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 ld);
-// out[l*ld + i] = fp16(a[i*n + l] * mul) for l < n, i < M; zeros elsewhere in [D, ld)
-void f16_round_cols(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 ld, i64 D);
+// (a [M, n] * mul)^T in fp16 as f16_fmla_gemm's B panels (D >= n rows)
+void f16_round_panels_t(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 D);
+// w [rows, cols] fp16 (row stride ld) as f16_fmla_gemm's B panels (D >= rows rows)
+void f16_pack_panels(const uint16_t* w, i64 rows, i64 cols, i64 ld, uint16_t* out, i64 D);
 // max |w| over n fp16 values (inf when any is inf or NaN)
 float f16_absmax(const uint16_t* w, i64 n);
 }  // namespace detail

@@ -27,7 +27,10 @@
 // lands in [2^13, 2^14) before rounding, and the result scaled back (both
 // exact in fp32): small gradients do not flush to zero and large activations do
 // not overflow, with no loss scale to carry between steps.  On arm64 CPUs with
-// BF16 the bf16 products run on BFDOT instead (lowp_dot.cpp, chosen at run time).
+// BF16 the bf16 products run on BFDOT instead (lowp_dot.cpp, chosen at run time), and on
+// those with fp16 vector arithmetic (Armv8.2 FP16: every phone core since 2018) the fp16
+// products run on FMLA (lowp_fmla.cpp, at compile time or from the hwcaps): fp16 sums over
+// 16 depth steps added in fp32, the activation scaled so max |a| max |w| < 2^11 (fmla_scale).
 // On x86 CPUs with AVX2 and F16C (cpuid, so baseline builds too) bf16/fp16 weights are
 // widened into the packed panels 8 at a time and the operand rounding runs 8 lanes at a time
 // (the PK_LOWP_X86 block): the same values, so the same bits.
@@ -474,13 +477,58 @@ void pack_rows_bf16(const float* a, i64 rows, i64 n, i64 L, uint16_t* out) {
     for (i64 l = n; l < L; ++l) out[i * L + l] = 0;
   }
 }
+#if PK_NEON
+// out[k*L + n] = w[n*K + k] (16-bit values) for n < N, k < K: 8 x 8 blocks transposed in
+// registers (TRN1/TRN2 on 16-, 32- and 64-bit elements), the edges one by one.
+void transpose_u16(const uint16_t* w, i64 N, i64 K, uint16_t* out, i64 L) {
+  const i64 nt = N / 8 * 8, kt = K / 8 * 8;
+  for (i64 n = 0; n < nt; n += 8) {
+    for (i64 k = 0; k < kt; k += 8) {
+      uint16x8_t r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) r[i] = vld1q_u16(w + (n + i) * K + k);
+      uint32x4_t t[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = vreinterpretq_u32_u16(vtrn1q_u16(r[2 * i], r[2 * i + 1]));
+        t[2 * i + 1] = vreinterpretq_u32_u16(vtrn2q_u16(r[2 * i], r[2 * i + 1]));
+      }
+      // u[c] holds columns c and c + 4 of rows 0-3 (u[4 + c]: rows 4-7)
+      uint64x2_t u[8];
+#pragma GCC unroll 8
+      for (int h = 0; h < 2; ++h) {
+        u[4 * h + 0] = vreinterpretq_u64_u32(vtrn1q_u32(t[4 * h], t[4 * h + 2]));
+        u[4 * h + 2] = vreinterpretq_u64_u32(vtrn2q_u32(t[4 * h], t[4 * h + 2]));
+        u[4 * h + 1] = vreinterpretq_u64_u32(vtrn1q_u32(t[4 * h + 1], t[4 * h + 3]));
+        u[4 * h + 3] = vreinterpretq_u64_u32(vtrn2q_u32(t[4 * h + 1], t[4 * h + 3]));
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < 4; ++c) {
+        vst1q_u16(out + (k + c) * L + n, vreinterpretq_u16_u64(vtrn1q_u64(u[c], u[4 + c])));
+        vst1q_u16(out + (k + c + 4) * L + n, vreinterpretq_u16_u64(vtrn2q_u64(u[c], u[4 + c])));
+      }
+    }
+    for (i64 k = kt; k < K; ++k)
+      for (i64 i = n; i < n + 8; ++i) out[k * L + i] = w[i * K + k];
+  }
+  for (i64 n = nt; n < N; ++n)
+    for (i64 k = 0; k < K; ++k) out[k * L + n] = w[n * K + k];
+}
+#endif
+
 // the dequantized weight's rows (transposed: its columns), in bf16, padded to L
 const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) {
   const i64 K = q.K, rows = transposed ? K : N;
   if (!transposed && q.dt == LowpDtype::BF16 && L == K) return static_cast<const uint16_t*>(q.w);  // as stored
   uint16_t* out = scratch_u16(detail::thread_scratch<ScratchRowsB>((rows * L + 1) / 2));
+  std::memset(out, 0, sizeof(uint16_t) * static_cast<size_t>(rows * L));
+#if PK_NEON
+  if (transposed && q.dt == LowpDtype::BF16) {  // the bits as stored, transposed
+    transpose_u16(static_cast<const uint16_t*>(q.w), N, K, out, L);
+    return out;
+  }
+#endif
   float* row = detail::thread_scratch<ScratchRow>(K);
-  for (i64 i = 0; i < rows * L; ++i) out[i] = 0;
   for (i64 n = 0; n < N; ++n) {
     dequant_span(q.w, q.dt, q.scale, K, n, 0, K, row);
     for (i64 k = 0; k < K; ++k) out[transposed ? k * L + n : n * L + k] = bf16_bits(row[k]);
@@ -492,6 +540,7 @@ const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) 
 // ---- fp16 FMLA (lowp_fmla.cpp, arm64 CPUs with fp16 vector arithmetic)
 struct ScratchF16A {};
 struct ScratchF16B {};
+struct ScratchF16C {};
 i64 pad16(i64 n) { return (n + 15) / 16 * 16; }
 inline uint16_t f16_bits(float v) {  // fcvt: round-to-nearest-even, as round_f16
   const __fp16 h = static_cast<__fp16>(v);
@@ -548,12 +597,12 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
   }
 #if defined(__aarch64__)
   if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: y^T = w @ x^T, stored transposed
-    const i64 D = pad8(K), ldb = pad16(M);
+    const i64 D = pad8(K);
     const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, D, N);
     const float mul = fmla_scale(x, M * K, detail::f16_absmax(wh, N * D));
-    uint16_t* xt = scratch_u16(detail::thread_scratch<ScratchF16A>((D * ldb + 1) / 2));
-    detail::f16_round_cols(x, M, K, mul, xt, ldb, D);
-    detail::f16_fmla_gemm(wh, D, xt, ldb, y, N, true, N, M, D);
+    uint16_t* xt = scratch_u16(detail::thread_scratch<ScratchF16A>((D * pad16(M) + 1) / 2));
+    detail::f16_round_panels_t(x, M, K, mul, xt, D);
+    detail::f16_fmla_gemm(wh, D, xt, y, N, true, N, M, D);
     if (mul != 1.0f || b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f / mul, b, act);
     return;
   }
@@ -581,12 +630,14 @@ void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, cons
   }
 #if defined(__aarch64__)
   if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: rows of dy, rows of w
-    const i64 D = pad8(N), ldb = pad16(K);
-    const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, ldb, D);  // D - N zero rows past w
-    const float mul = fmla_scale(dy, M * N, detail::f16_absmax(wh, N * ldb));
+    const i64 D = pad8(N);
+    const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, K, N);  // w as stored when fp16
+    uint16_t* wp = scratch_u16(detail::thread_scratch<ScratchF16C>((D * pad16(K) + 1) / 2));
+    detail::f16_pack_panels(wh, N, K, K, wp, D);
+    const float mul = fmla_scale(dy, M * N, detail::f16_absmax(wh, N * K));
     uint16_t* dyh = scratch_u16(detail::thread_scratch<ScratchF16A>((M * D + 1) / 2));
     detail::f16_round_rows(dy, M, N, mul, dyh, D);
-    detail::f16_fmla_gemm(dyh, D, wh, ldb, dx, K, false, M, K, D);
+    detail::f16_fmla_gemm(dyh, D, wp, dx, K, false, M, K, D);
     if (mul != 1.0f) scale_bias_act(dx, M, K, 1.0f / mul, nullptr, Act::None);
     return;
   }

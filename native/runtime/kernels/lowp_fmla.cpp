@@ -68,7 +68,7 @@ constexpr int kChunk = 16;  // depth steps summed in fp16 before the fp32 accumu
 // by-element form ("x": the lane's register in v0-v15, as the encoding needs).
 #define PK_FMLA_STEP(s)                                                                       \
   {                                                                                           \
-    const float16x8_t b0 = vld1q_f16(bl + (s) * ldb), b1 = vld1q_f16(bl + (s) * ldb + 8);     \
+    const float16x8_t b0 = vld1q_f16(bl + (s) * 16), b1 = vld1q_f16(bl + (s) * 16 + 8);       \
     _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i) {                                    \
       asm("fmla %0.8h, %1.8h, %2.h[%3]" : "+w"(h[i][0]) : "w"(b0), "x"(a[i]), "i"(s));        \
       asm("fmla %0.8h, %1.8h, %2.h[%3]" : "+w"(h[i][1]) : "w"(b1), "x"(a[i]), "i"(s));        \
@@ -77,7 +77,7 @@ constexpr int kChunk = 16;  // depth steps summed in fp16 before the fp32 accumu
 
 // tile[i][0:16) = C[i][j0 : j0 + 16) for MR rows of A (16 columns of a row: 4 fp32 accumulators).
 template <int MR>
-PK_FP16_TARGET void fmla_block(const uint16_t* A, i64 lda, const uint16_t* B, i64 ldb, i64 D, float* tile) {
+PK_FP16_TARGET void fmla_block(const uint16_t* A, i64 lda, const uint16_t* B, i64 D, float* tile) {
   const float16_t* a16 = reinterpret_cast<const float16_t*>(A);
   const float16_t* b16 = reinterpret_cast<const float16_t*>(B);
   float32x4_t acc[MR][4];
@@ -94,7 +94,7 @@ PK_FP16_TARGET void fmla_block(const uint16_t* A, i64 lda, const uint16_t* B, i6
   {                                                                           \
     float16x8_t a[MR];                                                        \
     _Pragma("GCC unroll 4") for (int i = 0; i < MR; ++i) a[i] = vld1q_f16(a16 + i * lda + (l)); \
-    const float16_t* bl = b16 + (l) * ldb;                                    \
+    const float16_t* bl = b16 + (l) * 16;                                     \
     PK_FMLA_STEP(0) PK_FMLA_STEP(1) PK_FMLA_STEP(2) PK_FMLA_STEP(3)           \
     PK_FMLA_STEP(4) PK_FMLA_STEP(5) PK_FMLA_STEP(6) PK_FMLA_STEP(7)           \
   }
@@ -119,7 +119,7 @@ PK_FP16_TARGET void fmla_block(const uint16_t* A, i64 lda, const uint16_t* B, i6
 // its A lane by index (a by-element fp16 operand must sit in v0-v15) with nothing spilled.
 constexpr int kMR = 3;
 #undef PK_FMLA_STEP
-using FmlaBlock = void (*)(const uint16_t*, i64, const uint16_t*, i64, i64, float*);
+using FmlaBlock = void (*)(const uint16_t*, i64, const uint16_t*, i64, float*);
 constexpr FmlaBlock kBlocks[kMR] = {fmla_block<1>, fmla_block<2>, fmla_block<3>};
 
 }  // namespace
@@ -129,8 +129,8 @@ bool f16_fmla_available() {
   return has;
 }
 
-void f16_fmla_gemm(const uint16_t* A, i64 lda, const uint16_t* B, i64 ldb, float* C, i64 ldc, bool transposed, i64 M,
-                   i64 N, i64 D) {
+void f16_fmla_gemm(const uint16_t* A, i64 lda, const uint16_t* B, float* C, i64 ldc, bool transposed, i64 M, i64 N,
+                   i64 D) {
   const i64 jblocks = (N + 15) / 16;
   parallel_for(jblocks, grain_for_work(16 * M * D / 2, kMinChunkMacs), [&](i64 b0, i64 b1) {
     alignas(16) float tile[kMR * 16];
@@ -138,7 +138,7 @@ void f16_fmla_gemm(const uint16_t* A, i64 lda, const uint16_t* B, i64 ldb, float
       const i64 j0 = jb * 16, nc = std::min<i64>(16, N - j0);
       for (i64 i0 = 0; i0 < M; i0 += kMR) {
         const int mr = static_cast<int>(std::min<i64>(kMR, M - i0));
-        kBlocks[mr - 1](A + i0 * lda, lda, B + j0, ldb, D, tile);
+        kBlocks[mr - 1](A + i0 * lda, lda, B + jb * D * 16, D, tile);
         for (int i = 0; i < mr; ++i)
           for (i64 j = 0; j < nc; ++j) {
             if (transposed)
@@ -170,20 +170,41 @@ void f16_round_rows(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 
   });
 }
 
-// out[l*ld + i] = fp16(a[i*n + l] * mul) (the transpose), zeros in columns [M, ld) and rows [n, D)
-void f16_round_cols(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 ld, i64 D) {
-  parallel_for(D, grain_for_work(ld, kMinChunkElems), [&](i64 l0, i64 l1) {
-    for (i64 l = l0; l < l1; ++l) {
-      uint16_t* dst = out + l * ld;
-      if (l >= n) {
-        std::memset(dst, 0, sizeof(uint16_t) * static_cast<size_t>(ld));
-        continue;
+// The panels of (a [M, n] * mul)^T in fp16: out[(i / 16) * D * 16 + l * 16 + i % 16] = fp16(a[i*n + l] * mul),
+// zeros for l in [n, D) and i in [M, pad16(M))
+void f16_round_panels_t(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 D) {
+  const i64 panels = (M + 15) / 16;
+  parallel_for(panels, grain_for_work(16 * D, kMinChunkElems), [&](i64 p0, i64 p1) {
+    for (i64 p = p0; p < p1; ++p) {
+      uint16_t* dst = out + p * D * 16;
+      std::memset(dst, 0, sizeof(uint16_t) * static_cast<size_t>(D * 16));
+      for (i64 c = 0; c < 16 && p * 16 + c < M; ++c) {
+        const float* src = a + (p * 16 + c) * n;
+        for (i64 l = 0; l < n; ++l) {
+          const __fp16 h = static_cast<__fp16>(src[l] * mul);
+          std::memcpy(dst + l * 16 + c, &h, 2);
+        }
       }
-      for (i64 i = 0; i < M; ++i) {
-        const __fp16 h = static_cast<__fp16>(a[i * n + l] * mul);
-        std::memcpy(dst + i, &h, 2);
+    }
+  });
+}
+
+// The panels of w [rows, cols] (fp16, row stride ld): out[(j / 16) * D * 16 + l * 16 + j % 16] = w[l][j],
+// zeros for l in [rows, D) and j in [cols, pad16(cols))
+void f16_pack_panels(const uint16_t* w, i64 rows, i64 cols, i64 ld, uint16_t* out, i64 D) {
+  const i64 panels = (cols + 15) / 16;
+  parallel_for(panels, grain_for_work(16 * D, kMinChunkElems), [&](i64 p0, i64 p1) {
+    for (i64 p = p0; p < p1; ++p) {
+      uint16_t* dst = out + p * D * 16;
+      const i64 j0 = p * 16, nc = std::min<i64>(16, cols - j0);
+      for (i64 l = 0; l < D; ++l) {
+        if (l < rows && nc == 16) {
+          vst1q_u16(dst + l * 16, vld1q_u16(w + l * ld + j0));
+          vst1q_u16(dst + l * 16 + 8, vld1q_u16(w + l * ld + j0 + 8));
+          continue;
+        }
+        for (i64 c = 0; c < 16; ++c) dst[l * 16 + c] = (l < rows && c < nc) ? w[l * ld + j0 + c] : 0;
       }
-      for (i64 i = M; i < ld; ++i) dst[i] = 0;
     }
   });
 }
@@ -204,9 +225,10 @@ float f16_absmax(const uint16_t* w, i64 n) {
 #else  // no fp16 vector arithmetic on this architecture: the portable path
 
 bool f16_fmla_available() { return false; }
-void f16_fmla_gemm(const uint16_t*, i64, const uint16_t*, i64, float*, i64, bool, i64, i64, i64) {}
+void f16_fmla_gemm(const uint16_t*, i64, const uint16_t*, float*, i64, bool, i64, i64, i64) {}
 void f16_round_rows(const float*, i64, i64, float, uint16_t*, i64) {}
-void f16_round_cols(const float*, i64, i64, float, uint16_t*, i64, i64) {}
+void f16_round_panels_t(const float*, i64, i64, float, uint16_t*, i64) {}
+void f16_pack_panels(const uint16_t*, i64, i64, i64, uint16_t*, i64) {}
 float f16_absmax(const uint16_t*, i64) { return 0.0f; }
 
 #endif
