@@ -12,7 +12,9 @@ BFDOT (kernels/lowp_dot.cpp) on the frozen-weight products, judged against float
 * ranges: activations of 3e4 and gradients of 1e-7 against weights of 1e2 and 1e-3: no overflow to
   inf, no flush to zero (the activation operand's power-of-two scale, lowp.cpp fmla_scale);
 * (slow) a baseline armv8-a build chooses FMLA at run time from the hwcaps: FMLA's numerics on
-  -cpu max, the portable fp32 path on -cpu cortex-a53 (no fp16 arithmetic).
+  -cpu max, the portable fp32 path on -cpu cortex-a53 (no fp16 arithmetic);
+* (slow) end to end: tests/compiler/test_compute_dtype.py's tiny Llama scheme with compute_dtype
+  fp16 / bf16 trained under qemu through pock.h, judged against PyTorch fp64 and autocast as on the host.
 """
 from __future__ import annotations
 
@@ -138,3 +140,67 @@ def test_fp16_fmla_chosen_at_run_time(tmp_path, monkeypatch):
             for out in ("y", "dx"):
                 np.testing.assert_allclose(got[(name, "f16", out)], want[out], rtol=1e-5,
                                            atol=1e-6 * np.abs(want[out]).max(), err_msg=f"{cpu} {name} {out}")
+
+
+def _compute_dtype_tests():
+    """tests/compiler/test_compute_dtype.py (its tiny Llama scheme and its autocast reference)."""
+    import importlib.util
+    path = HERE.parent / "compiler" / "test_compute_dtype.py"
+    spec = importlib.util.spec_from_file_location("_compute_dtype_tests", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow  # cross-compiles a model TU (~40 s of CPU each)
+@pytest.mark.parametrize("cd", ["fp16", "bf16"])
+def test_tiny_llama_compute_dtype_trained_on_arm64(cd, tmp_path):
+    """tests/compiler/test_compute_dtype.py's scheme (tiny Llama, sparse + LoRA, 3 SGD steps) trained
+    under qemu -cpu max (fp16 on FMLA, bf16 on BFDOT) through pock.h, judged as on the host: losses and
+    every trained tensor against PyTorch fp64, our error at most 2x that of PyTorch autocast running the
+    same scheme (plus fp32's floor); the frozen products' weights never change."""
+    import pockengine as pe
+    from numerics import REL_FLOOR, fp64_reference
+
+    tc = _compute_dtype_tests()
+    model, data, _ = tc.tiny_llama_batches()
+    steps, opt = 3, pe.SGD(lr=0.05, momentum=0.9)
+    prog = pe.compile(tc.Logits(model), *data[0], update={f"m.{k}": v for k, v in tc.UPDATE.items()},
+                      optimizer=opt, lora=pe.LoRA(**{**tc.LORA, "targets": [f"m.{t}" for t in tc.LORA["targets"]]}),
+                      compute_dtype=cd)
+    (tmp_path / "model.cpp").write_text(prog.source())
+    exe = cross.build_executable([tmp_path / "model.cpp", HERE / "train_driver.c"], tmp_path / "train")
+    host = prog.build()
+    host.save(tmp_path / "start.ckpt")
+    with open(tmp_path / "data.bin", "wb") as f:
+        for i in range(steps):
+            ins, tgs = data[i % len(data)]
+            for t, io in zip([*ins, *tgs], host.inputs + host.targets):
+                f.write(np.ascontiguousarray(t.numpy(), dtype=io.dtype).tobytes())
+    r = cross.run(exe, tmp_path / "start.ckpt", tmp_path / "data.bin", steps, tmp_path / "arm.ckpt", 2)
+    assert r.returncode == 0, f"train_driver failed under qemu (exit {r.returncode}):\n{r.stdout}\n{r.stderr}"
+    losses = [float(line.split()[1]) for line in r.stdout.splitlines() if line.startswith("loss ")]
+    assert len(losses) == steps
+    arm = prog.build()
+    arm.load(tmp_path / "arm.ckpt")
+    sd = arm.state_dict()
+
+    ref_update = {f"m.{k}": v for k, v in tc.REF_UPDATE.items()}
+    ref = fp64_reference(prog.lora_model, data, "cross_entropy", ref_update, opt, steps)
+    ac_losses, ac_model = tc.autocast_train(prog.lora_model, data, ref_update, opt, steps, tc.AUTOCAST[cd])
+    trained = {n: p for n, p in ref.model64.named_parameters() if n in prog.trained}
+    assert len(trained) > 10
+    ours = tc.errors(sd, trained)
+    theirs = tc.errors({n: p.detach().numpy() for n, p in ac_model.named_parameters()}, trained)
+    for n in trained:
+        floor = 4 * REL_FLOOR * float(trained[n].detach().abs().max()) + 1e-7
+        assert ours[n] <= 2 * theirs[n] + floor, (n, ours[n], theirs[n])
+    ours_l = max(abs(a - b) for a, b in zip(losses, ref.losses64))
+    theirs_l = max(abs(a - b) for a, b in zip(ac_losses, ref.losses64))
+    print(f"{cd} on arm64: loss errors against fp64, ours {ours_l:.3g}, autocast {theirs_l:.3g}; trained tensors "
+          f"(worst ratio) {max(ours[n] / max(theirs[n], 1e-30) for n in trained):.3g}")
+    assert ours_l <= 2 * theirs_l + 1e-6 * abs(ref.losses64[0]), (losses, ac_losses, ref.losses64)
+    before = host.state_dict()
+    for n, v in prog.state.items():  # frozen products' weights: never touched
+        if v.kind == "param" and v.dtype != "f32":
+            np.testing.assert_array_equal(sd[n], before[n], err_msg=n)

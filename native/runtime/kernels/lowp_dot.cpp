@@ -47,7 +47,7 @@ bool detect_bf16() {
 
 // C[i][j] = sum_l A[i][l] * B[j][l] for an MR x NR block; L a multiple of 8.
 template <int MR, int NR>
-__attribute__((target("+bf16"))) void dot_block(const uint16_t* A, const uint16_t* B, float* C, i64 L, i64 ldc) {
+__attribute__((target("arch=armv8.2-a+bf16"))) void dot_block(const uint16_t* A, const uint16_t* B, float* C, i64 L, i64 ldc) {
   // (the small loops unrolled at -O2 too, so the accumulators stay in registers)
   float32x4_t acc[MR][NR];
 #pragma GCC unroll 4
