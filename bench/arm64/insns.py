@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--builds", default="ours,no-autovec,scalar", help="the kernel builds to count (ours always)")
     ap.add_argument("--compute", default="",
                     help="also count the step compiled with these compute_dtypes (e.g. bf16,fp16: the frozen-weight "
-                         "products in bf16 on BFDOT (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
+                         "products in bf16 on BFMMLA (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
                          "columns 'compute-bf16' ...")
     a = ap.parse_args(argv)
     missing = [t for t in (CXX, CC, QEMU, "gcc") if shutil.which(t) is None]

@@ -6,7 +6,7 @@ One product (lowp_cd_driver.cpp: linear forward x @ w^T, and the input gradient 
 stored bf16 for fp32 and bf16 compute, fp16 for fp16 compute, as compile(compute_dtype=...) stores
 it) cross-compiled with the runtime (scripts/cross_build.py, -march=armv8.2-a+fp16+dotprod) and
 counted by bench/arm64/insn_count.c: per call = (count of 3 calls - count of 1) / 2, one thread.
-qemu -cpu max has BF16, so compute_dtype="bf16" runs on BFDOT (kernels/lowp_dot.cpp), and fp16
+qemu -cpu max has BF16, so compute_dtype="bf16" runs on BFMMLA (kernels/lowp_dot.cpp), and fp16
 arithmetic, so "fp16" runs on FMLA (kernels/lowp_fmla.cpp); --cpu neoverse-n1 (no BF16) shows
 bf16's portable path.  Every count includes the per-call packing and rounding of both operands.
 Writes bench/arm64/lowp_cd_results.md (--out; bench/arm64/insns.py appends it to results.md).
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
         lines = ["## compute_dtype: aarch64 instructions per frozen-weight product (bench/arm64/lowp_cd_insns.py)", "",
                  f"qemu -cpu {a.cpu}, one thread, -O2 -march=armv8.2-a+fp16+dotprod; M tokens x N out x K in "
                  "(SmolLM2-135M's q/o and gate/up at 128 tokens). fp32: FMLA .4s over the bf16-stored weight "
-                 "widened; bf16: BFDOT (lowp_dot.cpp); fp16: FMLA .8h, fp16 sums over 16 depth steps added "
+                 "widened; bf16: BFMMLA (lowp_dot.cpp); fp16: FMLA .8h, fp16 sums over 16 depth steps added "
                  "in fp32 (lowp_fmla.cpp), the weight stored fp16. Fewer is better.", "",
                  "| product | M x N x K | fp32 (M insns) | bf16 (M insns) | fp16 (M insns) | bf16 / fp32 | fp16 / fp32 |",
                  "|---|---|---:|---:|---:|---:|---:|"]

@@ -525,7 +525,7 @@ def test_kernels(tmp_path):
 
 def test_compute_dtype_kernels_with_and_without_bf16(tmp_path):
     """compute_dtype's products (lowp.cpp *_cd) on a core without BF16 (qemu neoverse-n1: the portable
-    path for bf16) as well as with it (-cpu max, in test_kernels: lowp_dot.cpp's BFDOT for bf16); fp16
+    path for bf16) as well as with it (-cpu max, in test_kernels: lowp_dot.cpp's BFMMLA for bf16); fp16
     runs on FMLA on both (lowp_fmla.cpp; tests/arm64/test_lowp_fmla.py covers a core without it)."""
     cases = {c: v for c, v in kernel_cases().items() if c.startswith(("linear_fwd_lowp_cd", "linear_bwd_input_lowp_cd"))}
     assert len(cases) == 48  # 3 shapes x 4 storage formats x (bf16, fp16) x (forward, input gradient)

@@ -1,5 +1,5 @@
 """compute_dtype's arm64 arithmetic under qemu-aarch64: fp16 FMLA (kernels/lowp_fmla.cpp) and bf16
-BFDOT (kernels/lowp_dot.cpp) on the frozen-weight products, judged against float64.
+BFMMLA (kernels/lowp_dot.cpp) on the frozen-weight products, judged against float64.
 
 * the exact numerics: fp16 outputs equal pockengine.passes.compute_dtype.fmla_linear's emulation
   (fp16 fused multiply-adds over chunks of 16 depth steps, the chunk sums added in fp32);
@@ -110,7 +110,7 @@ def test_fp16_fmla_and_bf16_against_fp64(tmp_path):
                     want = fmla_linear(x, wd) if out == "y" else fmla_linear_bwd_input(dy, wd)
                     np.testing.assert_allclose(have, want, rtol=1e-6, atol=1e-6 * np.abs(want).max(),
                                                err_msg=f"{name} f16 {out}: not lowp_fmla.cpp's numerics")
-                else:  # BFDOT: fp32 accumulation of the exact products of the rounded operands
+                else:  # BFMMLA: fp32 accumulation of the exact products of the rounded operands
                     ar = round_operand(a if out == "dx" else x, "bf16")
                     wr = round_to(wd, "bf16").astype(np.float64)
                     want = ar @ wr if out == "dx" else ar @ wr.T
@@ -156,7 +156,7 @@ def _compute_dtype_tests():
 @pytest.mark.parametrize("cd", ["fp16", "bf16"])
 def test_tiny_llama_compute_dtype_trained_on_arm64(cd, tmp_path):
     """tests/compiler/test_compute_dtype.py's scheme (tiny Llama, sparse + LoRA, 3 SGD steps) trained
-    under qemu -cpu max (fp16 on FMLA, bf16 on BFDOT) through pock.h, judged as on the host: losses and
+    under qemu -cpu max (fp16 on FMLA, bf16 on BFMMLA) through pock.h, judged as on the host: losses and
     every trained tensor against PyTorch fp64, our error at most 2x that of PyTorch autocast running the
     same scheme (plus fp32's floor); the frozen products' weights never change."""
     import pockengine as pe

@@ -56,7 +56,7 @@ void gemm_readers(BlockReadFn read_at, const void* at_ctx, BlockReadFn read_b, c
 void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, const void* b_ctx, float* C, i64 ldc,
                       i64 M, i64 N, i64 K, float beta, const float* bias, Act act);
 
-// lowp_dot.cpp: compute_dtype's bf16 products on arm64 CPUs with BFDOT (hwcaps, at run time;
+// lowp_dot.cpp: compute_dtype's bf16 products on arm64 CPUs with BF16 (BFMMLA; hwcaps, at run time;
 // false elsewhere): C[i][j] (row stride ldc) = sum_l A[i][l] * B[j][l], A [M, L] and B [R, L]
 // bf16 rows, L a multiple of 8 (zero padded), fp32 accumulation.
 bool bf16_dot_available();

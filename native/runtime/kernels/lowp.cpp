@@ -27,7 +27,7 @@
 // lands in [2^13, 2^14) before rounding, and the result scaled back (both
 // exact in fp32): small gradients do not flush to zero and large activations do
 // not overflow, with no loss scale to carry between steps.  On arm64 CPUs with
-// BF16 the bf16 products run on BFDOT instead (lowp_dot.cpp, chosen at run time), and on
+// BF16 the bf16 products run on BFMMLA instead (lowp_dot.cpp, chosen at run time), and on
 // those with fp16 vector arithmetic (Armv8.2 FP16: every phone core since 2018) the fp16
 // products run on FMLA (lowp_fmla.cpp, at compile time or from the hwcaps): fp16 sums over
 // 16 depth steps added in fp32, the activation scaled so max |a| max |w| < 2^11 (fmla_scale).
@@ -458,7 +458,7 @@ void scale_bias_act(float* y, i64 M, i64 N, float mul, const float* b, Act act) 
   });
 }
 
-// ---- BFDOT (lowp_dot.cpp, arm64 CPUs with BF16): bf16 rows padded to multiples of 8
+// ---- BFMMLA (lowp_dot.cpp, arm64 CPUs with BF16): bf16 rows padded to multiples of 8
 struct ScratchRowsA {};
 struct ScratchRowsB {};
 struct ScratchRow {};
@@ -587,7 +587,7 @@ float fmla_scale(const float* a, i64 n, float wmax) {
 // y[M,N] = act(round(x)[M,K] @ round(dequant(w))[N,K]^T + b[N])  in cd (BF16 or F16)
 void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
                         i64 M, i64 N, i64 K, Act act, LowpDtype cd) {
-  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFDOT: rows of x . rows of w
+  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFMMLA: rows of x . rows of w
     const i64 L = pad8(K);
     uint16_t* xb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
     pack_rows_bf16(x, M, K, L, xb);
@@ -621,7 +621,7 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
 // dx[M,K] = round(dy)[M,N] @ round(dequant(w))[N,K]  in cd (BF16 or F16)
 void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
                               i64 N, i64 K, LowpDtype cd) {
-  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFDOT: rows of dy . columns of w
+  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFMMLA: rows of dy . columns of w
     const i64 L = pad8(N);
     uint16_t* dyb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
     pack_rows_bf16(dy, M, N, L, dyb);

@@ -4,7 +4,7 @@ A linear whose weight is frozen (its forward, and linear_bwd_input: the activati
 flowing back through it) multiplies in the compute dtype with fp32 accumulation
 (kernels/lowp.cpp's *_cd kernels: both operands rounded to bf16/fp16, products exact in
 fp32; fp16 scales the activation operand by a power of two per call, so gradients neither
-flush to zero nor overflow). On arm64 the arithmetic is the hardware's: bf16 on BFDOT where the
+flush to zero nor overflow). On arm64 the arithmetic is the hardware's: bf16 on BFMMLA where the
 CPU has BF16 (fp32 accumulation, as above), fp16 on FMLA where it has fp16 vector arithmetic:
 fp16 sums over 16 depth steps added in fp32 (fmla_matmul below emulates it exactly; error at most
 (18 u16 + ceil(K / 16) u32) sum |a w|, u16 = 2^-11, below bf16's 2^-7 sum |a w|). Everything else stays fp32: trained tensors (a partly trained
