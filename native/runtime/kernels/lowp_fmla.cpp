@@ -38,7 +38,7 @@
 namespace pk {
 namespace detail {
 
-#if defined(__aarch64__)
+#if defined(__aarch64__) && !defined(POCK_SIMD_NONE)  // (the scalar comparison build: the portable path)
 
 #if defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
 #define PK_FP16_TARGET
@@ -222,7 +222,7 @@ float f16_absmax(const uint16_t* w, i64 n) {
   return static_cast<float>(h);
 }
 
-#else  // no fp16 vector arithmetic on this architecture: the portable path
+#else  // no fp16 vector arithmetic on this architecture (or POCK_SIMD_NONE): the portable path
 
 bool f16_fmla_available() { return false; }
 void f16_fmla_gemm(const uint16_t*, i64, const uint16_t*, float*, i64, bool, i64, i64, i64) {}
