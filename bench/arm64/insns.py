@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     ap.add_argument("--builds", default="ours,no-autovec,scalar", help="the kernel builds to count (ours always)")
     ap.add_argument("--compute", default="",
                     help="also count the step compiled with these compute_dtypes (e.g. bf16,fp16: the frozen-weight "
-                         "products in bf16 on BFDOT (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
+                         "products in bf16 on BFMMLA (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
                          "columns 'compute-bf16' ...")
     a = ap.parse_args(argv)
     missing = [t for t in (CXX, CC, QEMU, "gcc") if shutil.which(t) is None]
@@ -170,6 +170,8 @@ def main(argv=None) -> int:
         lines.append(f"| {r['workload']} | {r['scheme']} | {r['flops_per_step'] / 1e6:.1f} | " +
                      " | ".join(f"{r[n] / 1e6:.2f}" for n in names) + " | " +
                      " | ".join(f"{r[n] / r['ours']:.2f}x" for n in names[1:]) + " |")
+    if (out / "lowp_cd_results.md").exists():  # compute_dtype's per-product counts (lowp_cd_insns.py)
+        lines += ["", (out / "lowp_cd_results.md").read_text().rstrip("\n")]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

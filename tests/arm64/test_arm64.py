@@ -151,7 +151,7 @@ def linear_cases():
 
 def lowp_cases():
     """Low-precision frozen weights (lowp.cpp): panels of 12 columns on NEON cut q4's 32-blocks."""
-    from pockengine.passes.compute_dtype import round_operand, round_to
+    from pockengine.passes.compute_dtype import fmla_linear, fmla_linear_bwd_input, round_operand, round_to
     from pockengine.schemes.quant import dequantize, quantize
     rng = np.random.default_rng(5)
     for (M, N, K), dt in itertools.product([(5, 17, 64), (13, 30, 96), (1, 3, 288)], ["bf16", "f16", "i8", "q4"]):
@@ -169,13 +169,15 @@ def lowp_cases():
         yield call("linear_bwd_input_lowp", {"dy": dy, **w}, {"dx": dy @ wd}, **p)
         # generation's one-row product (gemv.cpp's portable path: NEON)
         yield call("gemv_lowp", {"x": x[0], "b": b, **w}, {"y": wd @ x[0] + b}, dt=p["dt"], N=N, K=K)
-        # compute_dtype: the products in bf16 / fp16 (fcvt's rounding on aarch64), fp32 accumulation
+        # compute_dtype: the products in bf16 / fp16 (fcvt's rounding on aarch64); bf16 with fp32
+        # accumulation, fp16 on FMLA (this build's armv8.2-a+fp16, every qemu CPU used here has it):
+        # fp16 sums over chunks of 16 depth steps, added in fp32 (kernels/lowp_fmla.cpp), emulated exactly
         for cd in ("bf16", "f16"):
             wr = round_to(wd.astype(np.float32), cd).astype(np.float64)
-            yield call("linear_fwd_lowp_cd", {"x": x, "b": b, **w}, {"y": round_operand(x, cd) @ wr.T + b},
-                       act=0, cd={"bf16": 0, "f16": 1}[cd], **p)
-            yield call("linear_bwd_input_lowp_cd", {"dy": dy, **w}, {"dx": round_operand(dy, cd) @ wr},
-                       cd={"bf16": 0, "f16": 1}[cd], **p)
+            y = fmla_linear(x, wd, b) if cd == "f16" else round_operand(x, cd) @ wr.T + b
+            dx = fmla_linear_bwd_input(dy, wd) if cd == "f16" else round_operand(dy, cd) @ wr
+            yield call("linear_fwd_lowp_cd", {"x": x, "b": b, **w}, {"y": y}, act=0, cd={"bf16": 0, "f16": 1}[cd], **p)
+            yield call("linear_bwd_input_lowp_cd", {"dy": dy, **w}, {"dx": dx}, cd={"bf16": 0, "f16": 1}[cd], **p)
 
 
 CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
@@ -525,7 +527,8 @@ def test_kernels(tmp_path):
 
 def test_compute_dtype_kernels_with_and_without_bf16(tmp_path):
     """compute_dtype's products (lowp.cpp *_cd) on a core without BF16 (qemu neoverse-n1: the portable
-    path) as well as with it (-cpu max, in test_kernels: lowp_dot.cpp's BFDOT for bf16)."""
+    path for bf16) as well as with it (-cpu max, in test_kernels: lowp_dot.cpp's BFMMLA for bf16); fp16
+    runs on FMLA on both (lowp_fmla.cpp; tests/arm64/test_lowp_fmla.py covers a core without it)."""
     cases = {c: v for c, v in kernel_cases().items() if c.startswith(("linear_fwd_lowp_cd", "linear_bwd_input_lowp_cd"))}
     assert len(cases) == 48  # 3 shapes x 4 storage formats x (bf16, fp16) x (forward, input gradient)
     check_kernels(cases, tmp_path, cpu="neoverse-n1")

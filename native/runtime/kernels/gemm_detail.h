@@ -61,10 +61,28 @@ void gemm_view_reader(const float* A, i64 a_rs, i64 a_cs, BlockReadFn read_b, co
 // portable path and row tails read them through this).
 void dequant_span(const void* w, LowpDtype dt, const float* scale, i64 K, i64 row, i64 c0, i64 n, float* out);
 
-// lowp_dot.cpp: compute_dtype's bf16 products on arm64 CPUs with BFDOT (hwcaps, at run time;
+// lowp_dot.cpp: compute_dtype's bf16 products on arm64 CPUs with BF16 (BFMMLA; hwcaps, at run time;
 // false elsewhere): C[i][j] (row stride ldc) = sum_l A[i][l] * B[j][l], A [M, L] and B [R, L]
 // bf16 rows, L a multiple of 8 (zero padded), fp32 accumulation.
 bool bf16_dot_available();
 void bf16_dot_rows(const uint16_t* A, const uint16_t* B, float* C, i64 M, i64 R, i64 L, i64 ldc);
+
+// lowp_fmla.cpp: compute_dtype's fp16 products on arm64 CPUs with fp16 vector arithmetic
+// (compile time, or hwcaps at run time; false elsewhere).  C = A @ B: A [M, D] fp16 rows (row
+// stride lda, D a multiple of 8, zero padded), B [D, N] fp16 in panels of 16 columns (panel p at
+// B + p * D * 16, row l of it at + l * 16; zero padded), into C[i*ldc + j] (C[j*ldc + i] when
+// transposed); fp16 FMLA over chunks of 16 depth steps, the chunk sums added in fp32 (numerics
+// in lowp_fmla.cpp).
+bool f16_fmla_available();
+void f16_fmla_gemm(const uint16_t* A, i64 lda, const uint16_t* B, float* C, i64 ldc, bool transposed, i64 M, i64 N,
+                   i64 D);
+// out[i*ld + l] = fp16(a[i*n + l] * mul), zeros for l in [n, ld)
+void f16_round_rows(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 ld);
+// (a [M, n] * mul)^T in fp16 as f16_fmla_gemm's B panels (D >= n rows)
+void f16_round_panels_t(const float* a, i64 M, i64 n, float mul, uint16_t* out, i64 D);
+// w [rows, cols] fp16 (row stride ld) as f16_fmla_gemm's B panels (D >= rows rows)
+void f16_pack_panels(const uint16_t* w, i64 rows, i64 cols, i64 ld, uint16_t* out, i64 D);
+// max |w| over n fp16 values (inf when any is inf or NaN)
+float f16_absmax(const uint16_t* w, i64 n);
 }  // namespace detail
 }  // namespace pk

@@ -27,7 +27,10 @@
 // lands in [2^13, 2^14) before rounding, and the result scaled back (both
 // exact in fp32): small gradients do not flush to zero and large activations do
 // not overflow, with no loss scale to carry between steps.  On arm64 CPUs with
-// BF16 the bf16 products run on BFDOT instead (lowp_dot.cpp, chosen at run time).
+// BF16 the bf16 products run on BFMMLA instead (lowp_dot.cpp, chosen at run time), and on
+// those with fp16 vector arithmetic (Armv8.2 FP16: every phone core since 2018) the fp16
+// products run on FMLA (lowp_fmla.cpp, at compile time or from the hwcaps): fp16 sums over
+// 16 depth steps added in fp32, the activation scaled so max |a| max |w| < 2^11 (fmla_scale).
 // On x86 CPUs with AVX2 and F16C (cpuid, so baseline builds too) bf16/fp16 weights are
 // widened into the packed panels 8 at a time and the operand rounding runs 8 lanes at a time
 // (the PK_LOWP_X86 block): the same values, so the same bits.
@@ -192,26 +195,13 @@ PK_X86_WIDE void read_wt16_x86(const uint16_t* w, bool f16, i64 K, i64 r0, i64 r
   for (i64 j = 0; j < jt; j += 8) {
     const uint16_t* src = w + (c0 + j) * K + r0;
     for (i64 k = 0; k < kt; k += 8) {
-      const __m256 r0v = widen8(src + k, f16), r1 = widen8(src + K + k, f16), r2 = widen8(src + 2 * K + k, f16),
-                   r3 = widen8(src + 3 * K + k, f16), r4 = widen8(src + 4 * K + k, f16),
-                   r5 = widen8(src + 5 * K + k, f16), r6 = widen8(src + 6 * K + k, f16),
-                   r7 = widen8(src + 7 * K + k, f16);
-      const __m256 t0 = _mm256_unpacklo_ps(r0v, r1), t1 = _mm256_unpackhi_ps(r0v, r1),
-                   t2 = _mm256_unpacklo_ps(r2, r3), t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5),
-                   t5 = _mm256_unpackhi_ps(r4, r5), t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
-      const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
-                   u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
-                   u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
-                   u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+      __m256 r[8];
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) r[t] = widen8(src + t * K + k, f16);
+      transpose8(r);  // simd.h
       float* d = out + k * ld + j;
-      _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-      _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-      _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-      _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-      _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-      _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-      _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-      _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+#pragma GCC unroll 8
+      for (int t = 0; t < 8; ++t) _mm256_storeu_ps(d + t * ld, r[t]);
     }
     for (i64 k = kt; k < rows; ++k)
       for (i64 t = 0; t < 8; ++t) out[k * ld + j + t] = widen1(src[t * K + k], f16);
@@ -474,7 +464,7 @@ void scale_bias_act(float* y, i64 M, i64 N, float mul, const float* b, Act act) 
   });
 }
 
-// ---- BFDOT (lowp_dot.cpp, arm64 CPUs with BF16): bf16 rows padded to multiples of 8
+// ---- BFMMLA (lowp_dot.cpp, arm64 CPUs with BF16): bf16 rows padded to multiples of 8
 struct ScratchRowsA {};
 struct ScratchRowsB {};
 struct ScratchRow {};
@@ -493,13 +483,58 @@ void pack_rows_bf16(const float* a, i64 rows, i64 n, i64 L, uint16_t* out) {
     for (i64 l = n; l < L; ++l) out[i * L + l] = 0;
   }
 }
+#if PK_NEON
+// out[k*L + n] = w[n*K + k] (16-bit values) for n < N, k < K: 8 x 8 blocks transposed in
+// registers (TRN1/TRN2 on 16-, 32- and 64-bit elements), the edges one by one.
+void transpose_u16(const uint16_t* w, i64 N, i64 K, uint16_t* out, i64 L) {
+  const i64 nt = N / 8 * 8, kt = K / 8 * 8;
+  for (i64 n = 0; n < nt; n += 8) {
+    for (i64 k = 0; k < kt; k += 8) {
+      uint16x8_t r[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) r[i] = vld1q_u16(w + (n + i) * K + k);
+      uint32x4_t t[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = vreinterpretq_u32_u16(vtrn1q_u16(r[2 * i], r[2 * i + 1]));
+        t[2 * i + 1] = vreinterpretq_u32_u16(vtrn2q_u16(r[2 * i], r[2 * i + 1]));
+      }
+      // u[c] holds columns c and c + 4 of rows 0-3 (u[4 + c]: rows 4-7)
+      uint64x2_t u[8];
+#pragma GCC unroll 8
+      for (int h = 0; h < 2; ++h) {
+        u[4 * h + 0] = vreinterpretq_u64_u32(vtrn1q_u32(t[4 * h], t[4 * h + 2]));
+        u[4 * h + 2] = vreinterpretq_u64_u32(vtrn2q_u32(t[4 * h], t[4 * h + 2]));
+        u[4 * h + 1] = vreinterpretq_u64_u32(vtrn1q_u32(t[4 * h + 1], t[4 * h + 3]));
+        u[4 * h + 3] = vreinterpretq_u64_u32(vtrn2q_u32(t[4 * h + 1], t[4 * h + 3]));
+      }
+#pragma GCC unroll 8
+      for (int c = 0; c < 4; ++c) {
+        vst1q_u16(out + (k + c) * L + n, vreinterpretq_u16_u64(vtrn1q_u64(u[c], u[4 + c])));
+        vst1q_u16(out + (k + c + 4) * L + n, vreinterpretq_u16_u64(vtrn2q_u64(u[c], u[4 + c])));
+      }
+    }
+    for (i64 k = kt; k < K; ++k)
+      for (i64 i = n; i < n + 8; ++i) out[k * L + i] = w[i * K + k];
+  }
+  for (i64 n = nt; n < N; ++n)
+    for (i64 k = 0; k < K; ++k) out[k * L + n] = w[n * K + k];
+}
+#endif
+
 // the dequantized weight's rows (transposed: its columns), in bf16, padded to L
 const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) {
   const i64 K = q.K, rows = transposed ? K : N;
   if (!transposed && q.dt == LowpDtype::BF16 && L == K) return static_cast<const uint16_t*>(q.w);  // as stored
   uint16_t* out = scratch_u16(detail::thread_scratch<ScratchRowsB>((rows * L + 1) / 2));
+  std::memset(out, 0, sizeof(uint16_t) * static_cast<size_t>(rows * L));
+#if PK_NEON
+  if (transposed && q.dt == LowpDtype::BF16) {  // the bits as stored, transposed
+    transpose_u16(static_cast<const uint16_t*>(q.w), N, K, out, L);
+    return out;
+  }
+#endif
   float* row = detail::thread_scratch<ScratchRow>(K);
-  for (i64 i = 0; i < rows * L; ++i) out[i] = 0;
   for (i64 n = 0; n < N; ++n) {
     dequant_span(q.w, q.dt, q.scale, K, n, 0, K, row);
     for (i64 k = 0; k < K; ++k) out[transposed ? k * L + n : n * L + k] = bf16_bits(row[k]);
@@ -507,12 +542,58 @@ const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) 
   return out;
 }
 
+#if defined(__aarch64__)
+// ---- fp16 FMLA (lowp_fmla.cpp, arm64 CPUs with fp16 vector arithmetic)
+struct ScratchF16A {};
+struct ScratchF16B {};
+struct ScratchF16C {};
+i64 pad16(i64 n) { return (n + 15) / 16 * 16; }
+inline uint16_t f16_bits(float v) {  // fcvt: round-to-nearest-even, as round_f16
+  const __fp16 h = static_cast<__fp16>(v);
+  uint16_t b;
+  std::memcpy(&b, &h, 2);
+  return b;
+}
+// The dequantized weight [N, K] in fp16 with row stride ld >= K, zero padded to `rows` >= N
+// rows; as stored when it is fp16 already, ld == K and rows == N.
+const uint16_t* weight_f16(const LowpW& q, i64 N, i64 ld, i64 rows) {
+  if (q.dt == LowpDtype::F16 && ld == q.K && rows == N) return static_cast<const uint16_t*>(q.w);
+  uint16_t* out = scratch_u16(detail::thread_scratch<ScratchF16B>((rows * ld + 1) / 2));
+  std::memset(out + N * ld, 0, sizeof(uint16_t) * static_cast<size_t>((rows - N) * ld));
+  parallel_for(N, grain_for_work(ld, kMinChunkElems), [&](i64 n0, i64 n1) {
+    float* row = detail::thread_scratch<ScratchRow>(q.K);
+    for (i64 n = n0; n < n1; ++n) {
+      uint16_t* dst = out + n * ld;
+      if (q.dt == LowpDtype::F16) {
+        std::memcpy(dst, static_cast<const uint16_t*>(q.w) + n * q.K, sizeof(uint16_t) * static_cast<size_t>(q.K));
+      } else {
+        dequant_span(q.w, q.dt, q.scale, q.K, n, 0, q.K, row);
+        for (i64 k = 0; k < q.K; ++k) dst[k] = f16_bits(row[k]);
+      }
+      for (i64 k = q.K; k < ld; ++k) dst[k] = 0;
+    }
+  });
+  return out;
+}
+// The activation operand's power of two for FMLA's fp16 sums: cd_scale's (max |a| in
+// [2^13, 2^14)), lowered where the weight needs it so that max |a| max |w| < 2^11: a chunk of
+// 16 fp16 products then sums to under 2^15 < 65504 (lowp_fmla.cpp).  With max |w| in
+// [2^(ew-1), 2^ew): min(mul, mul * 2^(-3-ew)).
+float fmla_scale(const float* a, i64 n, float wmax) {
+  const float mul = cd_scale(a, n, LowpDtype::F16);
+  if (!(wmax > 0.0f) || !std::isfinite(wmax)) return mul;
+  int ew;
+  std::frexp(wmax, &ew);
+  return ew > -3 ? std::ldexp(mul, -3 - ew) : mul;
+}
+#endif
+
 }  // namespace
 
 // y[M,N] = act(round(x)[M,K] @ round(dequant(w))[N,K]^T + b[N])  in cd (BF16 or F16)
 void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float* scale, const float* b, float* y,
                         i64 M, i64 N, i64 K, Act act, LowpDtype cd) {
-  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFDOT: rows of x . rows of w
+  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFMMLA: rows of x . rows of w
     const i64 L = pad8(K);
     uint16_t* xb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
     pack_rows_bf16(x, M, K, L, xb);
@@ -520,6 +601,18 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
     if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
     return;
   }
+#if defined(__aarch64__)
+  if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: y^T = w @ x^T, stored transposed
+    const i64 D = pad8(K);
+    const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, D, N);
+    const float mul = fmla_scale(x, M * K, detail::f16_absmax(wh, N * D));
+    uint16_t* xt = scratch_u16(detail::thread_scratch<ScratchF16A>((D * pad16(M) + 1) / 2));
+    detail::f16_round_panels_t(x, M, K, mul, xt, D);
+    detail::f16_fmla_gemm(wh, D, xt, y, N, true, N, M, D);
+    if (mul != 1.0f || b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f / mul, b, act);
+    return;
+  }
+#endif
   const float mul = cd_scale(x, M * K, cd);
   const float* xr = rounded_operand(x, M, K, cd, mul);
   const LowpCd c{{w, dt, scale, K}, cd};
@@ -534,13 +627,27 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
 // dx[M,K] = round(dy)[M,N] @ round(dequant(w))[N,K]  in cd (BF16 or F16)
 void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, const float* scale, float* dx, i64 M,
                               i64 N, i64 K, LowpDtype cd) {
-  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFDOT: rows of dy . columns of w
+  if (cd == LowpDtype::BF16 && detail::bf16_dot_available()) {  // BFMMLA: rows of dy . columns of w
     const i64 L = pad8(N);
     uint16_t* dyb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
     pack_rows_bf16(dy, M, N, L, dyb);
     detail::bf16_dot_rows(dyb, pack_weight_bf16(LowpW{w, dt, scale, K}, N, true, L), dx, M, K, L, K);
     return;
   }
+#if defined(__aarch64__)
+  if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: rows of dy, rows of w
+    const i64 D = pad8(N);
+    const uint16_t* wh = weight_f16(LowpW{w, dt, scale, K}, N, K, N);  // w as stored when fp16
+    uint16_t* wp = scratch_u16(detail::thread_scratch<ScratchF16C>((D * pad16(K) + 1) / 2));
+    detail::f16_pack_panels(wh, N, K, K, wp, D);
+    const float mul = fmla_scale(dy, M * N, detail::f16_absmax(wh, N * K));
+    uint16_t* dyh = scratch_u16(detail::thread_scratch<ScratchF16A>((M * D + 1) / 2));
+    detail::f16_round_rows(dy, M, N, mul, dyh, D);
+    detail::f16_fmla_gemm(dyh, D, wp, dx, K, false, M, K, D);
+    if (mul != 1.0f) scale_bias_act(dx, M, K, 1.0f / mul, nullptr, Act::None);
+    return;
+  }
+#endif
   const float mul = cd_scale(dy, M * N, cd);
   const float* dyr = rounded_operand(dy, M, N, cd, mul);
   const LowpCd c{{w, dt, scale, K}, cd};

@@ -14,7 +14,8 @@
 // subnormal result comes out right).  vec_math.h builds exp / tanh / erf on them.
 // load_part / store_part move n <= kW floats (a row's tail) in and out of a V.
 // transpose_copy(src, lds, rows, cols, dst, ldd): dst[r*ldd + c] = src[c*lds + r], through
-// kT x kT tiles transposed in registers (AVX 8x8, NEON 4x4; plain copies elsewhere).
+// kT x kT tiles transposed in registers (AVX 8x8, NEON 4x4; plain copies elsewhere); on x86-64
+// transpose8(r) is the 8 x 8 register transpose itself (AVX2 by target attribute).
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@
 #define PK_NEON 0
 #endif
 
-#if defined(__AVX512F__) || defined(__AVX2__)
+#if defined(__AVX512F__) || defined(__AVX2__) || (defined(__x86_64__) && defined(__GNUC__))
 #include <immintrin.h>
 #elif PK_NEON
 #include <arm_neon.h>
@@ -253,28 +254,40 @@ inline void store_part(float* p, V v, long long n) {
 }
 
 // ------------------------------------------------------------ transposing copy
-#if defined(__AVX2__)
-constexpr int kT = 8;
-// d[r*ld + c] = s[c*ls + r] for an 8 x 8 tile
-inline void transpose_tile(const float* s, long long ls, float* d, long long ld) {
-  const __m256 r0 = _mm256_loadu_ps(s), r1 = _mm256_loadu_ps(s + ls), r2 = _mm256_loadu_ps(s + 2 * ls),
-               r3 = _mm256_loadu_ps(s + 3 * ls), r4 = _mm256_loadu_ps(s + 4 * ls), r5 = _mm256_loadu_ps(s + 5 * ls),
-               r6 = _mm256_loadu_ps(s + 6 * ls), r7 = _mm256_loadu_ps(s + 7 * ls);
-  const __m256 t0 = _mm256_unpacklo_ps(r0, r1), t1 = _mm256_unpackhi_ps(r0, r1), t2 = _mm256_unpacklo_ps(r2, r3),
-               t3 = _mm256_unpackhi_ps(r2, r3), t4 = _mm256_unpacklo_ps(r4, r5), t5 = _mm256_unpackhi_ps(r4, r5),
-               t6 = _mm256_unpacklo_ps(r6, r7), t7 = _mm256_unpackhi_ps(r6, r7);
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PK_X86_TRANSPOSE8 1
+// r[0..7] (8 rows of 8) transposed in registers: r[c] becomes column c.  A target-attribute
+// function, so baseline x86-64 code chosen at run time (lowp.cpp's AVX2/F16C readers) inlines
+// it too, as does transpose_tile below in AVX2 and AVX-512 builds.
+__attribute__((target("avx2"), always_inline)) inline void transpose8(__m256 r[8]) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]),
+               t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]),
+               t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]),
+               t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
   const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE),
                u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE),
                u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE),
                u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-  _mm256_storeu_ps(d, _mm256_permute2f128_ps(u0, u4, 0x20));
-  _mm256_storeu_ps(d + ld, _mm256_permute2f128_ps(u1, u5, 0x20));
-  _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
-  _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
-  _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
-  _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
-  _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
-  _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+  r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+  r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+  r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+  r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+  r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+  r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+  r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+  r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+#endif
+#if defined(__AVX2__)
+constexpr int kT = 8;
+// d[r*ld + c] = s[c*ls + r] for an 8 x 8 tile
+inline void transpose_tile(const float* s, long long ls, float* d, long long ld) {
+  __m256 r[8];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(s + i * ls);
+  transpose8(r);
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i) _mm256_storeu_ps(d + i * ld, r[i]);
 }
 #elif PK_NEON
 constexpr int kT = 4;

@@ -4,7 +4,10 @@ A linear whose weight is frozen (its forward, and linear_bwd_input: the activati
 flowing back through it) multiplies in the compute dtype with fp32 accumulation
 (kernels/lowp.cpp's *_cd kernels: both operands rounded to bf16/fp16, products exact in
 fp32; fp16 scales the activation operand by a power of two per call, so gradients neither
-flush to zero nor overflow). Everything else stays fp32: trained tensors (a partly trained
+flush to zero nor overflow). On arm64 the arithmetic is the hardware's: bf16 on BFMMLA where the
+CPU has BF16 (fp32 accumulation, as above), fp16 on FMLA where it has fp16 vector arithmetic:
+fp16 sums over 16 depth steps added in fp32 (fmla_matmul below emulates it exactly; error at most
+(18 u16 + ceil(K / 16) u32) sum |a w|, u16 = 2^-11, below bf16's 2^-7 sum |a w|). Everything else stays fp32: trained tensors (a partly trained
 weight included) and their weight gradients, the optimizer and its state, the loss, the
 normalizations, attention's activation-by-activation products.
 
@@ -75,3 +78,56 @@ def round_operand(a, cd: str) -> np.ndarray:
     """The activation operand as a *_cd kernel multiplies it, scaled back (float64: exact)."""
     s = operand_scale(a, cd)
     return round_to(np.asarray(a, np.float32) * np.float32(s), cd).astype(np.float64) / s
+
+
+# ---- arm64 fp16 FMLA (kernels/lowp_fmla.cpp): the kernels' numerics, emulated exactly
+FMLA_CHUNK = 16  # depth steps summed in fp16 before the fp32 accumulator
+
+
+def fmla_operand_scale(a, wmax: float) -> float:
+    """The power of two the FMLA path multiplies the activation operand by: operand_scale's,
+    lowered so that max |a| max |w| < 2^11 (16 products of a chunk then sum below 2^15)."""
+    s = operand_scale(a, "f16")
+    wmax = float(wmax)
+    if not (wmax > 0) or not np.isfinite(wmax):
+        return s
+    ew = int(np.frexp(np.float32(wmax))[1])
+    return float(np.ldexp(s, -3 - ew)) if ew > -3 else s
+
+
+def fmla_matmul(a16, b16) -> np.ndarray:
+    """C = A @ B as lowp_fmla.cpp computes it: per output, fp16 fused multiply-adds over chunks of
+    FMLA_CHUNK depth steps in order (each rounded to fp16 once), the chunk sums added in fp32.
+    a16 [M, D] and b16 [D, N] are float16."""
+    a = np.asarray(a16, np.float16).astype(np.float64)
+    b = np.asarray(b16, np.float16).astype(np.float64)
+    M, D = a.shape
+    acc = np.zeros((M, b.shape[1]), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for l0 in range(0, D, FMLA_CHUNK):
+            h = np.zeros_like(acc, dtype=np.float16)
+            for l in range(l0, min(l0 + FMLA_CHUNK, D)):
+                # a * b is exact in fp64 (11 x 11 bits) and so is the sum with h but in rare
+                # far-apart cases: one rounding to fp16, as the fused instruction
+                h = (np.outer(a[:, l], b[l]) + h.astype(np.float64)).astype(np.float16)
+            acc = acc + h.astype(np.float32)
+    return acc
+
+
+def fmla_linear(x, wd, b=None) -> np.ndarray:
+    """linear_fwd_lowp_cd(cd=fp16) on the FMLA path: y = x @ w^T (+ b), float64 of the fp32 result."""
+    wr = round_to(wd, "f16")
+    with np.errstate(over="ignore"):
+        s = fmla_operand_scale(x, np.max(np.abs(wr), initial=0.0))
+        xa = (np.asarray(x, np.float32) * np.float32(s)).astype(np.float16)
+    y = fmla_matmul(wr.astype(np.float16), xa.T).T * np.float32(1.0 / s)
+    return (y + np.asarray(b, np.float32) if b is not None else y).astype(np.float64)
+
+
+def fmla_linear_bwd_input(dy, wd) -> np.ndarray:
+    """linear_bwd_input_lowp_cd(cd=fp16) on the FMLA path: dx = dy @ w."""
+    wr = round_to(wd, "f16")
+    with np.errstate(over="ignore"):
+        s = fmla_operand_scale(dy, np.max(np.abs(wr), initial=0.0))
+        dya = (np.asarray(dy, np.float32) * np.float32(s)).astype(np.float16)
+    return (fmla_matmul(dya, wr.astype(np.float16)) * np.float32(1.0 / s)).astype(np.float64)
