@@ -138,3 +138,18 @@ def test_compile_spec_times_its_stages():
     untimed = {}
     compile_spec(spec.replace(memory_budget_mb=None), timings=untimed)
     assert list(untimed) == ["check", "export", "lower", "lowp", "schedule", "plan", "Program"]  # no budget stage
+
+
+def test_compile_spec_takes_the_lowering_passes():
+    """compile_spec(spec, passes=...) lowers with that list of lowering_passes() (a bench
+    leaving a fusion out, bench/rms_norm_fusion.py) instead of setting a module global."""
+    from pockengine.compiler.program import CompileSpec, compile_spec, lowering_passes
+    torch.manual_seed(0)
+    x, y = batches("mlp")[0]
+    spec = CompileSpec(MODELS["mlp"](), x, y, name="passes")
+    fused = compile_spec(spec)
+    unfused = compile_spec(spec, passes=[p for p in lowering_passes() if p[0] != "activation fusion"])
+    ops = lambda prog: sorted(n.op for n in prog.forward_graph.nodes)  # noqa: E731
+    assert ops(unfused) != ops(fused) and len(unfused.forward_graph.nodes) > len(fused.forward_graph.nodes)
+    assert compile_spec(spec, passes=lowering_passes()).source() == fused.source() == pe.compile(
+        spec.model, x, y, name="passes").source()

@@ -143,10 +143,11 @@ def lowering_passes() -> list[tuple[str, object, bool]]:
             ("activation-gradient fusion", fuse_activation_grads, False)]
 
 
-def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
-    """Stage `lower` (in place): lowering_passes() over the training graph and (those that
-    apply) the inference graph, one loop, each result verified."""
-    for what, run, both in lowering_passes():
+def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer, passes: list | None = None) -> None:
+    """Stage `lower` (in place): lowering_passes() (or `passes`, such a list: a bench leaving a
+    fusion out) over the training graph and (those that apply) the inference graph, one
+    loop, each result verified."""
+    for what, run, both in (passes if passes is not None else lowering_passes()):
         if run is _autodiff:
             verify(run(graph, trained, optimizer), what)
             continue
@@ -417,13 +418,14 @@ def compile(*args, **kwargs) -> Program:
     return compile_spec(make_spec(*args, **kwargs))
 
 
-def compile_spec(spec: CompileSpec, exports: dict | None = None, timings: dict | None = None) -> Program:
+def compile_spec(spec: CompileSpec, exports: dict | None = None, timings: dict | None = None,
+                 passes: list | None = None) -> Program:
     """pe.compile's stages for one spec: check → (LoRA) → export → lower → schedule → plan.
     exports: a cache shared by calls whose specs differ only in `update` (and `lora`), e.g.
     the scheme search's: each (lora, name) is exported once and every call lowers a copy.
     timings: when given, each stage's (wall seconds, CPU seconds) is stored in it under the
     stage's name as the stage ends (check, export, lower, lowp, budget, schedule, plan,
-    Program), e.g. bench/compile_profile.py's."""
+    Program), e.g. bench/compile_profile.py's.  passes: lower's (default lowering_passes())."""
     lap = _stage_clock(timings)
     from ..frontends import as_torch_module
     if not isinstance(spec.exact_skip, bool):
@@ -463,7 +465,7 @@ def compile_spec(spec: CompileSpec, exports: dict | None = None, timings: dict |
     for module in adapters:
         trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     restrict_tied_uses(graph, {p: m for p, m in tied_uses.items() if p in trained})
-    lower(graph, forward_graph, trained, optimizer)
+    lower(graph, forward_graph, trained, optimizer, passes)
     lap("lower")
     if lowp != "f32":
         from ..passes.lowp import store_frozen_lowp
