@@ -247,7 +247,7 @@ def _from_array(x, what: str) -> torch.Tensor:
         raise PockError(f"{what} ({type(x).__name__}) could not be read as an array: {e}") from None
     if a.dtype == np.float64:
         a = a.astype(np.float32)
-    elif a.dtype == np.int32:  # lossless; the trainer widens such arrays for this input alike
+    elif a.dtype == np.int32:  # lossless: PyTorch's index type (the trainer then takes int64, as compiled)
         a = a.astype(np.int64)
     if a.dtype == object or a.dtype.kind not in "biuf":
         raise PockError(f"{what} is a {type(x).__name__} of dtype {a.dtype}; PockEngine takes numeric arrays")
