@@ -37,7 +37,7 @@ from ..backends import htp as _htp  # noqa: F401
 from ..backends import coreml as _coreml  # noqa: F401
 from ..backends import reference as _reference  # noqa: F401  (the null backend: the IR in torch, for tests)
 from ..backends import check_backends as _check_backends, split_roles, step_backend
-from ..build.host import MODEL_OPT, cache_dir
+from ..build.host import cache_dir
 from ..codegen import EmitOptions, Source, emit_cpu, emit_options
 from ..errors import PockError
 from ..frontends.torch_export import check_example, export_graph, input_names, resolve_loss, tied_aliases
@@ -52,6 +52,7 @@ from ..passes.dce import eliminate_dead_code
 from ..passes.fuse import fuse_activation_grads, fuse_activations
 from ..passes.schedule import schedule
 from ..passes.tied import restrict_tied_uses
+from ..build.host import MODEL_OPT  # program.build's default model_opt
 
 
 def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str, object]:
