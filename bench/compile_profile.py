@@ -2,13 +2,14 @@
 
     PYTHONPATH=toolchain python bench/compile_profile.py [--layers 30] [--real] [--scheme lora|sparse|full]
 
-Stages timed (program.compile_spec's, one by one): export (one torch.export in train mode
-+ conversion + the derived inference graph; --export-twice: a second export in eval mode
-instead of the derived graph, as before issue 35), lower (autodiff,
-optimizer, DCE, fusion), lowp (frozen bf16), schedule, plan, Program (state
-layout), emit (codegen rendering), g++ (model TUs, cold: POCK_CACHE_DIR is a
-fresh folder unless --warm-runtime), load (dlopen + weights).  Without --real the
-model is a random-init LlamaConfig of SmolLM2-135M's sizes (same graph).
+The one compile path, timed stage by stage: program.compile_spec(spec, timings=...) stores
+each of its stages' wall and CPU seconds: check, export (one torch.export in train mode +
+conversion + the derived inference graph; --export-twice: a second export in eval mode
+instead of the derived graph, as before issue 35), lower (autodiff, optimizer, DCE, fusion),
+lowp (frozen bf16), schedule, plan, Program (state layout); then emit (codegen rendering) and
+build (program.build(..., timings=...): each g++ object's seconds; cold: POCK_CACHE_DIR is a
+fresh folder unless --warm-runtime; + dlopen and weights).  Without --real the model is a
+random-init LlamaConfig of SmolLM2-135M's sizes (same graph).
 """
 from __future__ import annotations
 
@@ -16,10 +17,8 @@ import argparse
 import cProfile
 import os
 import pstats
-import sys
 import tempfile
 import time
-from pathlib import Path
 
 
 def smollm2_like(layers: int):
@@ -30,6 +29,28 @@ def smollm2_like(layers: int):
                       num_attention_heads=9, num_key_value_heads=3, rms_norm_eps=1e-5, rope_theta=1e5,
                       tie_word_embeddings=True, max_position_embeddings=2048)
     return LlamaForCausalLM(cfg).float().train()
+
+
+def reads_training(model):
+    """`model` as an instance of a subclass whose forward reads self.training: program.export
+    exports such a model twice (train and eval mode), as it did every model before issue 35."""
+    base = type(model)
+
+    class ReadsTraining(base):
+        def forward(self, *args, **kwargs):
+            _ = self.training  # a read of `training` (what passes/inference.reads_training looks for)
+            return base.forward(self, *args, **kwargs)
+    model.__class__ = ReadsTraining
+    return model
+
+
+class Printed(dict):
+    """compile_spec's timings, each stage printed as it ends."""
+
+    def __setitem__(self, name, seconds):
+        wall, cpu = seconds
+        print(f"  {name:10s} {wall:8.2f} s  (CPU {cpu:.2f} s)", flush=True)  # CPU: steadier than wall under load
+        super().__setitem__(name, seconds)
 
 
 def main() -> None:
@@ -47,24 +68,15 @@ def main() -> None:
     ap.add_argument("--export-twice", action="store_true",
                     help="as before issue 35: the inference graph from a second, eval-mode export (for before/after)")
     args = ap.parse_args()
-    options = None
-    if args.old_codegen:
-        from pockengine import codegen
-        from pockengine.build import host
-        options, host.MODEL_OPT = codegen.EmitOptions(chunk_nodes=10 ** 9), "-O3"
     if not args.warm_runtime:
         os.environ["POCK_CACHE_DIR"] = tempfile.mkdtemp(prefix="pock-prof-")
     import torch
 
     import pockengine as pe
-    if args.export_twice:  # what program.export does for a model that branches on self.training
-        from pockengine.passes import inference
-        inference.reads_training = lambda model: ["--export-twice"]
+    from pockengine import codegen
+    from pockengine.build.host import MODEL_OPT
     from pockengine.compiler import program as P
-    from pockengine.ops import FULL
-    from pockengine.frontends.torch_export import tied_aliases
-    from pockengine.schemes.lora import apply_lora
-    from pockengine.schemes.quant import check_frozen_dtype
+    options, model_opt = (codegen.EmitOptions(chunk_nodes=10 ** 9), "-O3") if args.old_codegen else (None, MODEL_OPT)
 
     t0 = time.perf_counter()
     if args.real:
@@ -72,73 +84,52 @@ def main() -> None:
         _, model = load_smollm2()
     else:
         model = smollm2_like(args.layers)
-    times = {"load model": time.perf_counter() - t0}
+    if args.export_twice:
+        model = reads_training(model)
+    load_s = time.perf_counter() - t0
     x = torch.randint(0, 49152, (1, args.seq))
     y = torch.randint(0, 49152, (1, args.seq))
     prof = cProfile.Profile() if args.cprofile else None
 
-    def stage(name, fn, *a):
-        t, c = time.perf_counter(), time.process_time()
-        if prof:
-            prof.enable()
-        r = fn(*a)
-        if prof:
-            prof.disable()
-        times[name] = time.perf_counter() - t
-        cpu = time.process_time() - c  # this process's CPU seconds (all threads): steadier than wall time under load
-        print(f"  {name:10s} {times[name]:8.2f} s  (CPU {cpu:.2f} s)", flush=True)
-        return r
-
     n = args.layers
-    upd = "full" if args.scheme == "full" else "none"
+    spec = P.CompileSpec(model, (x,), (y,), optimizer=pe.AdamW(lr=1e-3), name="smollm2_prof", output="logits",
+                         frozen_dtype=args.frozen, update="full" if args.scheme == "full" else "none")
+    if args.scheme == "lora":
+        spec = spec.replace(lora=pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"]))
     if args.scheme == "sparse":
         upd = {"model.norm.weight": 1.0}
-        for i in range(n - 8, n):
+        for i in range(max(0, n - 8), n):  # the last 8 layers
             for p in ("self_attn.*", "mlp.gate_proj.*", "mlp.up_proj.*", "*layernorm*"):
                 upd[f"model.layers.{i}.{p}"] = 1.0
-    trained, _ = P.resolve_trained(model, upd)  # pe.compile's own resolution (program.compile_spec)
-    adapters = {}
-    if args.scheme == "lora":
-        model, adapters = apply_lora(model, pe.LoRA(rank=8, alpha=16, targets=["*.q_proj", "*.v_proj"]))
-        for m in adapters:
-            trained[f"{m}.lora_A"] = trained[f"{m}.lora_B"] = FULL
-    opt = pe.AdamW(lr=1e-3)
-    graph, fwd = stage("export", P.export, model, (x,), (y,), "cross_entropy", "smollm2_prof", "logits", None)
-    print(f"  nodes: train {len(graph.nodes)}, inference {len(fwd.nodes)}")
-    stage("lower", P.lower, graph, fwd, trained, opt)
-    lowp = check_frozen_dtype(args.frozen)
-    if lowp != "f32":
-        from pockengine.passes.lowp import store_frozen_lowp
-        stage("lowp", store_frozen_lowp, [graph, fwd], trained, lowp)
-    sched = stage("schedule", P.schedule_program, graph, fwd)
-    plans = stage("plan", P.plan_program, graph, fwd, sched)
-    prog = stage("Program", P.Program, "smollm2_prof", graph, fwd, opt, trained, tied_aliases(model), sched, plans)
+        spec = spec.replace(update=upd)
+    times = Printed()
+    if prof:
+        prof.enable()
+    prog = P.compile_spec(spec, timings=times)
     print(f"  nodes after lowering: step {len(prog.order)}, inference {len(prog.forward_order)}")
-    source = stage("emit", P.emit, prog, None, None, options)
+    t, c = time.perf_counter(), time.process_time()
+    source = prog.emit(options=options)
+    times["emit"] = (time.perf_counter() - t, time.process_time() - c)
+    if prof:
+        prof.disable()
     print(f"  source: {len(source.text) / 1e6:.2f} MB, {source.text.count(chr(10))} lines")
     if prof:
         prof.dump_stats(args.cprofile)
         pstats.Stats(args.cprofile).sort_stats("cumulative").print_stats(40)
     if not args.no_build:
-        from pockengine.build import host
-        real_run, gxx = host._run, {}
-
-        def timed_run(cmd, what):  # per-object compiler time (the model TU is the long one)
-            t = time.perf_counter()
-            real_run(cmd, what)
-            gxx[Path(cmd[-3]).name] = time.perf_counter() - t
-        host._run = timed_run
-        trainer = stage("build", P.build, prog, source)
-        host._run = real_run
-        model_tu = next((v for k, v in gxx.items() if k.startswith("smollm2_prof")), 0.0)
-        print(f"  g++ model TU {model_tu:.2f} s; runtime+kernels objects {sum(gxx.values()) - model_tu:.2f} s "
-              f"(sum over {len(gxx)} commands, 2 at a time)")
+        gxx = {}  # per-object compiler seconds (the model TU is the long one)
+        t, c = time.perf_counter(), time.process_time()
+        trainer = P.build(prog, source, model_opt=model_opt, timings=gxx)
+        times["build"] = (time.perf_counter() - t, time.process_time() - c)
+        model_tu = sum(v for k, v in gxx.items() if k.startswith("smollm2_prof"))
+        print(f"  g++ model TU {model_tu:.2f} s at {model_opt}; runtime+kernels objects "
+              f"{sum(gxx.values()) - model_tu:.2f} s (sum over {len(gxx)} commands, run in parallel)")
         t = time.perf_counter()
         loss = trainer.step((x.numpy(),), (y.numpy(),))
         print(f"  first step {time.perf_counter() - t:.2f} s, loss {loss:.4f}")
-    total = sum(v for k, v in times.items() if k != "load model")
-    print(f"TOTAL compile+build {total:.1f} s (load model {times['load model']:.1f} s); stages: "
-          + ", ".join(f"{k} {v:.1f}" for k, v in times.items()), flush=True)
+    total = sum(wall for wall, _ in times.values())
+    print(f"TOTAL compile+build {total:.1f} s (load model {load_s:.1f} s); stages: "
+          + ", ".join(f"{k} {wall:.1f}" for k, (wall, _) in times.items()), flush=True)
 
 
 if __name__ == "__main__":

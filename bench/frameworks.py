@@ -139,21 +139,13 @@ def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
                       exact_skip=var["exact_skip"])
     src = ctx.art_dir / f"{prog.name}.cpp"
     src.write_text(prog.source())
-    old = os.environ.get("POCK_RUNTIME_DIR")
+    ref = None
     if var["ref"]:
         ref = os.environ.get("POCK_BENCH_REF_RUNTIME")
         if not ref or not Path(ref, "kernels").is_dir():
             raise RuntimeError("pockengine-ref needs POCK_BENCH_REF_RUNTIME=<a native/runtime directory>")
-        os.environ["POCK_RUNTIME_DIR"] = ref
-    try:
-        flags = (f"-march={var['march']}",) if var["march"] else ()
-        lib = build_shared_library([src], ctx.art_dir, flags)
-    finally:
-        if var["ref"]:
-            if old is None:
-                os.environ.pop("POCK_RUNTIME_DIR", None)
-            else:
-                os.environ["POCK_RUNTIME_DIR"] = old
+    flags = (f"-march={var['march']}",) if var["march"] else ()
+    lib = build_shared_library([src], ctx.art_dir, flags, runtime=ref)
     trainer = load_trainer(prog, lib)
     ckpt = ctx.art_dir / "init.pockckpt"
     trainer.save(ckpt)

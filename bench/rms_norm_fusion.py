@@ -12,7 +12,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import pockengine as pe
-import pockengine.passes.fuse_norm as fuse_norm
+from pockengine.compiler import program as P
 
 HIDDEN = 128
 
@@ -23,13 +23,9 @@ def build(fused: bool):
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, use_cache=False)
     model = LlamaForCausalLM(cfg).train()
     ids = torch.randint(0, 256, (4, 64))
-    real = fuse_norm.fuse_rms_norm, fuse_norm.fuse_swiglu
-    if not fused:
-        fuse_norm.fuse_rms_norm = fuse_norm.fuse_swiglu = lambda g: g
-    try:
-        prog = pe.compile(model, (ids,), (ids,), loss="cross_entropy", output="logits", optimizer=pe.SGD(lr=1e-3))
-    finally:
-        fuse_norm.fuse_rms_norm, fuse_norm.fuse_swiglu = real
+    passes = [p for p in P.lowering_passes() if fused or p[0] not in ("RMSNorm fusion", "SwiGLU fusion")]
+    spec = P.CompileSpec(model, (ids,), (ids,), loss="cross_entropy", output="logits", optimizer=pe.SGD(lr=1e-3))
+    prog = P.compile_spec(spec, passes=passes)  # pe.compile's path, the two fusions left out when not fused
     n = sum(node.op in ("rms_norm", "swiglu") for node in prog.graph.nodes)
     return prog.build(), ids, n
 

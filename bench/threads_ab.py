@@ -24,28 +24,20 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pockengine as pe  # noqa: E402
+from pockengine.compiler import program as P  # noqa: E402
 from models import workloads  # noqa: E402
 from run import percentile  # noqa: E402
 
 
 def build(w, scheme, runtime=None):
-    """A trainer of workload w / scheme, its runtime from `runtime` (POCK_RUNTIME_DIR) when given."""
-    old = os.environ.get("POCK_RUNTIME_DIR")
-    if runtime:
-        os.environ["POCK_RUNTIME_DIR"] = runtime
-    try:
-        torch.manual_seed(0)
-        model = w.make()
-        x, y = w.inputs(torch.Generator().manual_seed(0))
-        tr = pe.compile(model, x, y, loss="cross_entropy", update=w.schemes[scheme](model),
-                        optimizer=pe.SGD(lr=0.01, momentum=0.9)).build()
-    finally:
-        if runtime:
-            if old is None:
-                os.environ.pop("POCK_RUNTIME_DIR")
-            else:
-                os.environ["POCK_RUNTIME_DIR"] = old
-    return tr, x, y
+    """A trainer of workload w / scheme, built against the native/runtime tree `runtime` when
+    given (program.build's runtime=)."""
+    torch.manual_seed(0)
+    model = w.make()
+    x, y = w.inputs(torch.Generator().manual_seed(0))
+    prog = pe.compile(model, x, y, loss="cross_entropy", update=w.schemes[scheme](model),
+                      optimizer=pe.SGD(lr=0.01, momentum=0.9))
+    return P.build(prog, prog.emit(), runtime=runtime or None), x, y
 
 
 def spread(ts):

@@ -281,7 +281,7 @@ def train_rows(task, compiler, schemes, batches, steps: int) -> dict:
             prog = compiler.lora_program(lora, update)
         else:
             prog = compiler.program(update) if own else None
-        stats = prog.stats() if prog is not None else compiler.stats(update)
+        stats = compiler.program_stats(prog) if prog is not None else compiler.stats(update)
         if own:
             trainer = prog.build()
         else:

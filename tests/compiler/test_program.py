@@ -119,3 +119,37 @@ def test_the_unreordered_plan_is_made_only_when_asked_for(monkeypatch):
     made = len(calls)
     prog.stats()
     assert len(calls) == made and prog.plan_no_reorder is prog.plan
+
+
+def test_compile_spec_times_its_stages():
+    """compile_spec(spec, timings=d) stores each stage's (wall s, CPU s) in d as the stage ends
+    (what bench/compile_profile.py prints) and compiles the program pe.compile does."""
+    from pockengine.compiler.program import CompileSpec, compile_spec
+    torch.manual_seed(0)
+    x, y = batches("mlp")[0]
+    model = MODELS["mlp"]()
+    spec = CompileSpec(model, x, y, name="timed", frozen_dtype="bf16", update=SPARSE["mlp"], memory_budget_mb=64)
+    timings = {}
+    prog = compile_spec(spec, timings=timings)
+    assert list(timings) == ["check", "export", "lower", "lowp", "budget", "schedule", "plan", "Program"]
+    assert all(len(t) == 2 and t[0] >= 0 and t[1] >= 0 for t in timings.values())
+    assert prog.source() == pe.compile(model, x, y, name="timed", frozen_dtype="bf16", update=SPARSE["mlp"],
+                                       memory_budget_mb=64).source()
+    untimed = {}
+    compile_spec(spec.replace(memory_budget_mb=None), timings=untimed)
+    assert list(untimed) == ["check", "export", "lower", "lowp", "schedule", "plan", "Program"]  # no budget stage
+
+
+def test_compile_spec_takes_the_lowering_passes():
+    """compile_spec(spec, passes=...) lowers with that list of lowering_passes() (a bench
+    leaving a fusion out, bench/rms_norm_fusion.py) instead of setting a module global."""
+    from pockengine.compiler.program import CompileSpec, compile_spec, lowering_passes
+    torch.manual_seed(0)
+    x, y = batches("mlp")[0]
+    spec = CompileSpec(MODELS["mlp"](), x, y, name="passes")
+    fused = compile_spec(spec)
+    unfused = compile_spec(spec, passes=[p for p in lowering_passes() if p[0] != "activation fusion"])
+    ops = lambda prog: sorted(n.op for n in prog.forward_graph.nodes)  # noqa: E731
+    assert ops(unfused) != ops(fused) and len(unfused.forward_graph.nodes) > len(fused.forward_graph.nodes)
+    assert compile_spec(spec, passes=lowering_passes()).source() == fused.source() == pe.compile(
+        spec.model, x, y, name="passes").source()

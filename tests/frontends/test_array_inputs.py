@@ -42,6 +42,21 @@ def test_array_types_are_converted():
     assert list(check_example({"idx": np.zeros((1, 4), np.int64)}, "example_inputs")[0].shape) == [1, 4]
 
 
+def test_int32_arrays_become_int64():
+    """JAX's and TensorFlow's default integers (int32) are PyTorch's index type, int64: every
+    value kept; a torch tensor keeps its own dtype (as PyTorch, which rejects int32 targets)."""
+    a = np.array([[0, 2**31 - 1, -2**31]], np.int32)
+    (t,) = check_example(ArrayLike(a), "example_targets")
+    assert t.dtype == torch.int64 and t.tolist() == a.tolist()
+    assert check_example((np.zeros(2, np.uint8),), "example_inputs")[0].dtype == torch.uint8
+    assert check_example((torch.zeros(2, dtype=torch.int32),), "example_inputs")[0].dtype == torch.int32
+    (x,), (y,) = batches("mlp")[0]
+    torch.manual_seed(0)
+    model = MLP()
+    want = pe.compile(model, (x,), (y,), name="arr").source()
+    assert pe.compile(model, (x.numpy(),), (y.numpy().astype(np.int32),), name="arr").source() == want
+
+
 @pytest.mark.parametrize("bad, message", [
     ((np.zeros(3, np.float32), "text"), r"example_inputs\[1\] is a str"),
     ([torch.zeros(2), [1.0, 2.0]], r"example_inputs\[1\] is a list"),

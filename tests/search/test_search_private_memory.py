@@ -55,6 +55,9 @@ def test_scheme_costs_count_the_private_memory_of_the_budgeted_program():
     full_floor = _floor(model, batches[0], "full")
     assert full_floor > budget
     assert compiler.stats("full")["private_bytes"] == pytest.approx(full_floor * MIB, abs=1)
+    prog = compiler.program("full")  # the unbudgeted program, nothing set on it: the compiler counts the floor
+    assert compiler.program_stats(prog)["private_bytes"] == compiler.stats("full")["private_bytes"]
+    assert prog.stats()["private_bytes"] >= compiler.stats("full")["private_bytes"]
 
 
 @pytest.mark.slow  # a whole search (contributions, greedy): about a minute

@@ -28,6 +28,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
@@ -49,8 +50,11 @@ BASE_FLAGS = ("-O3", "-std=c++17", "-fPIC", "-fvisibility=hidden", "-pthread")
 MARCH_ENV = "POCK_MARCH"
 # A generated model TU holds only glue (one kernel call per node, in functions of at most
 # EmitOptions.chunk_nodes nodes): -O1 runs it as fast as -O3 and compiles in about half the time
-# (the 30-layer SmolLM2 step: 8.0 s -> 4.4 s).  The runtime and kernels keep -O3.
+# (the 30-layer SmolLM2 step: 8.0 s -> 4.4 s).  The runtime and kernels keep -O3.  A constant: the
+# default of the builds' model_opt= (build_shared_library, the Android and iOS builds), which a
+# caller passes explicitly to build otherwise (bench/compile_profile.py --old-codegen: -O3).
 MODEL_OPT = "-O1"
+_OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz", "-Og", "-Ofast")
 CACHE_VERSION = "cache-v2"  # entries with digests (build/cache.py); older entries are never read
 
 
@@ -63,9 +67,20 @@ def march_flags() -> tuple[str, ...]:
 _STDERR_TAIL = 4000
 
 
-def runtime_dir() -> Path:
-    """native/runtime as shipped in the package (POCK_RUNTIME_DIR overrides it)."""
+def runtime_dir(runtime=None) -> Path:
+    """The runtime tree a build compiles: `runtime` when given (a build against another tree's
+    native/runtime, e.g. a bench timing the kernels before a change), else native/runtime as
+    shipped in the package (the POCK_RUNTIME_DIR environment variable overrides that)."""
+    if runtime is not None:
+        return Path(runtime)
     return Path(os.environ.get("POCK_RUNTIME_DIR", PACKAGE_CODEGEN / "runtime"))
+
+
+def model_flags(flags: Sequence[str], model_opt: str = MODEL_OPT) -> tuple[str, ...]:
+    """The flags of a generated model TU: `flags` (the runtime's) with -O3 made `model_opt`."""
+    if model_opt not in _OPT_LEVELS:
+        raise PockError(f"model_opt must be one of {', '.join(_OPT_LEVELS)}, got {model_opt!r}")
+    return tuple(model_opt if f == "-O3" else f for f in flags)
 
 
 def cache_dir() -> Path:
@@ -99,8 +114,8 @@ def _compiler_id(cxx: tuple[str, ...]) -> str:
     return r.stdout
 
 
-def runtime_sources(kernels: bool = True) -> list[Path]:
-    rt = runtime_dir()
+def runtime_sources(kernels: bool = True, runtime=None) -> list[Path]:
+    rt = runtime_dir(runtime)
     srcs = sorted(rt.glob("*.cpp"))
     srcs += sorted((rt / "tokenizer").glob("*.cpp"))  # pock_tokenizer_* (pock.h), in every model library
     if kernels:
@@ -193,17 +208,19 @@ def check_defines_model(lib: Path) -> None:
 
 
 def compile_objects(jobs: Sequence[tuple[Path, tuple[str, ...], str]], cxx: Sequence[str], *, subdir: str = "obj",
-                    what: str = "C++ compilation", compiler_id: str | None = None) -> list[Path]:
+                    what: str = "C++ compilation", compiler_id: str | None = None, runtime=None,
+                    timings: dict | None = None) -> list[Path]:
     """Compile each (source, flags, headers key) with `cxx` into the object cache
     cache_dir()/subdir, keyed by the compiler (`compiler_id`, default its --version),
     the command, the flags, the headers key (a digest of the headers the source sees)
     and the source's name and bytes.  Missing objects are built in parallel, each
     atomically under a file lock (pytest-xdist workers share the cache).  The key names
-    the runtime directory as <runtime>: the same runtime installed elsewhere (a checkout,
-    a wheel) is the same object."""
+    the runtime directory (`runtime`, default runtime_dir()) as <runtime>: the same runtime
+    installed elsewhere (a checkout, a wheel) is the same object.  timings: when given, each
+    object compiled here stores its compiler's wall seconds in it under the source's name."""
     cxx = tuple(cxx)
     cid = _compiler_id(cxx) if compiler_id is None else compiler_id
-    rt = str(runtime_dir())
+    rt = str(runtime_dir(runtime))
     objs = []
     for src, flags, headers_key in jobs:
         h = hashlib.sha256()
@@ -211,13 +228,19 @@ def compile_objects(jobs: Sequence[tuple[Path, tuple[str, ...], str]], cxx: Sequ
             h.update(part.encode() + b"\0")
         h.update(src.read_bytes())
         obj = cache_dir() / subdir / f"{src.stem}-{h.hexdigest()[:24]}.o"
-        objs.append((obj, lambda tmp, src=src, flags=flags: [*cxx, *flags, "-c", str(src), "-o", str(tmp)]))
-    todo = [(obj, cmd) for obj, cmd in objs if not cache.entry_ok(obj)]
+        objs.append((obj, lambda tmp, src=src, flags=flags: [*cxx, *flags, "-c", str(src), "-o", str(tmp)], src))
+    todo = [(obj, cmd, src) for obj, cmd, src in objs if not cache.entry_ok(obj)]
+
+    def produce(obj, cmd, src):
+        t = time.perf_counter()
+        _produce(obj, cmd, what)
+        if timings is not None:
+            timings[src.name] = time.perf_counter() - t
     if todo:
         with ThreadPoolExecutor(max_workers=min(len(todo), os.cpu_count() or 1)) as pool:
-            for f in [pool.submit(_produce, obj, cmd, what) for obj, cmd in todo]:
+            for f in [pool.submit(produce, *job) for job in todo]:
                 f.result()
-    return [obj for obj, _ in objs]
+    return [obj for obj, _, _ in objs]
 
 
 def build_shared_library(
@@ -227,6 +250,9 @@ def build_shared_library(
     *,
     kernels: bool = True,
     name: str | None = None,
+    model_opt: str = MODEL_OPT,
+    runtime=None,
+    timings: dict | None = None,
 ) -> Path:
     """Compile the model TU(s) in `sources` with the runtime (and, when
     `kernels`, every kernel) into a shared library and copy it into out_dir.
@@ -236,6 +262,9 @@ def build_shared_library(
     named `name` when given, else lib<first source stem>-<key>.so: a new name
     for new contents, so a process never dlopen()s a stale library of the same
     name.  A compiler failure raises PockError with the end of its output.
+    model_opt: the model TUs' optimisation level (the runtime and kernels keep -O3);
+    runtime: the native/runtime tree to build with (default runtime_dir()).  Both are in
+    every cache key (the flags, the sources and headers).  timings: compile_objects'.
     """
     sources = [Path(s).resolve() for s in sources]
     if not sources:
@@ -243,16 +272,16 @@ def build_shared_library(
     for s in sources:
         if not s.is_file():
             raise PockError(f"build_shared_library: source {str(s)!r} does not exist")
-    rt = runtime_dir()
+    rt = runtime_dir(runtime)
     cxx = compiler()
     flags = (*BASE_FLAGS, *march_flags(), "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
     runtime_headers = _digest(sorted(rt.rglob("*.h")))
 
-    jobs = [(s, flags, runtime_headers) for s in runtime_sources(kernels)]
-    model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)
+    jobs = [(s, flags, runtime_headers) for s in runtime_sources(kernels, rt)]
+    tu_flags = model_flags(flags, model_opt)
     for i, s in enumerate(sources):  # a model TU also sees the headers beside it; first: the longest jobs
-        jobs.insert(i, (s, (*model_flags, "-I", str(s.parent)), runtime_headers + _digest(sorted(s.parent.glob("*.h")))))
-    obj_paths = compile_objects(jobs, cxx)
+        jobs.insert(i, (s, (*tu_flags, "-I", str(s.parent)), runtime_headers + _digest(sorted(s.parent.glob("*.h")))))
+    obj_paths = compile_objects(jobs, cxx, runtime=rt, timings=timings)
     objs = [str(obj) for obj in obj_paths]
     key = hashlib.sha256("\0".join([CACHE_VERSION, _compiler_id(cxx), *cxx, *content_key(obj_paths), *flags])
                          .encode()).hexdigest()[:24]

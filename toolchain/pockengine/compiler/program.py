@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import fnmatch
 import math
+import time
 from dataclasses import dataclass
 
 import torch.nn as nn
@@ -51,6 +52,7 @@ from ..passes.dce import eliminate_dead_code
 from ..passes.fuse import fuse_activation_grads, fuse_activations
 from ..passes.schedule import schedule
 from ..passes.tied import restrict_tied_uses
+from ..build.host import MODEL_OPT  # program.build's default model_opt
 
 
 def resolve_update(named_params: dict[str, tuple[int, ...]], update) -> dict[str, object]:
@@ -142,10 +144,11 @@ def lowering_passes() -> list[tuple[str, object, bool]]:
             ("activation-gradient fusion", fuse_activation_grads, False)]
 
 
-def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer) -> None:
-    """Stage `lower` (in place): lowering_passes() over the training graph and (those that
-    apply) the inference graph, one loop, each result verified."""
-    for what, run, both in lowering_passes():
+def lower(graph: Graph, forward_graph: Graph, trained: dict, optimizer: Optimizer, passes: list | None = None) -> None:
+    """Stage `lower` (in place): lowering_passes() (or `passes`, such a list: a bench leaving a
+    fusion out) over the training graph and (those that apply) the inference graph, one
+    loop, each result verified."""
+    for what, run, both in (passes if passes is not None else lowering_passes()):
         if run is _autodiff:
             verify(run(graph, trained, optimizer), what)
             continue
@@ -351,11 +354,15 @@ def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = 
     return source
 
 
-def build(prog: Program, source: Source, out_dir=None):
+def build(prog: Program, source: Source, out_dir=None, *, model_opt: str = MODEL_OPT, runtime=None,
+          timings: dict | None = None):
     """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
-    prog's weights; the library is exactly `source` (build/package.build_step)."""
+    prog's weights; the library is exactly `source` (build/package.build_step).  model_opt:
+    the model TU's optimisation level (default -O1); runtime: another native/runtime tree to
+    build with (a bench timing the runtime before a change); both in the build cache's keys.
+    timings: when given, each object compiled stores its compiler's wall seconds in it."""
     from ..build.package import build_step
-    return build_step(prog, source, out_dir)
+    return build_step(prog, source, out_dir, model_opt=model_opt, runtime=runtime, timings=timings)
 
 
 _cache_dir = cache_dir  # the old name
@@ -411,10 +418,15 @@ def compile(*args, **kwargs) -> Program:
     return compile_spec(make_spec(*args, **kwargs))
 
 
-def compile_spec(spec: CompileSpec, exports: dict | None = None) -> Program:
+def compile_spec(spec: CompileSpec, exports: dict | None = None, timings: dict | None = None,
+                 passes: list | None = None) -> Program:
     """pe.compile's stages for one spec: check → (LoRA) → export → lower → schedule → plan.
     exports: a cache shared by calls whose specs differ only in `update` (and `lora`), e.g.
-    the scheme search's: each (lora, name) is exported once and every call lowers a copy."""
+    the scheme search's: each (lora, name) is exported once and every call lowers a copy.
+    timings: when given, each stage's (wall seconds, CPU seconds) is stored in it under the
+    stage's name as the stage ends (check, export, lower, lowp, budget, schedule, plan,
+    Program), e.g. bench/compile_profile.py's.  passes: lower's (default lowering_passes())."""
+    lap = _stage_clock(timings)
     from ..frontends import as_torch_module
     if not isinstance(spec.exact_skip, bool):
         raise PockError(f"exact_skip must be True or False, got {spec.exact_skip!r}")
@@ -434,6 +446,7 @@ def compile_spec(spec: CompileSpec, exports: dict | None = None) -> Program:
     check_compute_dtype(spec.compute_dtype)
     resolve_loss(spec.loss)  # fail fast on bad arguments, before the (slow) exports
     trained, tied_uses = resolve_trained(model, spec.update)
+    lap("check")
     key = (repr(spec.lora), name)
     if exports is not None and key in exports:
         lora_model, adapters, graph, forward_graph = exports[key]
@@ -448,24 +461,47 @@ def compile_spec(spec: CompileSpec, exports: dict | None = None) -> Program:
             exports[key] = (lora_model, adapters, graph, forward_graph)
     if exports is not None:  # lower a copy: the cached export serves the next scheme
         graph, forward_graph = graph.clone()[0], forward_graph.clone()[0]
+    lap("export")
     for module in adapters:
         trained[f"{module}.lora_A"] = trained[f"{module}.lora_B"] = FULL
     restrict_tied_uses(graph, {p: m for p, m in tied_uses.items() if p in trained})
-    lower(graph, forward_graph, trained, optimizer)
+    lower(graph, forward_graph, trained, optimizer, passes)
+    lap("lower")
     if lowp != "f32":
         from ..passes.lowp import store_frozen_lowp
         store_frozen_lowp([graph, forward_graph], trained, lowp)
     apply_compute_dtype([graph, forward_graph], trained, spec.compute_dtype, lowp)  # frozen products in bf16/fp16
+    lap("lowp")
     from ..memory.budget import fit_budget  # memory_budget_mb: what the backward pass recomputes
     recompute_flops = fit_budget(graph, forward_graph, trained, spec.exact_skip, spec.memory_budget_mb) \
         if spec.memory_budget_mb is not None else 0
+    if spec.memory_budget_mb is not None:
+        lap("budget")
     sched = schedule_program(graph, forward_graph, spec.exact_skip)
+    lap("schedule")
     plans = plan_program(graph, forward_graph, sched)
+    lap("plan")
     from ..codegen.decoder import recognize
-    return Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, spec.exact_skip,
+    prog = Program(name, graph, forward_graph, optimizer, trained, tied_aliases(model), sched, plans, spec.exact_skip,
                    lora_adapters=adapters, lora_model=lora_model if spec.lora is not None else None,
                    decoder=recognize(lora_model, adapters),  # generation's view of a Llama-family LM, else None
                    recompute_flops=recompute_flops)
+    lap("Program")
+    return prog
+
+
+def _stage_clock(timings: dict | None):
+    """compile_spec's stage clock: lap(name) stores (wall s, CPU s) since the previous lap (or
+    the start) in timings[name]; a no-op without timings."""
+    if timings is None:
+        return lambda name: None
+    last = [time.perf_counter(), time.process_time()]
+
+    def lap(name: str) -> None:
+        now = [time.perf_counter(), time.process_time()]
+        timings[name] = (now[0] - last[0], now[1] - last[1])
+        last[:] = now
+    return lap
 
 
 def resolve_trained(model: nn.Module, update) -> tuple[dict, dict]:

@@ -207,7 +207,9 @@ def check_example(tensors, what: str) -> tuple:
     """Example inputs/targets as a tuple of torch tensors.  Besides torch tensors, any array
     type (NumPy, JAX, TensorFlow: whatever has __array__, what a Keras, JAX or ONNX user has
     at hand) is taken and converted (float64 arrays become float32, as those frameworks
-    compute); a dict {forward argument name: tensor} gives keyword inputs, in its order."""
+    compute; int32 arrays, JAX's and TensorFlow's default integers, become int64, PyTorch's
+    index type, as class targets and token ids need); a dict {forward argument name: tensor}
+    gives keyword inputs, in its order."""
     if isinstance(tensors, Mapping):  # keyword inputs: the step takes them in the dict's order
         if not all(isinstance(k, str) for k in tensors):
             raise PockError(f"{what} given as a dict must map forward() argument names to tensors")
@@ -245,6 +247,8 @@ def _from_array(x, what: str) -> torch.Tensor:
         raise PockError(f"{what} ({type(x).__name__}) could not be read as an array: {e}") from None
     if a.dtype == np.float64:
         a = a.astype(np.float32)
+    elif a.dtype == np.int32:  # lossless: PyTorch's index type (the trainer then takes int64, as compiled)
+        a = a.astype(np.int64)
     if a.dtype == object or a.dtype.kind not in "biuf":
         raise PockError(f"{what} is a {type(x).__name__} of dtype {a.dtype}; PockEngine takes numeric arrays")
     return torch.from_numpy(np.ascontiguousarray(a).copy())

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..build.host import ROOT, _compiler_id, _digest, _locked, _produce, build_shared_library, cache_dir, content_key, \
-    MODEL_OPT, compile_objects, runtime_dir, runtime_sources
+    MODEL_OPT, compile_objects, model_flags, runtime_dir, runtime_sources
 from ..backends import check_backends, get, registered, split_roles
 from ..build.package import Target, package, write_initial_bundle  # noqa: F401  (tests/sdk_android's JVM models)
 from ..errors import PockError
@@ -75,8 +75,9 @@ LINK_FLAGS = ("-shared", "-static-libstdc++", "-Wl,--exclude-libs,ALL", "-Wl,--n
 
 # ----------------------------------------------------------------------------- entry point
 def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = ("arm64-v8a",), cxx: str | None = None,
-                  backends=None, spec=None) -> dict:
-    """Build the AAR and its companions in out/; returns {label: path}."""
+                  backends=None, spec=None, model_opt: str = MODEL_OPT) -> dict:
+    """Build the AAR and its companions in out/; returns {label: path}.  model_opt: the model
+    TU's optimisation level (build/host.MODEL_OPT, -O1, by default)."""
     soc_info = get_soc(soc)
     abis = list(dict.fromkeys(abis or [soc_info.abi]))
     unknown = [a for a in abis if a not in ABIS]
@@ -97,7 +98,7 @@ def build_android(prog, out, soc: str = "generic-arm64", abis: Sequence[str] = (
     def compile_abis(step, source, cpp: Path) -> dict:
         libs = {}
         for abi, (tool, flags) in toolchains.items():
-            lib = build_native_library(cpp, tool, flags, f"libpock_{step.name}.so")
+            lib = build_native_library(cpp, tool, flags, f"libpock_{step.name}.so", model_opt)
             dest = cpp.parent / "jni" / abi / f"libpock_{step.name}.so"
             dest.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(lib, dest)
@@ -181,16 +182,17 @@ def _supported_march(tool: tuple[str, ...], soc: Soc) -> str:
 
 
 # ----------------------------------------------------------------------------- natives
-def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: tuple[str, ...], soname: str) -> Path:
-    """Compile the model TU, the runtime, the kernels and pock_jni.cpp with `tool`
-    and link them into one shared library (cached); returns its cache path."""
+def build_native_library(model_cpp: Path, tool: tuple[str, ...], target_flags: tuple[str, ...], soname: str,
+                         model_opt: str = MODEL_OPT) -> Path:
+    """Compile the model TU (at model_opt), the runtime, the kernels and pock_jni.cpp with
+    `tool` and link them into one shared library (cached); returns its cache path."""
     rt = runtime_dir()
     flags = (*BASE_FLAGS, *target_flags, "-I", str(rt / "include"), "-I", str(rt))
     headers = _digest(sorted(rt.rglob("*.h")))
     model_cpp = Path(model_cpp).resolve()
     jobs = [(src, flags, headers) for src in runtime_sources()]
-    model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
-    jobs.append((model_cpp, (*model_flags, "-I", str(model_cpp.parent)), headers))
+    tu_flags = model_flags(flags, model_opt)  # as build/host.py: the glue at -O1 by default
+    jobs.append((model_cpp, (*tu_flags, "-I", str(model_cpp.parent)), headers))
     jobs.append((JNI_SOURCE, (*flags, *_jni_include_flags(tool)), headers))
     objs = compile_objects(jobs, tool, subdir="android/obj", what="C++ compilation (android)")
     paths = [str(o) for o in objs]

@@ -27,6 +27,7 @@ outputs.
 """
 from __future__ import annotations
 
+import functools
 import plistlib
 import platform
 import shutil
@@ -35,7 +36,7 @@ import sys
 from pathlib import Path
 
 from ..backends import check_backends, get, split_roles
-from ..build.host import MODEL_OPT, _digest, compile_objects, runtime_dir, runtime_sources
+from ..build.host import MODEL_OPT, _digest, compile_objects, model_flags, runtime_dir, runtime_sources
 from ..build.package import Target, package
 from ..errors import PockError
 from .macho import CPU_ARM64, CPU_X86_64, write_fat
@@ -81,21 +82,23 @@ def ios_backends(backends=None, coreml: bool = False) -> list[str]:
 
 
 def build_ios(prog, out: Path, coreml: bool = False, spec: dict | None = None, fp16: bool = True,
-              backends=None) -> dict:
+              backends=None, model_opt: str = MODEL_OPT) -> dict:
     """Write the XCFramework, the bundle and the Swift package for prog into out; returns {label: path}.
 
     backends: the registered backends to build with (default ["cpu"]); a prefix backend among
-    them (coreml=True adds "coreml") runs the frozen prefix, exported by its export hook."""
+    them (coreml=True adds "coreml") runs the frozen prefix, exported by its export hook.
+    model_opt: the model TU's optimisation level (build/host.MODEL_OPT, -O1, by default)."""
     backends = ios_backends(backends, coreml)
-    target = Target("ios", _compile_xcframework, _swift_layout, prefix_soc="ios",
+    target = Target("ios", functools.partial(_compile_xcframework, model_opt=model_opt), _swift_layout,
+                    prefix_soc="ios",
                     prefix_kwargs=(("name", prog.name), ("fp16", fp16)))
     return package(prog, backends, target, out)
 
 
-def _compile_xcframework(step, source, cpp: Path) -> dict:
+def _compile_xcframework(step, source, cpp: Path, model_opt: str = MODEL_OPT) -> dict:
     """The written source as an XCFramework of static libraries (device + simulator slices)."""
     return {"xcframework": build_xcframework(cpp, cpp.parent / f"{swift_name(step.name)}.xcframework",
-                                             f"libpock_{step.name}.a")}
+                                             f"libpock_{step.name}.a", model_opt)}
 
 
 def _swift_layout(step, source, out: Path, libraries: dict, weights: Path, bundle: Path, prefix_entry) -> dict:
@@ -145,15 +148,16 @@ def _zig_version() -> str:
     return r.stdout.strip()
 
 
-def compile_ios_objects(sources: list[Path], zig_target: str, arch: str) -> list[Path]:
-    """Compile sources for one target (cached by content hash), in parallel."""
+def compile_ios_objects(sources: list[Path], zig_target: str, arch: str, model_opt: str = MODEL_OPT) -> list[Path]:
+    """Compile sources for one target (cached by content hash), in parallel; the model TU at
+    model_opt, the runtime's at -O3."""
     rt = runtime_dir()
     flags = (*FLAGS, "-I", str(rt / "include"), "-I", str(rt))
     headers = _digest(sorted(rt.rglob("*.h")))
     cmd, compiler_id = _compiler(zig_target, arch)
-    model_flags = tuple(MODEL_OPT if f == "-O3" else f for f in flags)  # as build/host.py: the glue at -O1
+    tu_flags = model_flags(flags, model_opt)  # as build/host.py: the glue at -O1 by default
     runtime = {Path(s).resolve() for s in runtime_sources()}
-    jobs = [(src, flags if Path(src).resolve() in runtime else model_flags, headers) for src in sources]
+    jobs = [(src, flags if Path(src).resolve() in runtime else tu_flags, headers) for src in sources]
     return compile_objects(jobs, cmd, subdir=f"ios/{zig_target}",
                            what=f"iOS compilation ({zig_target})", compiler_id=compiler_id)
 
@@ -172,12 +176,12 @@ def static_library(objs: list[Path], out: Path) -> Path:
     return out
 
 
-def build_slice(model_cpp: Path, identifier: str, work: Path, lib_name: str) -> Path:
+def build_slice(model_cpp: Path, identifier: str, work: Path, lib_name: str, model_opt: str = MODEL_OPT) -> Path:
     """The static library of one XCFramework slice (universal when it has several CPUs)."""
     sources = [*runtime_sources(), Path(model_cpp).resolve()]
     thin = []
     for zig_target, arch, cpu in SLICES[identifier]:
-        objs = compile_ios_objects(sources, zig_target, arch)
+        objs = compile_ios_objects(sources, zig_target, arch, model_opt)
         thin.append((cpu, static_library(objs, work / zig_target / lib_name)))
     lib = work / identifier / lib_name
     if len(thin) == 1:
@@ -198,10 +202,10 @@ def _headers(dest: Path) -> Path:
     return dest
 
 
-def build_xcframework(model_cpp: Path, xcf: Path, lib_name: str) -> Path:
+def build_xcframework(model_cpp: Path, xcf: Path, lib_name: str, model_opt: str = MODEL_OPT) -> Path:
     """<Model>.xcframework with an ios-arm64 and an ios-arm64_x86_64-simulator static library."""
     work = xcf.parent / "build-ios"
-    libs = {ident: build_slice(model_cpp, ident, work, lib_name) for ident in SLICES}
+    libs = {ident: build_slice(model_cpp, ident, work, lib_name, model_opt) for ident in SLICES}
     shutil.rmtree(xcf, ignore_errors=True)
     if _xcode():
         headers = _headers(work / "Headers")

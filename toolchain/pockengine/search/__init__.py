@@ -37,6 +37,7 @@ import os
 import re
 import tempfile
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -205,6 +206,7 @@ class SchemeCompiler:
         self.frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
         self.aliases = tied_aliases(model)
         self._stats: dict[tuple, dict] = {}
+        self._floors = weakref.WeakKeyDictionary()  # program -> the private bytes its budget would need
         self.compiles = 0
 
     @property
@@ -234,8 +236,8 @@ class SchemeCompiler:
     def program(self, update) -> Program:
         """The scheme's Program: pe.compile(**the spec's keywords, update=update), exported once.
         A scheme whose step cannot meet the keywords' memory_budget_mb gets its unbudgeted
-        program (recomputation changes no bits, so its training is the same) with
-        `unreachable_private_bytes`, the smallest private memory the compiler names."""
+        program (recomputation changes no bits, so its training is the same); its
+        program_stats() count the smallest private memory the compiler names."""
         prog = self._compile(self.spec.replace(update=update))
         self.compiles += 1
         return prog
@@ -248,10 +250,15 @@ class SchemeCompiler:
             if m is None:
                 raise
         prog = compile_spec(spec.replace(memory_budget_mb=None), self._exports)
-        prog.unreachable_private_bytes = floor = math.ceil(float(m.group(1)) * MIB)
-        unbudgeted = prog.stats
-        prog.stats = lambda: dict(unbudgeted(), private_bytes=floor)  # what the budget would need
+        self._floors[prog] = math.ceil(float(m.group(1)) * MIB)
         return prog
+
+    def program_stats(self, prog: Program) -> dict:
+        """prog.stats() of a program this compiler made (program(), lora_program()); one whose
+        memory_budget_mb was out of reach counts, as its private_bytes, the smallest private
+        memory the compiler names: what the budget would need."""
+        floor = self._floors.get(prog)
+        return prog.stats() if floor is None else dict(prog.stats(), private_bytes=floor)
 
     @property
     def counts_private(self) -> bool:
@@ -277,7 +284,7 @@ class SchemeCompiler:
         """prog.stats() of the scheme's compiled program (cached by what it trains)."""
         key = self.scheme_key(update)
         if key not in self._stats:
-            self._stats[key] = self.program(update).stats()
+            self._stats[key] = self.program_stats(self.program(update))
         return self._stats[key]
 
 

@@ -215,7 +215,7 @@ def lora_baselines(model: nn.Module, compiler, cost, limits: dict, ranks=LORA_RA
 
         def at(r):
             lora = LoRA(rank=r, alpha=2.0 * r, targets=tuple(n for n, _ in tgt))
-            return lora, cost(compiler.lora_program(lora, upd).stats())
+            return lora, cost(compiler.program_stats(compiler.lora_program(lora, upd)))
 
         where = (" all block linears" if inside else " all linears") if tgt is targets else ""
         lora, c = at(rs[0])
@@ -238,7 +238,7 @@ def explicit_lora(compiler, cost, limits: dict, given) -> list[Measured]:
     """[(label, pe.LoRA, sparse update dict)] -> Measured LoRA schemes (fits checked)."""
     out = []
     for label, lora, upd in given:
-        c = cost(compiler.lora_program(lora, dict(upd)).stats())
+        c = cost(compiler.program_stats(compiler.lora_program(lora, dict(upd))))
         out.append(Measured(label, (), dict(upd), c, fits(c, limits), None, lora))
     return out
 
