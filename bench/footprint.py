@@ -402,8 +402,10 @@ NOTES = """
   reaches (every block recomputed from its input), as its PockError names it; the other budgets are
   the issue's targets (64 / 160 / 128 MiB) less 2 MiB for the runtime.
 - vs unbudgeted: s/step against the row without a budget, measured one after the other (noisy on a
-  loaded machine), and the compiled step's FLOPs against the unbudgeted one's (exact); losses, weights: the budgeted run's per-step losses and final checkpoint compared
-  bit for bit with the unbudgeted run's.
+  loaded machine; with --repeat N the rows' drivers run interleaved N times, medians), in brackets the
+  CPU time of the process (CLOCK_PROCESS_CPUTIME_ID: what a loaded machine's preemption leaves out),
+  and the compiled step's FLOPs against the unbudgeted one's (exact); losses, weights: the budgeted
+  run's per-step losses and final checkpoint compared bit for bit with the unbudgeted run's.
 - PyTorch: the same LoRA in fp32 with torch.utils.checkpoint per decoder layer, one thread; peak RSS
   (VmHWM) of its own process.
 """
