@@ -333,7 +333,9 @@ def table(rows: list[tuple[str, dict]]) -> str:
         vs = f"{r['time_vs_unbudgeted']:.2f}x" if "time_vs_unbudgeted" in r else "-"
         if "cpu_vs_unbudgeted" in r:
             vs += f" ({r['cpu_vs_unbudgeted']:.2f}x)"
-        secs = f"{r['ms_per_step'] / 1e3:.1f}" + (f" ({r['cpu_ms_per_step'] / 1e3:.1f})" if "cpu_ms_per_step" in r else "")
+        secs = f"{r['ms_per_step'] / 1e3:.1f}"
+        if "cpu_ms_per_step" in r:
+            secs += f" ({r['cpu_ms_per_step'] / 1e3:.1f})"
         if "time_vs_unbudgeted" in r and "flops_per_step" in r:
             vs += f", {r.get('flops_vs_unbudgeted', 1 + r['recompute_flops'] / (r['flops_per_step'] - r['recompute_flops'])):.2f}x"
         same = "-" if "losses_identical" not in r else (
