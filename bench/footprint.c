@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "pock.h"
@@ -120,11 +121,14 @@ static void report(const char* when, const char* ckpt) {
          when, proc_kb("/proc/self/status", "VmHWM"), when, rss, when, dirty, when, clean);
 }
 
-static double now_ms(void) {
+static double clock_ms(clockid_t id) {
   struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
+  clock_gettime(id, &ts);
   return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+static double now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
+/* CPU time of the process (every thread): a step's time less what a loaded machine took away */
+static double cpu_ms(void) { return clock_ms(CLOCK_PROCESS_CPUTIME_ID); }
 
 int main(int argc, char** argv) {
   if (argc < 3) {
@@ -146,15 +150,21 @@ int main(int argc, char** argv) {
   check(pock_open(argv[1], &t), "pock_open");
   check(pock_set_num_threads(t, threads), "pock_set_num_threads");
   report("open", argv[1]);
-  double t0 = 0.0;
+  double t0 = 0.0, c0 = 0.0;
+  struct rusage u0, u1;
+  memset(&u0, 0, sizeof u0);
   for (int s = 0; s < steps; ++s) {
-    if (s == 1) t0 = now_ms();
+    if (s == 1) t0 = now_ms(), c0 = cpu_ms(), getrusage(RUSAGE_SELF, &u0);
     float loss = 0.0f;
     const pock_status st = pock_step(t, inputs, n_in, targets, n_tg, &loss);
     if (st != POCK_ERR_NONFINITE) check(st, "pock_step");  /* a skipped step still ran */
     printf("loss%d=%.9g ", s, (double)loss);                 /* 9 digits: the float exactly */
   }
   const double ms = steps > 1 ? (now_ms() - t0) / (steps - 1) : 0.0;
+  const double cpu = steps > 1 ? (cpu_ms() - c0) / (steps - 1) : 0.0;
+  getrusage(RUSAGE_SELF, &u1); /* page faults and waits of the timed steps (all of them when STEPS < 2) */
+  printf("timed_minflt=%ld timed_majflt=%ld timed_nvcsw=%ld timed_nivcsw=%ld ", u1.ru_minflt - u0.ru_minflt,
+         u1.ru_majflt - u0.ru_majflt, u1.ru_nvcsw - u0.ru_nvcsw, u1.ru_nivcsw - u0.ru_nivcsw);
   report("train", argv[1]);
   const char* dump = getenv("FOOTPRINT_SMAPS"); /* a copy of /proc/self/smaps after training there */
   if (dump && *dump) {
@@ -165,7 +175,7 @@ int main(int argc, char** argv) {
     if (in) fclose(in);
     if (out) fclose(out);
   }
-  printf("ms_per_step=%.2f steps=%d threads=%d\n", ms, steps, threads);
+  printf("ms_per_step=%.2f cpu_ms_per_step=%.2f steps=%d threads=%d\n", ms, cpu, steps, threads);
   if (argc > 5) check(pock_save(t, argv[5]), "pock_save");
   pock_close(t);
   return 0;

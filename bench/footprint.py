@@ -113,29 +113,55 @@ def compile_smollm2(seq: int, budget_mb=None):
     return compile_row("smollm2", "lora", seq, budget_mb)
 
 
-def pockengine_row(seq: int, steps: int, budget_mb, work: Path, model: str = "smollm2", scheme: str = "lora",
-                   exports=None, prog=None) -> dict:
-    """Compile (unless `prog` is given), build, write the initial checkpoint and measure; the
-    final state is saved to work/<row>.final.pockckpt (row["final"])."""
+def prepare_row(seq: int, budget_mb, work: Path, model: str = "smollm2", scheme: str = "lora", exports=None,
+                prog=None) -> dict:
+    """Compile (unless `prog` is given), build the library and its driver and write the initial
+    checkpoint: {"driver", "ckpt", "final" (where a run saves its final state), "stats"...}."""
     from pockengine.runtime.checkpoint import write_initial_checkpoint
     import time
     t0 = time.perf_counter()
     prog = prog or compile_row(model, scheme, seq, budget_mb, exports)
-    tag = f"{model}_{scheme}_{seq}_{'none' if budget_mb is None else 'budget'}"
+    tag = f"{model}_{scheme}_{seq}_{'none' if budget_mb is None else 'budget_' + format(budget_mb, 'g')}"
     trainer = prog.build()
     compile_s = time.perf_counter() - t0
     ckpt = write_initial_checkpoint(prog, work / f"{tag}.pockckpt")
     driver = build_driver(trainer.lib_path, work / f"footprint_{tag}")
     trainer.close()
     st = prog.stats()
-    final = work / f"{tag}.final.pockckpt"
-    row = measure(driver, ckpt, steps, 1, MODELS[model][2], save=final)
-    row.update(arena_mib=st["arena_bytes"] / 2**20, state_mib=st["state_bytes"] / 2**20,
-               private_mib=st.get("private_bytes", st["arena_bytes"] + st["state_bytes"]) / 2**20,
-               mapped_mib=st.get("mapped_bytes", 0) / 2**20, recompute_flops=st.get("recompute_flops", 0),
-               flops_per_step=st["flops_per_step"], compile_build_s=round(compile_s, 1),
-               optimizer_state_mib=st["optimizer_state_bytes"] / 2**20, final=str(final))
-    os.unlink(ckpt)
+    stats = dict(arena_mib=st["arena_bytes"] / 2**20, state_mib=st["state_bytes"] / 2**20,
+                 private_mib=st.get("private_bytes", st["arena_bytes"] + st["state_bytes"]) / 2**20,
+                 mapped_mib=st.get("mapped_bytes", 0) / 2**20, recompute_flops=st.get("recompute_flops", 0),
+                 flops_per_step=st["flops_per_step"], compile_build_s=round(compile_s, 1),
+                 optimizer_state_mib=st["optimizer_state_bytes"] / 2**20)
+    return {"driver": driver, "ckpt": ckpt, "final": work / f"{tag}.final.pockckpt", "vocab": MODELS[model][2],
+            "stats": stats}
+
+
+def run_row(prep: dict, steps: int) -> dict:
+    """One run of a prepared row's driver: its report and the compiler's stats."""
+    row = measure(prep["driver"], prep["ckpt"], steps, 1, prep["vocab"], save=prep["final"])
+    row.update(prep["stats"], final=str(prep["final"]))
+    return row
+
+
+def median_runs(runs: list[dict]) -> dict:
+    """The last run's report with the median step times of all runs (the memory is the same in each)."""
+    import statistics
+    row = dict(runs[-1])
+    for k in ("ms_per_step", "cpu_ms_per_step"):
+        if all(k in r for r in runs):
+            row[k] = statistics.median(r[k] for r in runs)
+            row[k + "_runs"] = [r[k] for r in runs]
+    return row
+
+
+def pockengine_row(seq: int, steps: int, budget_mb, work: Path, model: str = "smollm2", scheme: str = "lora",
+                   exports=None, prog=None) -> dict:
+    """Compile (unless `prog` is given), build, write the initial checkpoint and measure; the
+    final state is saved to work/<row>.final.pockckpt (row["final"])."""
+    prep = prepare_row(seq, budget_mb, work, model, scheme, exports, prog)
+    row = run_row(prep, steps)
+    os.unlink(prep["ckpt"])
     return row
 
 
@@ -151,11 +177,15 @@ def same_weights(a: Path, b: Path) -> bool:
 FLOOR = re.compile(r"smallest reachable private memory is ([0-9.]+) MiB")
 
 
-def measure_pair(model: str, scheme: str, seq: int, steps: int, budgets: list, work: Path) -> list[tuple[str, dict]]:
+def measure_pair(model: str, scheme: str, seq: int, steps: int, budgets: list, work: Path,
+                 repeat: int = 1) -> list[tuple[str, dict]]:
     """The rows of one setup: for each budget ("none", "floor": the smallest reachable, which
     the PockError of a 1e-6 MiB budget names, or a number of MiB), measured; a budgeted row
     records its step time and losses against the unbudgeted one's and whether the final
-    weights are bit-identical."""
+    weights are bit-identical.  repeat > 1: every row is built first, then the drivers run
+    interleaved (A, B, A, B, ...) `repeat` times; the step times are the medians."""
+    if repeat > 1:
+        return measure_interleaved(model, scheme, seq, steps, budgets, work, repeat)
     import pockengine as pe
     label, _, _ = MODELS[model]
     what = f"{label} {'LoRA' if scheme == 'lora' else scheme} q4, {seq} tokens"
@@ -181,16 +211,70 @@ def measure_pair(model: str, scheme: str, seq: int, steps: int, budgets: list, w
             if budget is None:
                 base = row
             elif base is not None:
-                row["time_vs_unbudgeted"] = row["ms_per_step"] / base["ms_per_step"]
-                row["flops_vs_unbudgeted"] = row["flops_per_step"] / base["flops_per_step"]
-                row["losses_identical"] = all(row[f"loss{s}"] == base[f"loss{s}"] for s in range(steps))
-                row["weights_identical"] = same_weights(Path(base["final"]), Path(row["final"]))
+                compare(row, base, steps)
             rows.append((name, row))
             print(name, json.dumps(row), flush=True)
         except Exception as e:  # say so, keep going
             print(f"footprint: {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
     for _, r in rows:
         Path(r.pop("final")).unlink(missing_ok=True)
+    return rows
+
+
+def compare(row: dict, base: dict, steps: int) -> None:
+    """A budgeted row against the unbudgeted one: time, CPU time and FLOPs ratios, losses and
+    final weights bit for bit."""
+    row["time_vs_unbudgeted"] = row["ms_per_step"] / base["ms_per_step"]
+    if "cpu_ms_per_step" in row and "cpu_ms_per_step" in base:
+        row["cpu_vs_unbudgeted"] = row["cpu_ms_per_step"] / base["cpu_ms_per_step"]
+    row["flops_vs_unbudgeted"] = row["flops_per_step"] / base["flops_per_step"]
+    row["losses_identical"] = all(row[f"loss{s}"] == base[f"loss{s}"] for s in range(steps))
+    row["weights_identical"] = same_weights(Path(base["final"]), Path(row["final"]))
+
+
+def measure_interleaved(model: str, scheme: str, seq: int, steps: int, budgets: list, work: Path,
+                        repeat: int) -> list[tuple[str, dict]]:
+    """measure_pair's rows with every row built first and the drivers run A, B, A, B, ...
+    `repeat` times (median step times): a loaded machine's drift falls on every row alike."""
+    import pockengine as pe
+    label, _, _ = MODELS[model]
+    what = f"{label} {'LoRA' if scheme == 'lora' else scheme} q4, {seq} tokens"
+    exports, preps = {}, []
+    for b in budgets:
+        name, budget, prog = what, None, None
+        if b != "none":
+            try:
+                budget = 1e-6 if b == "floor" else float(b)
+                prog = compile_row(model, scheme, seq, budget, exports)
+                if b == "floor":
+                    raise RuntimeError("a 1e-6 MiB budget was met")
+                name = f"{what}, budget {budget:g} MiB"
+            except pe.PockError as e:
+                if not FLOOR.search(str(e)):
+                    raise
+                budget = float(FLOOR.search(str(e)).group(1))
+                name, prog = f"{what}, budget {budget:g} MiB (the floor)", None
+        preps.append((name, budget, prepare_row(seq, budget, work, model, scheme, exports, prog)))
+        print(f"footprint: built {name}", file=sys.stderr, flush=True)
+    runs = [[] for _ in preps]
+    for r in range(repeat):
+        for i, (name, _, prep) in enumerate(preps):
+            runs[i].append(run_row(prep, steps))
+            print(f"footprint: run {r} {name}: {runs[i][-1]['ms_per_step']:.0f} ms, "
+                  f"cpu {runs[i][-1].get('cpu_ms_per_step', 0):.0f} ms", file=sys.stderr, flush=True)
+    rows, base = [], None
+    for (name, budget, prep), rs in zip(preps, runs):
+        row = median_runs(rs)
+        row.update(model=model, scheme=scheme, seq=seq, budget_mb=budget, repeat=repeat)
+        if budget is None:
+            base = row
+        elif base is not None:
+            compare(row, base, steps)
+        rows.append((name, row))
+        print(name, json.dumps(row), flush=True)
+    for _, _, prep in preps:
+        Path(prep["ckpt"]).unlink(missing_ok=True)
+        Path(prep["final"]).unlink(missing_ok=True)
     return rows
 
 
@@ -240,13 +324,18 @@ def torch_row(seq: int, steps: int, model: str = "smollm2") -> dict:
 
 def table(rows: list[tuple[str, dict]]) -> str:
     out = ["| setup | private dirty (MiB) | RSS (MiB) | peak RSS (MiB) | checkpoint clean (MiB) | "
-           "compiler's private: arena + trained state (MiB) | s/step | vs unbudgeted: time, FLOPs | losses, weights |",
+           "compiler's private: arena + trained state (MiB) | s/step (CPU s) | vs unbudgeted: time (CPU), FLOPs | losses, weights |",
            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for name, r in rows:
         mib = lambda k: f"{r[k] / 1024:.0f}" if k in r else "n/a"  # noqa: E731
         priv = (f"{r['private_mib']:.1f} ({r['private_mib'] - (r['state_mib'] - r['mapped_mib']):.1f} + "
                 f"{r['state_mib'] - r['mapped_mib']:.1f})") if "arena_mib" in r else "-"
         vs = f"{r['time_vs_unbudgeted']:.2f}x" if "time_vs_unbudgeted" in r else "-"
+        if "cpu_vs_unbudgeted" in r:
+            vs += f" ({r['cpu_vs_unbudgeted']:.2f}x)"
+        secs = f"{r['ms_per_step'] / 1e3:.1f}"
+        if "cpu_ms_per_step" in r:
+            secs += f" ({r['cpu_ms_per_step'] / 1e3:.1f})"
         if "time_vs_unbudgeted" in r and "flops_per_step" in r:
             vs += f", {r.get('flops_vs_unbudgeted', 1 + r['recompute_flops'] / (r['flops_per_step'] - r['recompute_flops'])):.2f}x"
         same = "-" if "losses_identical" not in r else (
@@ -254,7 +343,7 @@ def table(rows: list[tuple[str, dict]]) -> str:
             ("bit-identical" if r["weights_identical"] else "DIFFER"))
         out.append(f"| {name} | {mib('train_private_dirty_kb')} | {mib('train_rss_kb')} | "
                    f"{mib('train_hwm_kb') if 'train_hwm_kb' in r else mib('hwm_kb')} | {mib('train_ckpt_clean_kb')} | "
-                   f"{priv} | {r['ms_per_step'] / 1e3:.1f} | {vs} | {same} |")
+                   f"{priv} | {secs} | {vs} | {same} |")
     return "\n".join(out) + "\n"
 
 
@@ -268,6 +357,8 @@ def main(argv=None) -> int:
                     "schemes: lora, sparse)")
     ap.add_argument("--seqs", default=None, help="shorthand: smollm2:lora at these token counts")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=1, help="> 1: each setup's rows built first, then their drivers "
+                    "run interleaved this many times (median step times)")
     ap.add_argument("--budgets", default="none,floor", help="comma-separated: none, floor (the smallest reachable "
                     "budget, as the compiler's PockError names it) or MiB (memory_budget_mb); one below the floor "
                     "is measured at the floor")
@@ -288,7 +379,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         for model, scheme, seq, *extra in setups:  # model:scheme:tokens[:MiB/MiB...]: budgets of this setup too
             budgets = args.budgets.split(",") + (extra[0].split("/") if extra else [])
-            rows += measure_pair(model, scheme, int(seq), args.steps, budgets, Path(d))
+            rows += measure_pair(model, scheme, int(seq), args.steps, budgets, Path(d), args.repeat)
             write(args, rows)
     for spec in ([] if args.no_torch or args.torch == "none" else args.torch.split(",")):
         model, seq = spec.split(":")
@@ -313,8 +404,10 @@ NOTES = """
   reaches (every block recomputed from its input), as its PockError names it; the other budgets are
   the issue's targets (64 / 160 / 128 MiB) less 2 MiB for the runtime.
 - vs unbudgeted: s/step against the row without a budget, measured one after the other (noisy on a
-  loaded machine), and the compiled step's FLOPs against the unbudgeted one's (exact); losses, weights: the budgeted run's per-step losses and final checkpoint compared
-  bit for bit with the unbudgeted run's.
+  loaded machine; with --repeat N the rows' drivers run interleaved N times, medians), in brackets the
+  CPU time of the process (CLOCK_PROCESS_CPUTIME_ID: what a loaded machine's preemption leaves out),
+  and the compiled step's FLOPs against the unbudgeted one's (exact); losses, weights: the budgeted
+  run's per-step losses and final checkpoint compared bit for bit with the unbudgeted run's.
 - PyTorch: the same LoRA in fp32 with torch.utils.checkpoint per decoder layer, one thread; peak RSS
   (VmHWM) of its own process.
 """

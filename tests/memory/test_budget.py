@@ -127,3 +127,14 @@ def test_stats_split_private_and_mapped():
     assert st["mapped_bytes"] == frozen + consts
     assert st["private_bytes"] + st["mapped_bytes"] == st["arena_bytes"] + st["state_bytes"]
     assert st["recompute_flops"] == 0
+
+
+def test_a_block_output_the_next_block_keeps_is_not_recomputed():
+    """At the floor every block is recomputed from its input, which the next block's copies read
+    (the original, kept until then): no block recomputes its down projection and residual add
+    for that next block's norm backward, only the last block (whose output the final norm reads)."""
+    prog, _, _ = _compile(llama, "lora", _floor(llama, "lora"))
+    copied = {n.source.split(".mlp.")[0] for n in prog.graph.nodes
+              if n.attrs.get("recompute") and n.op == "linear" and ".mlp.down_proj" in (n.source or "")}
+    assert copied <= {"model.layers.2"}, copied
+    assert any(n.attrs.get("recompute") and ".mlp.up_proj" in (n.source or "") for n in prog.graph.nodes)

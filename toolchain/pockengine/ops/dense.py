@@ -74,7 +74,8 @@ def _bias_bwd_cpu(e, n, dy, db):
 
 
 register(
-    OpRecord("linear", _linear, lambda i, o, a: 2 * numel(o[0]) * i[1].shape[1], float_only=True, act_epilogue=True,
+    # K from x [..., K]: a q4 weight's Value is the packed [N, K / 2] (passes/lowp.py)
+    OpRecord("linear", _linear, lambda i, o, a: 2 * numel(o[0]) * i[0].shape[-1], float_only=True, act_epilogue=True,
              lowp_inputs=(1,),
              grad=_linear_grad, partial=frozenset({1}),
              torch=lambda i, a: _torch_act(F.linear(i[0], i[1], i[2]), a), cpu=_linear_cpu),

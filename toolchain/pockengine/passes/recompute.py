@@ -8,6 +8,10 @@ backward pass.  A copy is the same op with the same attributes on the same input
 of the segment's earlier nodes where those were copied, else the originals, which then stay
 alive: the segment's input, the checkpoint, even where an other segment is recomputed too), so
 it runs the same kernel on the same bits, and the result does not depend on the segments' order.
+A value an other segment's copies read (its checkpoint: a block's output, the next block's
+input) is alive until that segment's recomputation anyway, so it is not recomputed for its
+backward readers either (a decoder block would otherwise recompute its down projection and
+residual add only to hand the next block's norm backward a copy of its kept input).
 
 Never copied: nodes that write state (running statistics: recomputed batch norm must not
 update them twice), sparse-update slices (`hoist`) and dropout (its mask's seed is salted by
@@ -70,22 +74,39 @@ def saved_by_backward(g: Graph, segment: list[Node]) -> list:
     return out
 
 
+def _needed(segment: list[Node], saved: list) -> set[int]:
+    """ids of the copyable nodes of `segment` that computing `saved` needs."""
+    own = {id(n) for n in segment}
+    need: set[int] = set()
+    todo = [v.producer for v in saved if v.producer is not None]
+    while todo:
+        n = todo.pop()
+        if id(n) in need or id(n) not in own or not _copyable(n):
+            continue
+        need.add(id(n))
+        todo += [v.producer for v in n.inputs if v is not None and v.producer is not None]
+    return need
+
+
+def checkpoints(g: Graph, segments: list[list[Node]]) -> set[int]:
+    """ids of the values the segments' copies will read from outside their own segment: kept
+    alive (the originals) until that segment's recomputation."""
+    kept: set[int] = set()
+    for segment in segments:
+        need = _needed(segment, saved_by_backward(g, segment))
+        inside = {id(o) for n in segment for o in n.outputs if o is not None}
+        kept |= {id(v) for n in segment if id(n) in need for v in n.inputs if v is not None and id(v) not in inside}
+    return kept
+
+
 def recompute(g: Graph, segments: list[list[Node]]) -> int:
     """Rewrite g (in place) so each segment's saved values are recomputed; returns the FLOPs
     the copies add to a step."""
     added = 0
+    kept = checkpoints(g, segments)
     for segment in segments:
-        saved = saved_by_backward(g, segment)
-        own = {id(n) for n in segment}
-        # the copyable nodes of the segment that the saved values need
-        need: set[int] = set()
-        todo = [v.producer for v in saved if v.producer is not None]
-        while todo:
-            n = todo.pop()
-            if id(n) in need or id(n) not in own or not _copyable(n):
-                continue
-            need.add(id(n))
-            todo += [v.producer for v in n.inputs if v is not None and v.producer is not None]
+        saved = [v for v in saved_by_backward(g, segment) if id(v) not in kept]
+        need = _needed(segment, saved)
         if not need:
             continue
         copy: dict[int, object] = {}
