@@ -168,7 +168,7 @@ def load_model():
     return model.train()
 
 
-def run(steps: int = 40, seq: int = 64, lr: float = 1e-3, held_positions: int = 40, frozen_dtype: str = "fp32",
+def run(steps: int = 40, seq: int = 64, lr: float = 1e-3, held_positions: int = 200, frozen_dtype: str = "fp32",
         out: Path | None = None, log=print) -> dict:
     import torch
     from tqdm import tqdm
@@ -268,7 +268,7 @@ def main(argv=None, lstm: dict | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--seq", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--positions", type=int, default=40, help="held-out next-word positions scored")
+    ap.add_argument("--positions", type=int, default=200, help="held-out next-word positions scored (200: one is half a point)")
     ap.add_argument("--frozen-dtype", default="fp32", choices=["fp32", "bf16", "fp16", "int8", "q4"])
     ap.add_argument("--out", default=str(Path("out") / "smart_compose.png"))
     args, _ = ap.parse_known_args(argv)
