@@ -406,8 +406,14 @@ void gemm_dot_rows(const float* a, i64 lda, const float* w, i64 ldw, float* c, i
     V acc[kDI][kDJ];
     for (int r = 0; r < kDI; ++r)
       for (int s = 0; s < kDJ; ++s) acc[r][s] = vzero();
+    // one row of A (a decode step): W streams from memory once, so each pass also asks for the
+    // next pass's rows, a cache line at a time (the hardware prefetcher alone leaves the loads
+    // waiting); a hint only, the same products in the same order
+    const i64 next = kDI == 1 && j0 + 2 * kDJ <= n1 ? kDJ : 0;
     for (i64 k = 0; k < kv; k += kW) {
       V av[kDI], wv[kDJ];
+      if (next && (k * static_cast<i64>(sizeof(float))) % 64 == 0)
+        for (int s = 0; s < kDJ; ++s) __builtin_prefetch(wr[s] + next * ldw + k);
       for (int r = 0; r < kDI; ++r) av[r] = vload(ar[r] + k);
       for (int s = 0; s < kDJ; ++s) wv[s] = vload(wr[s] + k);
       for (int r = 0; r < kDI; ++r)
