@@ -495,7 +495,9 @@ def main(argv=None):
     from models import workloads
     out = Path(args.out) if args.out else (HERE / "out-quick" if args.quick else HERE)
     out.mkdir(parents=True, exist_ok=True)
-    work = HERE / ".work" / ("quick" if args.quick else "full")
+    # logs and artifacts beside an explicit --out (two runs at once, e.g. two test workers each
+    # running --quick into its own folder, must not clear each other's logs), else bench/.work
+    work = (out / ".work" if args.out else HERE / ".work") / ("quick" if args.quick else "full")
     logs = work / "logs"
     if logs.exists():
         shutil.rmtree(logs)
