@@ -18,17 +18,13 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "arm_features.h"
 #include "gemm_detail.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
-#if defined(__APPLE__)
-#include <sys/sysctl.h>
-#else
-#include <sys/auxv.h>
-#endif
 #endif
 
 namespace pk {
@@ -38,16 +34,7 @@ namespace detail {
 
 namespace {
 
-bool detect_bf16() {
-#if defined(__APPLE__)
-  int v = 0;
-  size_t n = sizeof(v);
-  return sysctlbyname("hw.optional.arm.FEAT_BF16", &v, &n, nullptr, 0) == 0 && v != 0;
-#else
-  constexpr unsigned long kHwcap2Bf16 = 1ul << 14;  // HWCAP2_BF16 (asm/hwcap.h)
-  return (getauxval(AT_HWCAP2) & kHwcap2Bf16) != 0;
-#endif
-}
+bool detect_bf16() { return arm_has("hw.optional.arm.FEAT_BF16", 2, 1ul << 14); }  // HWCAP2_BF16
 
 // ---- BFMMLA: a 2 x 4 block of bf16 times a 4 x 2 block, accumulated into a 2 x 2 fp32 block
 // (16 multiply-adds an instruction, BFDOT's 8).  Operands in pairs of rows interleaved by 4

@@ -22,17 +22,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "arm_features.h"
 #include "gemm_detail.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
-#if defined(__APPLE__)
-#include <sys/sysctl.h>
-#else
-#include <sys/auxv.h>
-#endif
 #endif
 
 namespace pk {
@@ -51,13 +47,8 @@ namespace {
 bool detect_fp16() {
 #if defined(__ARM_FEATURE_FP16_VECTOR_ARITHMETIC)
   return true;  // the build's target has it
-#elif defined(__APPLE__)
-  int v = 0;
-  size_t n = sizeof(v);
-  return sysctlbyname("hw.optional.arm.FEAT_FP16", &v, &n, nullptr, 0) == 0 && v != 0;
 #else
-  constexpr unsigned long kHwcapAsimdhp = 1ul << 10;  // HWCAP_ASIMDHP (asm/hwcap.h)
-  return (getauxval(AT_HWCAP) & kHwcapAsimdhp) != 0;
+  return arm_has("hw.optional.arm.FEAT_FP16", 1, 1ul << 10);  // HWCAP_ASIMDHP
 #endif
 }
 
