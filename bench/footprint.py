@@ -186,26 +186,13 @@ def measure_pair(model: str, scheme: str, seq: int, steps: int, budgets: list, w
     interleaved (A, B, A, B, ...) `repeat` times; the step times are the medians."""
     if repeat > 1:
         return measure_interleaved(model, scheme, seq, steps, budgets, work, repeat)
-    import pockengine as pe
     label, _, _ = MODELS[model]
     what = f"{label} {'LoRA' if scheme == 'lora' else scheme} q4, {seq} tokens"
     exports, rows, base = {}, [], None
     for b in budgets:
-        name, budget, prog = what, None, None
+        name = what
         try:
-            if b != "none":
-                try:
-                    budget = 1e-6 if b == "floor" else float(b)
-                    prog = compile_row(model, scheme, seq, budget, exports)
-                    if b == "floor":
-                        raise RuntimeError("a 1e-6 MiB budget was met")
-                    name = f"{what}, budget {budget:g} MiB"
-                except pe.PockError as e:  # below the floor: measured at the floor the error names
-                    if not FLOOR.search(str(e)):
-                        raise
-                    budget = float(FLOOR.search(str(e)).group(1))
-                    print(f"footprint: {what}: {e}", file=sys.stderr, flush=True)
-                    name, prog = f"{what}, budget {budget:g} MiB (the floor)", None
+            name, budget, prog = budget_row(model, scheme, seq, b, what, exports)
             row = pockengine_row(seq, steps, budget, work, model, scheme, exports, prog)
             row.update(model=model, scheme=scheme, seq=seq, budget_mb=budget)
             if budget is None:
@@ -219,6 +206,27 @@ def measure_pair(model: str, scheme: str, seq: int, steps: int, budgets: list, w
     for _, r in rows:
         Path(r.pop("final")).unlink(missing_ok=True)
     return rows
+
+
+def budget_row(model: str, scheme: str, seq: int, b: str, what: str, exports: dict):
+    """(row name, budget MiB or None, the compiled program or None) for one --budgets entry:
+    "none", "floor" or a number; a budget below the floor is measured at the floor its
+    PockError names (the program is then compiled by the row itself)."""
+    import pockengine as pe
+    if b == "none":
+        return what, None, None
+    try:
+        budget = 1e-6 if b == "floor" else float(b)
+        prog = compile_row(model, scheme, seq, budget, exports)
+        if b == "floor":
+            raise RuntimeError("a 1e-6 MiB budget was met")
+        return f"{what}, budget {budget:g} MiB", budget, prog
+    except pe.PockError as e:  # below the floor: measured at the floor the error names
+        if not FLOOR.search(str(e)):
+            raise
+        budget = float(FLOOR.search(str(e)).group(1))
+        print(f"footprint: {what}: {e}", file=sys.stderr, flush=True)
+        return f"{what}, budget {budget:g} MiB (the floor)", budget, None
 
 
 def compare(row: dict, base: dict, steps: int) -> None:
@@ -236,24 +244,11 @@ def measure_interleaved(model: str, scheme: str, seq: int, steps: int, budgets: 
                         repeat: int) -> list[tuple[str, dict]]:
     """measure_pair's rows with every row built first and the drivers run A, B, A, B, ...
     `repeat` times (median step times): a loaded machine's drift falls on every row alike."""
-    import pockengine as pe
     label, _, _ = MODELS[model]
     what = f"{label} {'LoRA' if scheme == 'lora' else scheme} q4, {seq} tokens"
     exports, preps = {}, []
     for b in budgets:
-        name, budget, prog = what, None, None
-        if b != "none":
-            try:
-                budget = 1e-6 if b == "floor" else float(b)
-                prog = compile_row(model, scheme, seq, budget, exports)
-                if b == "floor":
-                    raise RuntimeError("a 1e-6 MiB budget was met")
-                name = f"{what}, budget {budget:g} MiB"
-            except pe.PockError as e:
-                if not FLOOR.search(str(e)):
-                    raise
-                budget = float(FLOOR.search(str(e)).group(1))
-                name, prog = f"{what}, budget {budget:g} MiB (the floor)", None
+        name, budget, prog = budget_row(model, scheme, seq, b, what, exports)
         preps.append((name, budget, prepare_row(seq, budget, work, model, scheme, exports, prog)))
         print(f"footprint: built {name}", file=sys.stderr, flush=True)
     runs = [[] for _ in preps]
