@@ -4,6 +4,7 @@ once, nested calls run inline, threaded GEMM/linear agree with numpy, and a
 trainer gives the same losses with 1 and 2 threads."""
 import ctypes
 import os
+import time
 
 import numpy as np
 import pytest
@@ -24,6 +25,7 @@ def build_threads_lib() -> ctypes.CDLL:
         "shim_pool_regions": (i64, [vp]),
         "shim_pool_dispatches": (i64, [vp]),
         "shim_pool_back_off_for": (None, [vp, i64]),
+        "shim_pool_backoffs": (i64, [vp]),
         "shim_parallel_now": (cint, [vp]),
         "shim_relu_pool": (None, [vp, vp, vp, i64]),
         "shim_parallel_for": (cint, [vp, i64, i64, vp, vp, cint, cint, vp, vp, vp]),
@@ -92,9 +94,19 @@ def test_pool_uses_other_threads_and_survives_many_calls(lib, pools):
         n = it % 9
         counts, _, _, _, _, _ = run_parallel_for(lib, pools[5], n, 1)
         assert (counts == 1).all()
-    # A long enough job is shared: some chunk runs on a worker.
-    seen = max(run_parallel_for(lib, pools[2], 1 << 22, 1)[3] for _ in range(20))
-    assert seen == 2
+    # A long enough job is shared: some chunk runs on a worker.  On a busy machine (CI's two
+    # cores under pytest -n 2) the pool may back off to the caller for a while, by design
+    # (threadpool.cpp); a back-off is short, so the job is retried until one run shares it.
+    pool = lib.shim_pool_create(2)
+    try:
+        seen, deadline = 1, time.monotonic() + 30
+        while seen < 2 and time.monotonic() < deadline:
+            seen = run_parallel_for(lib, pool, 1 << 22, 1)[3]
+        if seen < 2 and lib.shim_pool_backoffs(pool) > 0:
+            pytest.skip("the machine was busy for 30 s: the pool kept backing off to the caller")
+        assert seen == 2
+    finally:
+        lib.shim_pool_destroy(pool)
 
 
 def test_small_regions_do_not_reach_the_pool(lib, pools):
