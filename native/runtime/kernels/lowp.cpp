@@ -31,6 +31,9 @@
 // those with fp16 vector arithmetic (Armv8.2 FP16: every phone core since 2018) the fp16
 // products run on FMLA (lowp_fmla.cpp, at compile time or from the hwcaps): fp16 sums over
 // 16 depth steps added in fp32, the activation scaled so max |a| max |w| < 2^11 (fmla_scale).
+// On x86 CPUs with AVX512_BF16 (cpuid) the bf16 products run on VDPBF16PS (lowp_dot.cpp: exact
+// products summed in fp32, two per lane and instruction; a bf16 subnormal operand, which it reads
+// as zero, keeps the call on the portable path).
 // On x86 CPUs with AVX2 and F16C (cpuid, so baseline builds too) bf16/fp16 weights are
 // widened into the packed panels 8 at a time and the operand rounding runs 8 lanes at a time
 // (the PK_LOWP_X86 block): the same values, so the same bits.
@@ -476,12 +479,18 @@ inline uint16_t bf16_bits(float v) {  // round_bf16's upper half
   std::memcpy(&b, &r, 4);
   return static_cast<uint16_t>(b >> 16);
 }
-// out[i][0:L) = bf16(a[i][0:n)), zeros to L
-void pack_rows_bf16(const float* a, i64 rows, i64 n, i64 L, uint16_t* out) {
+// out[i][0:L) = bf16(a[i][0:n)), zeros to L; false when a value rounds to a bf16 subnormal
+bool pack_rows_bf16(const float* a, i64 rows, i64 n, i64 L, uint16_t* out) {
+  uint32_t sub = 0;
   for (i64 i = 0; i < rows; ++i) {
-    for (i64 l = 0; l < n; ++l) out[i * L + l] = bf16_bits(a[i * n + l]);
+    for (i64 l = 0; l < n; ++l) {
+      const uint16_t h = bf16_bits(a[i * n + l]);
+      sub |= (h & 0x7f80u) == 0 && (h & 0x7fu) != 0;
+      out[i * L + l] = h;
+    }
     for (i64 l = n; l < L; ++l) out[i * L + l] = 0;
   }
+  return sub == 0;
 }
 #if PK_NEON
 // out[k*L + n] = w[n*K + k] (16-bit values) for n < N, k < K: 8 x 8 blocks transposed in
@@ -540,6 +549,12 @@ const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) 
     for (i64 k = 0; k < K; ++k) out[transposed ? k * L + n : n * L + k] = bf16_bits(row[k]);
   }
   return out;
+}
+
+// ---- VDPBF16PS (lowp_dot.cpp, x86 CPUs with AVX512_BF16): the weight's panels, per call
+struct ScratchDpPanels {};
+uint32_t* dp_panels(i64 R, i64 D) {
+  return reinterpret_cast<uint32_t*>(detail::thread_scratch<ScratchDpPanels>(detail::bf16_dp_panel_words(R, D)));
 }
 
 #if defined(__aarch64__)
@@ -601,6 +616,19 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
     if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
     return;
   }
+  if (cd == LowpDtype::BF16 && detail::bf16_dp_available()) {  // VDPBF16PS: rows of x . rows of w
+    const i64 L = pad8(K);
+    uint16_t* xb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
+    if (pack_rows_bf16(x, M, K, L, xb)) {
+      const uint16_t* wb = pack_weight_bf16(LowpW{w, dt, scale, K}, N, false, K);
+      uint32_t* panels = dp_panels(N, K);
+      if (detail::bf16_dp_pack_rows(wb, N, K, K, panels)) {
+        detail::bf16_dp_gemm(xb, L, M, panels, N, K, y, N);
+        if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
+        return;
+      }
+    }
+  }
 #if defined(__aarch64__)
   if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: y^T = w @ x^T, stored transposed
     const i64 D = pad8(K);
@@ -633,6 +661,18 @@ void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, cons
     pack_rows_bf16(dy, M, N, L, dyb);
     detail::bf16_dot_rows(dyb, pack_weight_bf16(LowpW{w, dt, scale, K}, N, true, L), dx, M, K, L, K);
     return;
+  }
+  if (cd == LowpDtype::BF16 && detail::bf16_dp_available()) {  // VDPBF16PS: rows of dy . columns of w
+    const i64 L = pad8(N);
+    uint16_t* dyb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
+    if (pack_rows_bf16(dy, M, N, L, dyb)) {
+      const uint16_t* wb = pack_weight_bf16(LowpW{w, dt, scale, K}, N, false, K);
+      uint32_t* panels = dp_panels(K, N);
+      if (detail::bf16_dp_pack_cols(wb, N, K, panels)) {
+        detail::bf16_dp_gemm(dyb, L, M, panels, K, N, dx, K);
+        return;
+      }
+    }
   }
 #if defined(__aarch64__)
   if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: rows of dy, rows of w

@@ -1,4 +1,7 @@
-// lowp_dot.cpp — compute_dtype="bf16" products on arm64 CPUs that have BF16 (FEAT_BF16:
+// lowp_dot.cpp — compute_dtype="bf16" products on CPUs with bf16 dot-product arithmetic: arm64's
+// BFMMLA (this part) and x86's VDPBF16PS (the second part, below).
+//
+// arm64 CPUs that have BF16 (FEAT_BF16:
 // Armv8.6, Cortex-A710/X2 and later, Apple A15 and later), chosen at run time from the
 // hwcaps (getauxval(AT_HWCAP2) & HWCAP2_BF16; Apple: hw.optional.arm.FEAT_BF16), so one
 // library serves every phone: lowp.cpp's *_cd kernels take this path when
@@ -16,7 +19,10 @@
 // result agrees with fp32 accumulation of the exact products to fp32 rounding, which is how
 // the tests judge it (tests/arm64, against float64 products of the rounded operands).
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "arm_features.h"
 #include "gemm_detail.h"
@@ -25,6 +31,9 @@
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
 #endif
 
 namespace pk {
@@ -121,10 +130,196 @@ void bf16_dot_rows(const uint16_t* A, const uint16_t* B, float* C, i64 M, i64 R,
   });
 }
 
-#else  // no BFDOT on this architecture: the portable path
+#else  // no BFMMLA on this architecture: the portable path (x86: the VDPBF16PS block below)
 
 bool bf16_dot_available() { return false; }
 void bf16_dot_rows(const uint16_t*, const uint16_t*, float*, i64, i64, i64, i64) {}
+
+#endif
+
+// ---- x86: AVX512_BF16 (Cooper Lake, Sapphire Rapids and later Xeons, AMD Zen 4 and later),
+// chosen at run time from cpuid, so a baseline x86-64 build uses it where the CPU has it.
+// VDPBF16PS adds, in each of 16 fp32 lanes, the products of one pair of bf16 values of each
+// operand (32 multiply-adds an instruction; an fp32 FMA does 16): exact products, each added
+// with fp32 round-to-nearest-even (Intel's definition: the odd element's first, then the
+// even's; denormal inputs read as zero, denormal results flushed).  So the operands are in
+// pairs along the depth: one operand's pair is broadcast from its row (A, rows of bf16), the
+// other (B) is packed per call in panels of 32 columns, each depth pair a row of 32 dwords
+// (dword c = B's column c at depth 2p, 2p + 1).  C is computed 12 x 32 at a time, each
+// element in its own accumulator over the depth in order, so its arithmetic does not depend
+// on the block it falls in or on the thread count.  bf16 subnormals (below 2^-126, which
+// VDPBF16PS would read as zero) are looked for while packing; a product that has one takes
+// the portable path, so every result is fp32 accumulation of the exact products (the tests
+// judge against float64 products of the rounded operands; identities are bit-exact).
+//
+// POCK_EMULATE_DPBF16 (tests only: tests/native/runtime/test_kernels_lowp_dp.py) replaces the
+// three instructions with their definitions in C++, so the packing, the tiling and the edges run
+// on a CPU without AVX512_BF16 exactly as they would with it.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+
+namespace {
+
+#if defined(POCK_EMULATE_DPBF16)
+#define PK_DPBF16
+struct Z {
+  float v[16];
+};
+struct Zb {
+  uint32_t v[16];
+};
+inline float bf16_value(uint32_t h) {  // denormals read as zero, as VDPBF16PS does
+  const uint32_t b = (h & 0x7f80u) ? h << 16 : (h & 0x8000u) << 16;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+inline float ftz(float f) { return std::fabs(f) < 1.17549435e-38f ? std::copysign(0.0f, f) : f; }
+inline Z zzero() { return Z{}; }
+inline Zb zload(const uint32_t* p) {
+  Zb b;
+  std::memcpy(b.v, p, sizeof b.v);
+  return b;
+}
+inline Z zdp(Z acc, uint32_t a, const Zb& b) {  // Intel's VDPBF16PS, lane by lane
+  for (int j = 0; j < 16; ++j) {
+    acc.v[j] = ftz(acc.v[j] + bf16_value(b.v[j] >> 16) * bf16_value(a >> 16));
+    acc.v[j] = ftz(acc.v[j] + bf16_value(b.v[j] & 0xffffu) * bf16_value(a & 0xffffu));
+  }
+  return acc;
+}
+inline void zstore(float* p, const Z& a, i64 n) { std::memcpy(p, a.v, sizeof(float) * static_cast<size_t>(n)); }
+bool detect_dp() { return true; }
+#else
+#define PK_DPBF16 __attribute__((target("avx512f,avx512bw,avx512bf16")))
+using Z = __m512;
+using Zb = __m512i;
+PK_DPBF16 inline Z zzero() { return _mm512_setzero_ps(); }
+PK_DPBF16 inline Zb zload(const uint32_t* p) { return _mm512_loadu_si512(p); }
+PK_DPBF16 inline Z zdp(Z acc, uint32_t a, Zb b) {
+  return _mm512_dpbf16_ps(acc, (__m512bh)_mm512_set1_epi32(static_cast<int>(a)), (__m512bh)b);
+}
+PK_DPBF16 inline void zstore(float* p, Z a, i64 n) {  // n in [1, 16]
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), a);
+}
+bool detect_dp() { return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw"); }
+#endif
+
+constexpr i64 kDpCols = 32;  // columns of a panel: two accumulators per row
+constexpr int kDpRows = 12;  // rows of C per block: 24 accumulators of the 32 registers
+
+inline bool bf16_subnormal(uint32_t h) { return (h & 0x7f80u) == 0 && (h & 0x7fu) != 0; }
+inline bool pair_subnormal(uint32_t d) { return bf16_subnormal(d & 0xffffu) || bf16_subnormal(d >> 16); }
+
+// C[r][0, nc) for rows [0, MR) of A (bf16 rows, row stride lda) . one panel (P depth pairs)
+template <int MR>
+PK_DPBF16 void dp_block(const uint16_t* A, i64 lda, const uint32_t* panel, i64 P, float* C, i64 ldc, i64 nc) {
+  Z acc[MR][2];
+#pragma GCC unroll 12
+  for (int r = 0; r < MR; ++r) acc[r][0] = acc[r][1] = zzero();
+  for (i64 p = 0; p < P; ++p) {
+    const Zb b0 = zload(panel + p * kDpCols), b1 = zload(panel + p * kDpCols + 16);
+#pragma GCC unroll 12
+    for (int r = 0; r < MR; ++r) {
+      uint32_t a;
+      std::memcpy(&a, A + r * lda + 2 * p, 4);
+      acc[r][0] = zdp(acc[r][0], a, b0);
+      acc[r][1] = zdp(acc[r][1], a, b1);
+    }
+  }
+  for (int r = 0; r < MR; ++r) {
+    zstore(C + r * ldc, acc[r][0], std::min<i64>(nc, 16));
+    if (nc > 16) zstore(C + r * ldc + 16, acc[r][1], nc - 16);
+  }
+}
+
+// rows [0, rows) of A against one panel: blocks of 12 rows, the rest 8 / 4 / 2 / 1 at a time
+PK_DPBF16 void dp_rows(const uint16_t* A, i64 lda, i64 rows, const uint32_t* panel, i64 P, float* C, i64 ldc, i64 nc) {
+  i64 i = 0;
+  for (; i + kDpRows <= rows; i += kDpRows) dp_block<kDpRows>(A + i * lda, lda, panel, P, C + i * ldc, ldc, nc);
+  if (rows - i >= 8) dp_block<8>(A + i * lda, lda, panel, P, C + i * ldc, ldc, nc), i += 8;
+  if (rows - i >= 4) dp_block<4>(A + i * lda, lda, panel, P, C + i * ldc, ldc, nc), i += 4;
+  if (rows - i >= 2) dp_block<2>(A + i * lda, lda, panel, P, C + i * ldc, ldc, nc), i += 2;
+  if (rows - i >= 1) dp_block<1>(A + i * lda, lda, panel, P, C + i * ldc, ldc, nc);
+}
+
+struct ScratchPanels {};
+
+}  // namespace
+
+bool bf16_dp_available() {
+  static const bool has = detect_dp();
+  return has;
+}
+
+i64 bf16_dp_panel_words(i64 R, i64 D) { return (R + kDpCols - 1) / kDpCols * kDpCols * ((D + 1) / 2); }
+
+bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) {
+  const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
+  std::atomic<bool> sub{false};
+  parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
+    uint32_t any = 0;
+    for (i64 blk = b0; blk < b1; ++blk) {
+      uint32_t* panel = out + blk * P * kDpCols;
+      for (i64 c = 0; c < kDpCols; ++c) {
+        const i64 j = blk * kDpCols + c;
+        const uint16_t* row = B + j * ldb;
+        for (i64 p = 0; p < P; ++p) {
+          uint32_t d = 0;
+          if (j < R) {
+            d = row[2 * p];
+            if (2 * p + 1 < D) d |= static_cast<uint32_t>(row[2 * p + 1]) << 16;
+          }
+          any |= pair_subnormal(d);
+          panel[p * kDpCols + c] = d;
+        }
+      }
+    }
+    if (any) sub.store(true, std::memory_order_relaxed);
+  });
+  return !sub.load();
+}
+
+bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
+  const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
+  std::atomic<bool> sub{false};
+  parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
+    uint32_t any = 0;
+    for (i64 blk = b0; blk < b1; ++blk) {
+      uint32_t* panel = out + blk * P * kDpCols;
+      const i64 j0 = blk * kDpCols, nc = std::min<i64>(kDpCols, R - j0);
+      for (i64 p = 0; p < P; ++p) {
+        const uint16_t* even = W + 2 * p * R + j0;
+        const uint16_t* odd = 2 * p + 1 < D ? even + R : nullptr;
+        uint32_t* dst = panel + p * kDpCols;
+        for (i64 c = 0; c < nc; ++c) {
+          const uint32_t d = even[c] | (odd ? static_cast<uint32_t>(odd[c]) << 16 : 0u);
+          any |= pair_subnormal(d);
+          dst[c] = d;
+        }
+        for (i64 c = nc; c < kDpCols; ++c) dst[c] = 0;
+      }
+    }
+    if (any) sub.store(true, std::memory_order_relaxed);
+  });
+  return !sub.load();
+}
+
+void bf16_dp_gemm(const uint16_t* A, i64 lda, i64 M, const uint32_t* panels, i64 R, i64 D, float* C, i64 ldc) {
+  const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
+  parallel_for(blocks, grain_for_work(kDpCols * M * D, kMinChunkMacs), [&](i64 b0, i64 b1) {
+    for (i64 blk = b0; blk < b1; ++blk)
+      dp_rows(A, lda, M, panels + blk * P * kDpCols, P, C + blk * kDpCols, ldc,
+              std::min<i64>(kDpCols, R - blk * kDpCols));
+  });
+}
+
+#else  // no VDPBF16PS in this build
+
+bool bf16_dp_available() { return false; }
+i64 bf16_dp_panel_words(i64, i64) { return 0; }
+bool bf16_dp_pack_rows(const uint16_t*, i64, i64, i64, uint32_t*) { return false; }
+bool bf16_dp_pack_cols(const uint16_t*, i64, i64, uint32_t*) { return false; }
+void bf16_dp_gemm(const uint16_t*, i64, i64, const uint32_t*, i64, i64, float*, i64) {}
 
 #endif
 
