@@ -28,6 +28,7 @@
 #include "gemm_detail.h"
 #include "pock_kernels.h"
 #include "pock_parallel.h"
+#include "simd.h"
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -210,6 +211,44 @@ constexpr int kDpRows = 12;  // rows of C per block: 24 accumulators of the 32 r
 inline bool bf16_subnormal(uint32_t h) { return (h & 0x7f80u) == 0 && (h & 0x7fu) != 0; }
 inline bool pair_subnormal(uint32_t d) { return bf16_subnormal(d & 0xffffu) || bf16_subnormal(d >> 16); }
 
+// The packers' inner loops on AVX2 (every AVX512_BF16 CPU has it), with the subnormal check.
+#define PK_DP_PACK __attribute__((target("avx2")))
+// true when a 16-bit lane of v is a bf16 subnormal (exponent 0, mantissa not 0)
+PK_DP_PACK inline __m256i subnormal16(__m256i v) {
+  const __m256i zero = _mm256_setzero_si256();
+  const __m256i exp0 = _mm256_cmpeq_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x7f80)), zero);
+  const __m256i man0 = _mm256_cmpeq_epi16(_mm256_and_si256(v, _mm256_set1_epi16(0x007f)), zero);
+  return _mm256_andnot_si256(man0, exp0);
+}
+// panel[p * 32 + r] = row r's pair p (the u32 at B + r * ldb + 2p) for r < 8, p < pv (a multiple of
+// 8, whole pairs): 8 x 8 dword transposes; returns whether a value is subnormal.
+PK_DP_PACK bool pack_rows8(const uint16_t* B, i64 ldb, i64 pv, uint32_t* panel) {
+  __m256i sub = _mm256_setzero_si256();
+  for (i64 p = 0; p < pv; p += 8) {
+    __m256 r[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; ++i) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(B + i * ldb + 2 * p));
+      sub = _mm256_or_si256(sub, subnormal16(v));
+      r[i] = _mm256_castsi256_ps(v);
+    }
+    simd::transpose8(r);  // bit moves only
+#pragma GCC unroll 8
+    for (int k = 0; k < 8; ++k) _mm256_storeu_ps(reinterpret_cast<float*>(panel + (p + k) * kDpCols), r[k]);
+  }
+  return !_mm256_testz_si256(sub, sub);
+}
+// dst[c] = even[c] | odd[c] << 16 for c < 16; returns whether a value is subnormal
+PK_DP_PACK bool interleave16(const uint16_t* even, const uint16_t* odd, uint32_t* dst) {
+  const __m256i e = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(even));
+  const __m256i o = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(odd));
+  const __m256i lo = _mm256_unpacklo_epi16(e, o), hi = _mm256_unpackhi_epi16(e, o);  // c 0-3, 8-11 | 4-7, 12-15
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), _mm256_permute2x128_si256(lo, hi, 0x20));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + 8), _mm256_permute2x128_si256(lo, hi, 0x31));
+  const __m256i sub = _mm256_or_si256(subnormal16(e), subnormal16(o));
+  return !_mm256_testz_si256(sub, sub);
+}
+
 // C[r][0, nc) for rows [0, MR) of A (bf16 rows, row stride lda) . one panel (P depth pairs)
 template <int MR>
 PK_DPBF16 void dp_block(const uint16_t* A, i64 lda, const uint32_t* panel, i64 P, float* C, i64 ldc, i64 nc) {
@@ -257,20 +296,26 @@ bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) 
   const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
   std::atomic<bool> sub{false};
   parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
-    uint32_t any = 0;
+    bool any = false;
     for (i64 blk = b0; blk < b1; ++blk) {
       uint32_t* panel = out + blk * P * kDpCols;
-      for (i64 c = 0; c < kDpCols; ++c) {
-        const i64 j = blk * kDpCols + c;
-        const uint16_t* row = B + j * ldb;
-        for (i64 p = 0; p < P; ++p) {
-          uint32_t d = 0;
-          if (j < R) {
-            d = row[2 * p];
-            if (2 * p + 1 < D) d |= static_cast<uint32_t>(row[2 * p + 1]) << 16;
+      for (i64 c0 = 0; c0 < kDpCols; c0 += 8) {
+        const i64 j0 = blk * kDpCols + c0;
+        // 8 rows x 8 whole pairs at a time through a register transpose; the rest one by one
+        const i64 pv = j0 + 8 <= R ? D / 2 / 8 * 8 : 0;
+        if (pv > 0) any |= pack_rows8(B + j0 * ldb, ldb, pv, panel + c0);
+        for (i64 c = c0; c < c0 + 8; ++c) {
+          const i64 j = blk * kDpCols + c;
+          const uint16_t* row = B + j * ldb;
+          for (i64 p = j < R ? pv : 0; p < P; ++p) {
+            uint32_t d = 0;
+            if (j < R) {
+              d = row[2 * p];
+              if (2 * p + 1 < D) d |= static_cast<uint32_t>(row[2 * p + 1]) << 16;
+            }
+            any |= pair_subnormal(d);
+            panel[p * kDpCols + c] = d;
           }
-          any |= pair_subnormal(d);
-          panel[p * kDpCols + c] = d;
         }
       }
     }
@@ -283,7 +328,7 @@ bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
   const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
   std::atomic<bool> sub{false};
   parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
-    uint32_t any = 0;
+    bool any = false;
     for (i64 blk = b0; blk < b1; ++blk) {
       uint32_t* panel = out + blk * P * kDpCols;
       const i64 j0 = blk * kDpCols, nc = std::min<i64>(kDpCols, R - j0);
@@ -291,12 +336,16 @@ bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
         const uint16_t* even = W + 2 * p * R + j0;
         const uint16_t* odd = 2 * p + 1 < D ? even + R : nullptr;
         uint32_t* dst = panel + p * kDpCols;
-        for (i64 c = 0; c < nc; ++c) {
+        i64 c = 0;
+        if (odd) {
+          for (; c + 16 <= nc; c += 16) any |= interleave16(even + c, odd + c, dst + c);
+        }
+        for (; c < nc; ++c) {
           const uint32_t d = even[c] | (odd ? static_cast<uint32_t>(odd[c]) << 16 : 0u);
           any |= pair_subnormal(d);
           dst[c] = d;
         }
-        for (i64 c = nc; c < kDpCols; ++c) dst[c] = 0;
+        for (; c < kDpCols; ++c) dst[c] = 0;
       }
     }
     if (any) sub.store(true, std::memory_order_relaxed);

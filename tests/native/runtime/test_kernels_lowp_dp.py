@@ -76,17 +76,23 @@ def test_product_bit_for_bit_against_the_instructions_definition(lib, threads, M
     assert np.isnan(c2[:, R:]).all()
 
 
-def test_a_subnormal_weight_is_refused_by_the_packers(lib):
+@pytest.mark.parametrize("R,D,at,bits", [(20, 10, (7, 3), 0x0001), (20, 40, (3, 17), 0x807f), (40, 40, (35, 0), 0x0040),
+                                         (40, 33, (12, 32), 0x0001)])
+def test_a_subnormal_weight_is_refused_by_the_packers(lib, R, D, at, bits):
+    """Anywhere in the weight (the vector loops' blocks and their scalar edges), either sign."""
     rng = np.random.default_rng(3)
-    M, R, D = 4, 20, 10
-    a_bits = np.zeros((M, 10), np.uint16)
-    a_bits[:], _ = bf16(rng, (M, D))
+    M = 4
+    a_bits = np.zeros((M, D + D % 2), np.uint16)
+    a_bits[:, :D], _ = bf16(rng, (M, D))
     b_bits, _ = bf16(rng, (R, D))
-    b_bits[7, 3] = 0x0001  # the smallest bf16 subnormal
+    b_bits[at] = bits  # a bf16 subnormal
     c = np.zeros((M, R), np.float32)
-    assert lib.shim_bf16_dp_rows(ptr(a_bits), D, M, ptr(b_bits), D, R, D, ptr(c), R, 1) == 0
+    lda = a_bits.shape[1]
+    assert lib.shim_bf16_dp_rows(ptr(a_bits), lda, M, ptr(b_bits), D, R, D, ptr(c), R, 1) == 0
     w_bits = np.ascontiguousarray(b_bits.T)
-    assert lib.shim_bf16_dp_cols(ptr(a_bits), D, M, ptr(w_bits), D, R, ptr(c), R, 1) == 0
+    assert lib.shim_bf16_dp_cols(ptr(a_bits), lda, M, ptr(w_bits), D, R, ptr(c), R, 1) == 0
+    b_bits[at] = 0x0080  # the smallest normal: accepted
+    assert lib.shim_bf16_dp_rows(ptr(a_bits), lda, M, ptr(b_bits), D, R, D, ptr(c), R, 1) == 1
 
 
 @pytest.mark.parametrize("dt", ["bf16", "f16", "i8", "q4"])
