@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     ap.add_argument("--setups", default=SETUPS, help="comma-separated model:scheme:tokens (models: smollm2, qwen; "
                     "schemes: lora, sparse)")
     ap.add_argument("--seqs", default=None, help="shorthand: smollm2:lora at these token counts")
-    ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=2, help="training steps per run, >= 2: the first is untimed")
     ap.add_argument("--repeat", type=int, default=1, help="> 1: each setup's rows built first, then their drivers "
                     "run interleaved this many times (median step times)")
     ap.add_argument("--budgets", default="none,floor", help="comma-separated: none, floor (the smallest reachable "
@@ -364,6 +364,9 @@ def main(argv=None) -> int:
     ap.add_argument("--from-json", default=None, help="comma-separated result JSONs of earlier runs (e.g. run in "
                     "parallel): their rows, in that order, into --out (nothing measured)")
     args = ap.parse_args(argv)
+    if args.steps < 2:  # footprint.c and the PyTorch child time the steps after the first
+        ap.error(f"--steps must be at least 2, got {args.steps}: the first step is a warm-up that is not timed, "
+                 "so with fewer there is no step time to report or compare against the unbudgeted row")
     if args.from_json:
         rows = [(r.pop("setup"), r) for f in args.from_json.split(",") for r in json.loads(Path(f).read_text())["rows"]]
         print(write(args, rows))

@@ -13,13 +13,13 @@ import ctypes
 import functools
 import hashlib
 import os
-import threading
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
 from ..errors import PockError
+from .handle import NativeHandle, bind, check
 
 IGNORE_INDEX = -100
 
@@ -51,45 +51,42 @@ _i32p = ctypes.POINTER(ctypes.c_int32)
 @functools.lru_cache(maxsize=None)
 def _lib() -> ctypes.CDLL:
     lib = ctypes.CDLL(str(library_path()))
-    vp, i32, i64 = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64
-    sigs = {
-        "pock_last_error": ([], ctypes.c_char_p),
-        "pock_tokenizer_open": ([ctypes.c_char_p, ctypes.POINTER(vp)], ctypes.c_int),
-        "pock_tokenizer_open_memory": ([ctypes.c_char_p, i64, ctypes.POINTER(vp)], ctypes.c_int),
-        "pock_tokenizer_close": ([vp], None),
-        "pock_tokenizer_encode": ([vp, ctypes.c_char_p, i64, i32, ctypes.POINTER(_i32p), ctypes.POINTER(i64)],
-                                  ctypes.c_int),
-        "pock_tokenizer_decode": ([vp, _i32p, i64, i32, ctypes.POINTER(vp), ctypes.POINTER(i64)], ctypes.c_int),
-        "pock_tokenizer_vocab_size": ([vp, _i32p], ctypes.c_int),
-        "pock_tokenizer_special_ids": ([vp, _i32p, _i32p, _i32p], ctypes.c_int),
-        "pock_tokenizer_token_to_id": ([vp, ctypes.c_char_p, i64, _i32p], ctypes.c_int),
-        "pock_tokenizer_id_to_token": ([vp, i32, ctypes.POINTER(vp), ctypes.POINTER(i64)], ctypes.c_int),
-        "pock_tokenizer_is_special": ([vp, i32, _i32p], ctypes.c_int),
-        "pock_tokenizer_chat_template": ([vp, ctypes.POINTER(vp), ctypes.POINTER(i64)], ctypes.c_int),
-    }
-    for name, (args, res) in sigs.items():
-        fn = getattr(lib, name)
-        fn.argtypes, fn.restype = args, res
-    return lib
+    vp, i32, i64, c_int = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int
+    return bind(lib, {  # {name: (restype, argtypes)}
+        "pock_last_error": (ctypes.c_char_p, []),
+        "pock_tokenizer_open": (c_int, [ctypes.c_char_p, ctypes.POINTER(vp)]),
+        "pock_tokenizer_open_memory": (c_int, [ctypes.c_char_p, i64, ctypes.POINTER(vp)]),
+        "pock_tokenizer_close": (None, [vp]),
+        "pock_tokenizer_encode": (c_int, [vp, ctypes.c_char_p, i64, i32, ctypes.POINTER(_i32p),
+                                          ctypes.POINTER(i64)]),
+        "pock_tokenizer_decode": (c_int, [vp, _i32p, i64, i32, ctypes.POINTER(vp), ctypes.POINTER(i64)]),
+        "pock_tokenizer_vocab_size": (c_int, [vp, _i32p]),
+        "pock_tokenizer_special_ids": (c_int, [vp, _i32p, _i32p, _i32p]),
+        "pock_tokenizer_token_to_id": (c_int, [vp, ctypes.c_char_p, i64, _i32p]),
+        "pock_tokenizer_id_to_token": (c_int, [vp, i32, ctypes.POINTER(vp), ctypes.POINTER(i64)]),
+        "pock_tokenizer_is_special": (c_int, [vp, i32, _i32p]),
+        "pock_tokenizer_chat_template": (c_int, [vp, ctypes.POINTER(vp), ctypes.POINTER(i64)]),
+    })
 
 
 def _check(status: int) -> None:
-    if status != 0:
-        raise PockError(_lib().pock_last_error().decode("utf-8", "replace"))
+    check(_lib(), status)
 
 
-class Tokenizer:
+class Tokenizer(NativeHandle):
     """Text <-> token ids with the runtime's tokenizer (see pock.h).  One lock per
-    tokenizer serialises its calls, so it may be shared between threads."""
+    tokenizer serialises its calls, so it may be shared between threads (handle.py)."""
+
+    _closed_message = "the tokenizer is closed"
 
     def __init__(self, handle: ctypes.c_void_p, source: str):
-        self._h = handle
-        self._lock = threading.Lock()
+        super().__init__()
+        self._handle = handle
         self.source = source
         lib = _lib()
         n, bos, eos, pad = ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32(), ctypes.c_int32()
-        _check(lib.pock_tokenizer_vocab_size(self._h, ctypes.byref(n)))
-        _check(lib.pock_tokenizer_special_ids(self._h, ctypes.byref(bos), ctypes.byref(eos), ctypes.byref(pad)))
+        _check(lib.pock_tokenizer_vocab_size(handle, ctypes.byref(n)))
+        _check(lib.pock_tokenizer_special_ids(handle, ctypes.byref(bos), ctypes.byref(eos), ctypes.byref(pad)))
         self.vocab_size = n.value
         self.bos_id = bos.value if bos.value >= 0 else None
         self.eos_id = eos.value if eos.value >= 0 else None
@@ -110,11 +107,6 @@ class Tokenizer:
         h = ctypes.c_void_p()
         _check(_lib().pock_tokenizer_open_memory(bytes(data), len(data), ctypes.byref(h)))
         return cls(h, "<bytes>")
-
-    def _live(self):
-        if self._h is None:
-            raise PockError("the tokenizer is closed")
-        return self._h
 
     def encode(self, text: str | bytes, add_special_tokens: bool = True) -> list[int]:
         """Token ids of text (str, or UTF-8 bytes: invalid sequences read as U+FFFD).
@@ -185,23 +177,8 @@ class Tokenizer:
         from .chat import chat_batch
         return chat_batch(self, conversations, seq_len, ignore_index)
 
-    def close(self) -> None:
-        with self._lock:
-            if self._h is not None:
-                _lib().pock_tokenizer_close(self._h)
-                self._h = None
-
-    def __enter__(self) -> "Tokenizer":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    def _release(self, handle) -> None:
+        _lib().pock_tokenizer_close(handle)
 
     def __repr__(self) -> str:
         return f"Tokenizer({self.source!r}, vocab_size={self.vocab_size})"

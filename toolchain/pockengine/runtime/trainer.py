@@ -24,13 +24,13 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..errors import PockError
+from .handle import NativeHandle, bind, check
 
 _MAX_DIMS = 8
 _DTYPES = {0: np.dtype(np.float32), 1: np.dtype(np.int64), 2: np.dtype(np.int32), 3: np.dtype(np.uint8),
            4: np.dtype(np.uint16), 5: np.dtype(np.float16), 6: np.dtype(np.int8)}  # 4: bf16 bits
 _KINDS = {0: "param", 1: "buffer", 2: "optimizer_state", 3: "constant"}
 _INPUTS, _TARGETS, _OUTPUTS = 0, 1, 2
-_ERR_CLOSED = 7
 _ERR_NONFINITE = 11  # pock.h: the non-finite guard skipped the step's update
 _ERR_NO_TARGETS = 12  # pock.h: every class target was the ignore index; the step was skipped
 _MAX_THREADS = 1024
@@ -105,16 +105,9 @@ def _load_library(path) -> ctypes.CDLL:
                 lib = ctypes.CDLL(key)
             except OSError as e:
                 raise PockError(f"cannot load model library {os.fspath(path)!r}: {e}") from None
-            for name, (restype, argtypes) in _SIGNATURES.items():
-                try:
-                    fn = getattr(lib, name)
-                except AttributeError:
-                    raise PockError(f"{os.fspath(path)!r} is not a PockEngine model library (no {name})") from None
-                fn.restype, fn.argtypes = restype, argtypes
-            for name, (restype, argtypes) in _OPTIONAL_SIGNATURES.items():
-                fn = getattr(lib, name, None)
-                if fn is not None:
-                    fn.restype, fn.argtypes = restype, argtypes
+            bind(lib, _SIGNATURES, missing=lambda name: PockError(
+                f"{os.fspath(path)!r} is not a PockEngine model library (no {name})"))
+            bind(lib, _OPTIONAL_SIGNATURES, optional=True)
             _LIBS[key] = lib
         return lib
 
@@ -190,7 +183,7 @@ def _state_array(value, name: str, info: TensorInfo) -> np.ndarray:
     return np.ascontiguousarray(arr)
 
 
-class Trainer:
+class Trainer(NativeHandle):
     """One trainer over a compiled model library: step, forward, state, checkpoints.
 
     Pluggable stages around the library (set by prog.build from the backend registry):
@@ -210,6 +203,7 @@ class Trainer:
     partition = None       # passes/partition.Partition of a step built over several backends
     input_stage = None     # see use_input_stage()
     prefix_manifest = None  # a prefix backend's manifest["prefix"] (backends/htp.py)
+    _closed_message = "trainer is closed"  # handle.py: lock, _live(), close(), with, __del__
 
     def __init__(self, lib_path, checkpoint=None, *, aliases: Mapping[str, str] | None = None,
                  strict: bool = False, open_device=None, input_stage=None, partition=None, prefix_manifest=None,
@@ -230,8 +224,7 @@ class Trainer:
         partition (the step's backend partition), prefix_manifest (a prefix backend's
         manifest["prefix"]), lora_adapters ({module: scaling}: merged_state_dict, export_adapter),
         trained_names (save(trained_only=True)), decoder (generation's view of a Llama-family LM)."""
-        self._handle = None  # first, so that close()/__del__ work whatever fails below
-        self._lock = threading.RLock()
+        super().__init__()  # first, so that close()/__del__ work whatever fails below
         self.strict = bool(strict)
         self.skipped_steps = 0          # steps the non-finite guard skipped (no update applied)
         self.last_step_status = "ok"    # "ok" | "skipped" | "partial" (non-finite, see step()) for the last step()
@@ -304,17 +297,7 @@ class Trainer:
         return structs, shapes
 
     def _check(self, status: int) -> None:
-        if status != 0:
-            err = PockError(self._lib.pock_last_error().decode(errors="replace"))
-            err.status = status
-            raise err
-
-    def _live(self):
-        if self._handle is None:
-            err = PockError("trainer is closed")
-            err.status = _ERR_CLOSED
-            raise err
-        return self._handle
+        check(self._lib, status)
 
     @staticmethod
     def _check_inputs(values, ios: list[IOInfo], what: str) -> list[np.ndarray]:
@@ -658,32 +641,11 @@ class Trainer:
     def model_hash(self) -> str:
         return self._lib.pock_model_hash().decode()
 
-    # ------------------------------------------------------------------ lifetime
-    @property
-    def closed(self) -> bool:
-        return self._handle is None
-
-    def close(self) -> None:
-        """Free the trainer; later calls raise PockError.  Closing twice is fine."""
-        with self._lock:
-            if self._handle is not None:
-                self._lib.pock_close(self._handle)
-                self._handle = None
-                if self.input_stage is not None:
-                    self.input_stage.close()
-
-    def __enter__(self) -> "Trainer":
-        self._live()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
+    # ------------------------------------------------------------------ lifetime (close, with: handle.py)
+    def _release(self, handle) -> None:
+        self._lib.pock_close(handle)
+        if self.input_stage is not None:
+            self.input_stage.close()
 
     def __repr__(self) -> str:
         state = "closed" if self._handle is None else f"{len(self.tensors)} state tensors"
