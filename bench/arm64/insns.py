@@ -57,8 +57,9 @@ def plugin(out: Path) -> Path:
     return lib
 
 
-def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path) -> Path:
-    """model TU + train_driver.c + every runtime source, statically linked for aarch64."""
+def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path, link: tuple = ()) -> Path:
+    """model TU + train_driver.c + every runtime source, statically linked for aarch64 (`link`: more
+    link flags, e.g. compute_insns.py's -Wl,-Map=FILE)."""
     inc = ("-I", str(runtime / "include"), "-I", str(runtime))
     headers = _digest(sorted(runtime.rglob("*.h")))
     cpp = [model_cpp, *sorted(runtime.glob("*.cpp")), *sorted((runtime / "kernels").glob("*.cpp"))]
@@ -66,7 +67,7 @@ def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path) -> Path:
     objs = compile_objects(jobs, (CXX,), subdir="aarch64-insns/obj", what="aarch64 compilation")
     objs += compile_objects([(ROOT / "tests" / "arm64" / "train_driver.c", (*FLAGS, "-std=c11", *inc), headers)],
                             (CC,), subdir="aarch64-insns/obj", what="aarch64 compilation")
-    _run([CXX, *FLAGS, "-static", *map(str, objs), "-o", str(exe)], "linking (aarch64)")
+    _run([CXX, *FLAGS, "-static", *map(str, objs), *link, "-o", str(exe)], "linking (aarch64)")
     return exe
 
 
