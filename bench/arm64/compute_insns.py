@@ -82,6 +82,8 @@ def parse_args(argv=None):
                     help="also run the bf16 binary on this qemu CPU without BF16 (the run-time choice: the "
                          "portable path, no BFMMLA); '' skips it")
     ap.add_argument("--out", default=str(HERE))
+    ap.add_argument("--from-json", metavar="FILE", help="no runs: rewrite the .md from a compute_results.json "
+                                                         "(its own arguments)")
     a = ap.parse_args(argv)
     cds = ["fp32"] + [c for c in a.compute.split(",") if c and c != "fp32"]
     bad = [c for c in cds if c not in COMPUTE] + [s for s in a.schemes.split(",") if s not in SCHEMES]
@@ -314,14 +316,25 @@ def report(rows: list[dict], a) -> str:
              " | ".join(f"frozen products {cd} / fp32" for cd in cds[1:]) + " |",
              "|---|---:|" + "---:|" * (2 * len(cds) - 1) + "---:|" + "---:|" * (len(cds) - 1)]
     low = next(iter(GROUPS))
+    summary = []
     for r in rows:
         c = r["compute"]
         f32, frozen32 = c["fp32"]["insns"], r["frozen_products_fp32"]
+        rest = f32 - frozen32
+        summary.append(f"- {r['scheme']}: the frozen products take {frozen32 / 1e6:.0f} M of fp32's {f32 / 1e6:.0f} M "
+                       f"instructions a step ({frozen32 / f32:.0%}); " +
+                       "; ".join(f"{cd} does them in {c[cd]['groups'][low] / 1e6:.0f} M "
+                                 f"({c[cd]['groups'][low] / frozen32:.2f}x), the step {c[cd]['insns'] / f32:.2f}x"
+                                 for cd in cds[1:]) +
+                       f". The rest of the step ({rest / 1e6:.0f} M: the trained products in fp32, attention, norms, "
+                       f"loss, optimizer) is the same in every dtype, so no compute dtype can take the step below "
+                       f"{rest / f32:.2f}x fp32's.")
         lines.append(f"| {r['scheme']} | {c['fp32']['flops_per_step'] / 1e6:.0f} | " +
                      " | ".join(f"{c[cd]['insns'] / 1e6:.1f}" for cd in cds) + " | " +
                      " | ".join(f"{c[cd]['insns'] / f32:.2f}x" for cd in cds[1:]) +
                      f" | {frozen32 / 1e6:.1f} ({frozen32 / f32:.0%}) | " +
                      " | ".join(f"{c[cd]['groups'][low] / frozen32:.2f}x" for cd in cds[1:]) + " |")
+    lines += ["", *summary]
     lines += ["", "Instructions by where their code lives (M a step; exclusive: a kernel's calls into libc count "
               "to libc), and the arithmetic executed (M instructions a step):", "",
               "| scheme | compute | " + " | ".join(r_ for r_ in rows[0]["compute"]["fp32"]["groups"]) + " | " +
@@ -348,15 +361,20 @@ def report(rows: list[dict], a) -> str:
 def main(argv=None) -> int:
     a = parse_args(argv)
     missing = [t for t in (insns.CXX, insns.CC, insns.QEMU, "gcc") if shutil.which(t) is None]
-    if missing:
+    if missing and not a.from_json:
         print(f"missing: {', '.join(missing)}", file=sys.stderr)
         return 2
-    rows = measure(a)
-    derive(rows)
     out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compute_results.json").write_text(json.dumps({"args": {k: v for k, v in vars(a).items() if k != "out"},
-                                                          "rows": rows}, indent=1))
+    if a.from_json:
+        saved = json.loads(Path(a.from_json).read_text())
+        vars(a).update(saved["args"])
+        rows = saved["rows"]
+    else:
+        rows = measure(a)
+        derive(rows)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "compute_results.json").write_text(json.dumps(
+            {"args": {k: v for k, v in vars(a).items() if k not in ("out", "from_json")}, "rows": rows}, indent=1))
     text = report(rows, a)  # raises when a dtype did not take its path (the counts are in the .json)
     (out / "compute_results.md").write_text(text)
     print(text)

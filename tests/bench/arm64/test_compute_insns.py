@@ -173,9 +173,23 @@ def test_report_derives_the_frozen_share_and_checks_the_path():
     ci.derive(no_bfmmla)
     with pytest.raises(RuntimeError, match="not the expected path"):
         ci.report(no_bfmmla, a)
+    assert "- sparse: the frozen products take 40 M of fp32's 100 M instructions a step (40%); bf16 does them " \
+           "in 10 M (0.25x), the step 0.70x." in text and "below 0.60x fp32's" in text
     alone = [{"compute": {"fp32": rows[0]["compute"]["fp32"]}}]
     ci.derive(alone)
     assert math.isnan(alone[0]["frozen_products_fp32"])  # no lowp dtype to take the rest of the step from
+
+
+def test_report_from_json(tmp_path):
+    """--from-json rewrites the .md from a saved run, with that run's arguments."""
+    rows = [_row("lora", 100e6, 50e6, 20e6, 2e6)]
+    ci.derive(rows)
+    args = {k: v for k, v in vars(ci.parse_args(["--compute", "bf16", "--layers", "3"])).items()
+            if k not in ("out", "from_json")}
+    (tmp_path / "saved.json").write_text(json.dumps({"args": args, "rows": rows}))
+    assert ci.main(["--from-json", str(tmp_path / "saved.json"), "--out", str(tmp_path)]) == 0
+    text = (tmp_path / "compute_results.md").read_text()
+    assert "cut to 3 blocks" in text and "| lora | 1000 | 100.0 | 50.0 | 0.50x | 70.0 (70%) | 0.29x |" in text
 
 
 @pytest.mark.slow  # cross-compiles three model TUs and runs them under qemu (~1-2 min)
