@@ -25,7 +25,8 @@ HWCAP2_BF16) and fp16 FMLA .8h (kernels/lowp_fmla.cpp).  bench/arm64/insn_count.
 
 The frozen products' share of the fp32 step is derived: fp32's count less the bf16 step's
 count outside lowp*.cpp (the rest of the step is the same code on the same data).  Writes
-bench/arm64/compute_results.md and .json (--out).
+bench/arm64/compute_results.md and .json (--out; bench/arm64/insns.py appends the .md to results.md);
+--from-json FILE rewrites the .md from a saved .json without running anything.
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ GROUPS = {
     "optimizer": ("optimizer",),
     "generated step (model TU)": (),
 }
-OTHER_RT, OUTSIDE = "other runtime", "libc, start-up, pool"
+OTHER_RT, OUTSIDE = "other runtime", "libc, start-up, the rest"
 CLASS_NAMES = {"bfmmla": "BFMMLA", "bfdot": "BFDOT", "fmla_f16": "FMLA .8h/.4h", "fmla_f32": "FMLA .4s/.2s"}
 
 
@@ -289,11 +290,15 @@ def check_paths(rows: list[dict], cpu: str = "max") -> list[str]:
 
 
 def derive(rows: list[dict]) -> None:
-    """row["frozen_products_fp32"]: fp32's count less the rest of the step (a lowp dtype's count
+    """groups[OUTSIDE]: what the other groups leave of the count (libc, start-up, and code outside
+    every .text section: the static binary's .iplt stubs to libc's memset/memcpy);
+    row["frozen_products_fp32"]: fp32's count less the rest of the step (a lowp dtype's count
     outside lowp*.cpp, the smaller one); nan with fp32 alone."""
     low = next(iter(GROUPS))
     for r in rows:
         c = r["compute"]
+        for v in c.values():
+            v["groups"][OUTSIDE] = v["insns"] - sum(n for g, n in v["groups"].items() if g != OUTSIDE)
         rest = [v["insns"] - v["groups"][low] for cd, v in c.items() if cd != "fp32"]
         r["frozen_products_fp32"] = c["fp32"]["insns"] - min(rest) if rest else float("nan")
 
@@ -301,7 +306,9 @@ def derive(rows: list[dict]) -> None:
 def report(rows: list[dict], a) -> str:
     cds = a.compute
     lines = ["# aarch64 instructions per training step: fp32 against bf16 and fp16 compute", "",
-             "Reproduce (a few minutes a build and run under qemu):", "",
+             "Reproduce (about 20 minutes on a loaded 2-core x86 machine: six cross-compiled steps, each run "
+             "under qemu for 1 and 2 steps, bf16's also on a core without BF16; `--from-json` rewrites this "
+             "file from compute_results.json):", "",
              "    nice -n 10 .venv/bin/python bench/arm64/compute_insns.py", "",
              f"A Llama with SmolLM2-135M's widths (hidden {a.hidden}, MLP {a.mlp}, {a.heads} heads / {a.kv_heads} KV "
              f"heads, tied embeddings) cut to {a.layers} blocks and a {a.vocab}-token table; one sequence of {a.seq} "
@@ -335,8 +342,10 @@ def report(rows: list[dict], a) -> str:
                      f" | {frozen32 / 1e6:.1f} ({frozen32 / f32:.0%}) | " +
                      " | ".join(f"{c[cd]['groups'][low] / frozen32:.2f}x" for cd in cds[1:]) + " |")
     lines += ["", *summary]
-    lines += ["", "Instructions by where their code lives (M a step; exclusive: a kernel's calls into libc count "
-              "to libc), and the arithmetic executed (M instructions a step):", "",
+    lines += ["", "Instructions by where their code lives (M a step; exclusive: a kernel's calls into libc, e.g. "
+              "lowp.cpp's memset of its padded operand buffers, count to libc), and the arithmetic executed (M "
+              "instructions a step). Counts are exact for the single-threaded guest; two runs of the same "
+              "binary differ by about 0.1 M a step (the thread pool's start-up):", "",
               "| scheme | compute | " + " | ".join(r_ for r_ in rows[0]["compute"]["fp32"]["groups"]) + " | " +
               " | ".join(CLASS_NAMES.values()) + " | loss after the last step |",
               "|---|---|" + "---:|" * (len(rows[0]["compute"]["fp32"]["groups"]) + len(CLASS_NAMES) + 1)]
@@ -369,6 +378,7 @@ def main(argv=None) -> int:
         saved = json.loads(Path(a.from_json).read_text())
         vars(a).update(saved["args"])
         rows = saved["rows"]
+        derive(rows)
     else:
         rows = measure(a)
         derive(rows)

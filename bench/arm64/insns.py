@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compute", default="",
                     help="also count the step compiled with these compute_dtypes (e.g. bf16,fp16: the frozen-weight "
                          "products in bf16 on BFMMLA (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
-                         "columns 'compute-bf16' ...")
+                         "columns 'compute-bf16' ... (a Llama with frozen linears, sparse and LoRA: compute_insns.py)")
     a = ap.parse_args(argv)
     missing = [t for t in (CXX, CC, QEMU, "gcc") if shutil.which(t) is None]
     if missing:
@@ -173,6 +173,8 @@ def main(argv=None) -> int:
                      " | ".join(f"{r[n] / r['ours']:.2f}x" for n in names[1:]) + " |")
     if (out / "lowp_cd_results.md").exists():  # compute_dtype's per-product counts (lowp_cd_insns.py)
         lines += ["", (out / "lowp_cd_results.md").read_text().rstrip("\n")]
+    if (out / "compute_results.md").exists():  # fp32 against bf16/fp16 compute per step (compute_insns.py)
+        lines += ["", "#" + (out / "compute_results.md").read_text().rstrip("\n")]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
