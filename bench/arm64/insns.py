@@ -57,8 +57,9 @@ def plugin(out: Path) -> Path:
     return lib
 
 
-def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path) -> Path:
-    """model TU + train_driver.c + every runtime source, statically linked for aarch64."""
+def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path, link: tuple = ()) -> Path:
+    """model TU + train_driver.c + every runtime source, statically linked for aarch64 (`link`: more
+    link flags, e.g. compute_insns.py's -Wl,-Map=FILE)."""
     inc = ("-I", str(runtime / "include"), "-I", str(runtime))
     headers = _digest(sorted(runtime.rglob("*.h")))
     cpp = [model_cpp, *sorted(runtime.glob("*.cpp")), *sorted((runtime / "kernels").glob("*.cpp"))]
@@ -66,7 +67,7 @@ def build(model_cpp: Path, runtime: Path, extra: tuple, exe: Path) -> Path:
     objs = compile_objects(jobs, (CXX,), subdir="aarch64-insns/obj", what="aarch64 compilation")
     objs += compile_objects([(ROOT / "tests" / "arm64" / "train_driver.c", (*FLAGS, "-std=c11", *inc), headers)],
                             (CC,), subdir="aarch64-insns/obj", what="aarch64 compilation")
-    _run([CXX, *FLAGS, "-static", *map(str, objs), "-o", str(exe)], "linking (aarch64)")
+    _run([CXX, *FLAGS, "-static", *map(str, objs), *link, "-o", str(exe)], "linking (aarch64)")
     return exe
 
 
@@ -93,7 +94,7 @@ def main(argv=None) -> int:
     ap.add_argument("--compute", default="",
                     help="also count the step compiled with these compute_dtypes (e.g. bf16,fp16: the frozen-weight "
                          "products in bf16 on BFMMLA (qemu -cpu max has BF16) / fp16), this checkout's runtime; "
-                         "columns 'compute-bf16' ...")
+                         "columns 'compute-bf16' ... (a Llama with frozen linears, sparse and LoRA: compute_insns.py)")
     a = ap.parse_args(argv)
     missing = [t for t in (CXX, CC, QEMU, "gcc") if shutil.which(t) is None]
     if missing:
@@ -172,6 +173,8 @@ def main(argv=None) -> int:
                      " | ".join(f"{r[n] / r['ours']:.2f}x" for n in names[1:]) + " |")
     if (out / "lowp_cd_results.md").exists():  # compute_dtype's per-product counts (lowp_cd_insns.py)
         lines += ["", (out / "lowp_cd_results.md").read_text().rstrip("\n")]
+    if (out / "compute_results.md").exists():  # fp32 against bf16/fp16 compute per step (compute_insns.py)
+        lines += ["", "#" + (out / "compute_results.md").read_text().rstrip("\n")]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
