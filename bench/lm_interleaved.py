@@ -9,8 +9,10 @@ requires_grad False, so it skips their gradients as PockEngine does).
 
 Round r takes one step of every row (the order reversed every other round), after --warmup
 rounds, so a changing machine load hits every row alike. Prints per row p10 / median / p90 ms
-of its steps, and per scheme the ratios (PyTorch eager median / row median; the median of the
-per-round ratios beside it), torch.compile / PockEngine, and PockEngine 2 threads / 1 thread.
+of its steps (wall clock) and the median CPU time of the calling thread per step (on one thread
+the whole step's cost, robust to a busy machine's descheduling), and per scheme the ratios
+(PyTorch eager median / row median; the median of the per-round ratios beside it; with
+--threads 1 also the ratio of the CPU-time medians), torch.compile / PockEngine, and PockEngine 2 threads / 1 thread.
 PyTorch runs on --threads threads throughout (torch.set_num_threads); PockEngine's 1-thread
 row is its own trainer with set_num_threads(1).
 """
@@ -123,26 +125,31 @@ def main(argv=None):
             rows[n](r)
     print(f"# built and warmed up in {time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}", flush=True)
     times = {n: [] for n in names}
+    cpu = {n: [] for n in names}  # the calling thread's CPU time: the step's whole cost on one thread
     losses = {n: [] for n in names}
     for r in range(a.rounds):
         for n in (names if r % 2 == 0 else names[::-1]):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             losses[n].append(rows[n](a.warmup + r))
             times[n].append((time.perf_counter() - t0) * 1e3)
+            cpu[n].append((time.thread_time() - c0) * 1e3)
     med = {n: statistics.median(ts) for n, ts in times.items()}
     print(f"# LM d{D} x{LAYERS} heads {a.heads} ffn {FFN} vocab {VOCAB}, batch {BATCH}x{SEQ}, SGD momentum; "
           f"{a.threads} threads; {a.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}")
-    print(f"{'row':26s} {'p10':>7s} {'median':>7s} {'p90':>7s}  p90/med  loss first->last")
+    print(f"{'row':26s} {'p10':>7s} {'median':>7s} {'p90':>7s}  p90/med  caller-CPU  loss first->last")
     for n in names:
         ts = times[n]
         print(f"{n:26s} {percentile(ts, 0.1):7.1f} {med[n]:7.1f} {percentile(ts, 0.9):7.1f}  {percentile(ts, 0.9) / med[n]:6.2f}"
-              f"   {losses[n][0]:.4f} -> {losses[n][-1]:.4f}")
+              f"   {statistics.median(cpu[n]):8.1f}   {losses[n][0]:.4f} -> {losses[n][-1]:.4f}")
 
     def ratio(num, den):
         per_round = statistics.median(t / u for t, u in zip(times[num], times[den]))
         return f"{med[num] / med[den]:.2f}x (per-round median {per_round:.2f}x)"
     for s in a.schemes.split(","):
-        print(f"[{s}] eager / pockengine: {ratio(f'eager/{s}', f'pockengine/{s}')}")
+        cpu_ratio = ""
+        if a.threads == 1:
+            cpu_ratio = f"; CPU time {statistics.median(cpu[f'eager/{s}']) / statistics.median(cpu[f'pockengine/{s}']):.2f}x"
+        print(f"[{s}] eager / pockengine: {ratio(f'eager/{s}', f'pockengine/{s}')}{cpu_ratio}")
         if not a.no_compile:
             print(f"[{s}] torch.compile / pockengine: {ratio(f'torch.compile/{s}', f'pockengine/{s}')}; "
                   f"eager / torch.compile: {ratio(f'eager/{s}', f'torch.compile/{s}')}")
