@@ -154,12 +154,13 @@ i64 linear_ce_bwd(const float* dloss, const float* x, const void* w, const float
       }
       if (dw)
         detail::gemm_strided(dz, 1, n, x + r0 * K, K, 1, dw + v0 * p.k, p.k, n, p.k, rows, r0 > 0);
-      if (db)
-        for (i64 c = 0; c < n; ++c) {
-          float acc = r0 > 0 ? db[v0 + c] : 0.f;
-          for (i64 r = 0; r < rows; ++r) acc += dz[r * n + c];
-          db[v0 + c] = acc;
-        }
+      if (db)  // column sums, a row at a time (each column's sum in row order, as a scalar loop would)
+        parallel_for(n, grain_for_work(rows, kMinChunkMacs / 4), [&](i64 a, i64 e) {
+          float* d = db + v0 + a;
+          if (r0 == 0) std::memset(d, 0, sizeof(float) * (e - a));
+          for (i64 r = 0; r < rows; ++r)
+            vmath::map2_v(d, dz + r * n + a, d, e - a, [](simd::V u, simd::V v) { return simd::vadd(u, v); });
+        });
     }
   }
   return first_invalid(target, p);

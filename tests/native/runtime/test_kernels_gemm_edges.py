@@ -1,6 +1,7 @@
 """gemm.cpp's tiling edges: every transposition over sizes that cut the micro-tile,
 the packed panels, the column blocks (512 wide; up to 2048 under a depth below 256)
-and the depth blocks (256), against float64 numpy; and the same bits on 1, 2 and 3
+and the depth blocks (256; a last one of at most 64 merged into the block before it), against
+float64 numpy; and the same bits on 1, 2 and 3
 threads for the shapes of an LLM step (row-count micro-kernels at the bottom edge,
 column blocks split across threads)."""
 import itertools
@@ -46,7 +47,9 @@ def test_gemm_edge_sizes(lib, pools, ta, tb):
 @pytest.mark.parametrize("M,N,K", [(128, 576, 576), (128, 192, 576), (128, 64, 128), (127, 1100, 300),
                                    (25, 1030, 257), (300, 577, 129), (13, 40, 530),
                                    (700, 130, 90),  # ta: a packed op(A), threads cut rows first
-                                   (50, 2100, 40)])  # shallow K: column blocks at their widest (2048)
+                                   (50, 2100, 40),  # shallow K: column blocks at their widest (2048)
+                                   (600, 192, 288), (40, 70, 320), (40, 70, 321)])  # depth 288 and 320: one
+#                                    merged block; 321: 256 + 65, the last block too deep to merge
 @pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
 def test_gemm_blocks_same_bits_on_any_threads(lib, pools, M, N, K, ta, tb):
     rng = np.random.default_rng(M + N + K)

@@ -1,0 +1,166 @@
+"""The held-out-like transformer LM (issue 39: d 192, 3 pre-LN blocks, vocab 6,000, batch 6 x 48
+tokens, SGD with momentum), every row stepped in turn in ONE process: PyTorch eager fp32,
+torch.compile, PockEngine on 2 threads and on 1 thread, each for the full update and the
+sparse scheme (bench/models.py transformer_sparse; PyTorch's frozen parameters have
+requires_grad False, so it skips their gradients as PockEngine does).
+
+    PYTHONPATH=toolchain .venv/bin/python bench/lm_interleaved.py [--rounds 40] [--threads 2]
+        [--schemes full,sparse] [--no-compile] [--heads 4]
+
+Round r takes one step of every row (the order reversed every other round), after --warmup
+rounds, so a changing machine load hits every row alike. Prints per row p10 / median / p90 ms
+of its steps (wall clock) and the median CPU time of the calling thread per step (on one thread
+the whole step's cost, robust to a busy machine's descheduling), and per scheme the ratios
+(PyTorch eager median / row median; the median of the per-round ratios beside it; with
+--threads 1 also the ratio of the CPU-time medians), torch.compile / PockEngine, and PockEngine 2 threads / 1 thread.
+PyTorch runs on --threads threads throughout (torch.set_num_threads); PockEngine's 1-thread
+row is its own trainer with set_num_threads(1).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import pockengine as pe  # noqa: E402
+from models import KeyboardTransformer, transformer_sparse  # noqa: E402
+from tables import percentile  # noqa: E402
+
+VOCAB, D, LAYERS, FFN, SEQ, BATCH = 6000, 192, 3, 768, 48, 6
+LR, MOMENTUM = 0.01, 0.9
+
+
+def make_model(heads: int) -> KeyboardTransformer:
+    torch.manual_seed(0)
+    return KeyboardTransformer(vocab=VOCAB, d=D, layers=LAYERS, heads=heads, ffn=FFN, seq=SEQ)
+
+
+def make_batches(n: int = 4):
+    g = torch.Generator().manual_seed(0)
+    return [((torch.randint(0, VOCAB, (BATCH, SEQ), generator=g),),
+             (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g),)) for _ in range(n)]
+
+
+def update_of(scheme: str, model):
+    return "full" if scheme == "full" else transformer_sparse(model)
+
+
+def torch_row(scheme: str, heads: int, batches, compiled: bool):
+    """A step function of PyTorch (eager or torch.compile) on this scheme."""
+    from pockengine.compiler.program import resolve_update
+    model = make_model(heads)
+    named = dict(model.named_parameters())
+    trained = resolve_update({n: tuple(p.shape) for n, p in named.items()}, update_of(scheme, model))
+    for n, p in named.items():
+        p.requires_grad_(n in trained)
+    opt = torch.optim.SGD([named[n] for n in trained], lr=LR, momentum=MOMENTUM)
+
+    def loss_fn(x, y):
+        out = model(x)
+        return F.cross_entropy(out.reshape(-1, VOCAB), y.reshape(-1))
+
+    if compiled:
+        loss_fn = torch.compile(loss_fn)
+
+    def step(i):
+        (x,), (y,) = batches[i % len(batches)]
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(x, y)
+        loss.backward()
+        opt.step()
+        return loss.item()
+    return step
+
+
+def pe_row(scheme: str, heads: int, batches, threads: int):
+    model = make_model(heads)
+    x, y = batches[0]
+    prog = pe.compile(model, x, y, loss="cross_entropy", update=update_of(scheme, model),
+                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"lm_heldout_{scheme}")
+    tr = prog.build()
+    tr.set_num_threads(threads)
+
+    def step(i):
+        return tr.step(*batches[i % len(batches)])
+    step.trainer = tr
+    return step
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--schemes", default="full,sparse")
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
+    ap.add_argument("--no-1t", action="store_true", help="leave out PockEngine's 1-thread rows")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    batches = make_batches()
+    rows = {}
+    for s in a.schemes.split(","):
+        rows[f"eager/{s}"] = torch_row(s, a.heads, batches, False)
+        if not a.no_compile:
+            rows[f"torch.compile/{s}"] = torch_row(s, a.heads, batches, True)
+        rows[f"pockengine/{s}"] = pe_row(s, a.heads, batches, a.threads)
+        if not a.no_1t:
+            rows[f"pockengine-1t/{s}"] = pe_row(s, a.heads, batches, 1)
+    names = list(rows)
+    t0 = time.perf_counter()
+    for r in range(a.warmup):  # torch.compile compiles here (forward and backward)
+        for n in names:
+            rows[n](r)
+    print(f"# built and warmed up in {time.perf_counter() - t0:.0f} s; load {os.getloadavg()[0]:.1f}", flush=True)
+    times = {n: [] for n in names}
+    cpu = {n: [] for n in names}  # the calling thread's CPU time: the step's whole cost on one thread
+    losses = {n: [] for n in names}
+    for r in range(a.rounds):
+        for n in (names if r % 2 == 0 else names[::-1]):
+            t0, c0 = time.perf_counter(), time.thread_time()
+            losses[n].append(rows[n](a.warmup + r))
+            times[n].append((time.perf_counter() - t0) * 1e3)
+            cpu[n].append((time.thread_time() - c0) * 1e3)
+    med = {n: statistics.median(ts) for n, ts in times.items()}
+    print(f"# LM d{D} x{LAYERS} heads {a.heads} ffn {FFN} vocab {VOCAB}, batch {BATCH}x{SEQ}, SGD momentum; "
+          f"{a.threads} threads; {a.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}")
+    print(f"{'row':26s} {'p10':>7s} {'median':>7s} {'p90':>7s}  p90/med  caller-CPU  loss first->last")
+    for n in names:
+        ts = times[n]
+        print(f"{n:26s} {percentile(ts, 0.1):7.1f} {med[n]:7.1f} {percentile(ts, 0.9):7.1f}  {percentile(ts, 0.9) / med[n]:6.2f}"
+              f"   {statistics.median(cpu[n]):8.1f}   {losses[n][0]:.4f} -> {losses[n][-1]:.4f}")
+
+    def ratio(num, den):
+        per_round = statistics.median(t / u for t, u in zip(times[num], times[den]))
+        return f"{med[num] / med[den]:.2f}x (per-round median {per_round:.2f}x)"
+    for s in a.schemes.split(","):
+        cpu_ratio = ""
+        if a.threads == 1:
+            cpu_ratio = f"; CPU time {statistics.median(cpu[f'eager/{s}']) / statistics.median(cpu[f'pockengine/{s}']):.2f}x"
+        print(f"[{s}] eager / pockengine: {ratio(f'eager/{s}', f'pockengine/{s}')}{cpu_ratio}")
+        if not a.no_compile:
+            print(f"[{s}] torch.compile / pockengine: {ratio(f'torch.compile/{s}', f'pockengine/{s}')}; "
+                  f"eager / torch.compile: {ratio(f'eager/{s}', f'torch.compile/{s}')}")
+        if not a.no_1t:
+            print(f"[{s}] pockengine {a.threads}t / 1t: {ratio(f'pockengine/{s}', f'pockengine-1t/{s}')}; "
+                  f"eager / pockengine-1t: {ratio(f'eager/{s}', f'pockengine-1t/{s}')}")
+    for n in names:
+        tr = getattr(rows[n], "trainer", None)
+        if tr is not None:
+            tr.close()
+
+
+if __name__ == "__main__":
+    main()
