@@ -67,8 +67,8 @@ void dequant_span(const void* w, LowpDtype dt, const float* scale, i64 K, i64 ro
 bool bf16_dot_available();
 void bf16_dot_rows(const uint16_t* A, const uint16_t* B, float* C, i64 M, i64 R, i64 L, i64 ldc);
 
-// lowp_dot.cpp: compute_dtype's bf16 products on x86 CPUs with AVX512_BF16 (VDPBF16PS; cpuid, at
-// run time; false elsewhere).  C[i][j] (row stride ldc) = sum_l A[i][l] * B[j][l] over the depth
+// lowp_dot.cpp: compute_dtype's bf16 products on x86 CPUs with AVX512_BF16 (VDPBF16PS) or AMX-BF16
+// (lowp_amx.cpp's tiles; cpuid, at run time; false elsewhere).  C[i][j] (row stride ldc) = sum_l A[i][l] * B[j][l] over the depth
 // l < D in fp32, A [M, D] bf16 rows (row stride lda, even, zero padded to an even depth), B packed
 // by a pack_* call into bf16_dp_panel_words(R, D) words.  The packers return false when an operand
 // of B is a bf16 subnormal (the instruction reads those as zero): the caller then takes the
@@ -80,6 +80,11 @@ bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out);
 // B[j][l] = W[l][j], W [D, R] rows: the input gradient's weight columns, no transpose (pairs of W's rows)
 bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out);
 void bf16_dp_gemm(const uint16_t* A, i64 lda, i64 M, const uint32_t* panels, i64 R, i64 D, float* C, i64 ldc);
+// lowp_amx.cpp: bf16_dp_gemm on x86 CPUs with AMX-BF16 (cpuid and the kernel's permission for the
+// tile state; false elsewhere): the same panels with their depth padded to `pairs` (a multiple of 16)
+bool bf16_amx_available();
+void bf16_amx_gemm(const uint16_t* A, i64 lda, i64 M, const uint32_t* panels, i64 R, i64 D, i64 pairs, float* C,
+                   i64 ldc);
 
 // lowp_fmla.cpp: compute_dtype's fp16 products on arm64 CPUs with fp16 vector arithmetic
 // (compile time, or hwcaps at run time; false elsewhere).  C = A @ B: A [M, D] fp16 rows (row

@@ -286,19 +286,26 @@ struct ScratchPanels {};
 }  // namespace
 
 bool bf16_dp_available() {
-  static const bool has = detect_dp();
+  static const bool has = detect_dp() || bf16_amx_available();
   return has;
 }
 
-i64 bf16_dp_panel_words(i64 R, i64 D) { return (R + kDpCols - 1) / kDpCols * kDpCols * ((D + 1) / 2); }
+// Depth pairs of a panel: the depth's, padded with zero pairs to a multiple of 16 for AMX's tiles
+i64 dp_pairs(i64 D) {
+  const i64 P = (D + 1) / 2;
+  return bf16_amx_available() ? (P + 15) / 16 * 16 : P;
+}
+
+i64 bf16_dp_panel_words(i64 R, i64 D) { return (R + kDpCols - 1) / kDpCols * kDpCols * dp_pairs(D); }
 
 bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) {
-  const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
+  const i64 P = (D + 1) / 2, PP = dp_pairs(D), blocks = (R + kDpCols - 1) / kDpCols;
   std::atomic<bool> sub{false};
   parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
     bool any = false;
     for (i64 blk = b0; blk < b1; ++blk) {
-      uint32_t* panel = out + blk * P * kDpCols;
+      uint32_t* panel = out + blk * PP * kDpCols;
+      std::memset(panel + P * kDpCols, 0, sizeof(uint32_t) * static_cast<size_t>((PP - P) * kDpCols));
       for (i64 c0 = 0; c0 < kDpCols; c0 += 8) {
         const i64 j0 = blk * kDpCols + c0;
         // 8 rows x 8 whole pairs at a time through a register transpose; the rest one by one
@@ -325,12 +332,13 @@ bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) 
 }
 
 bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
-  const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
+  const i64 P = (D + 1) / 2, PP = dp_pairs(D), blocks = (R + kDpCols - 1) / kDpCols;
   std::atomic<bool> sub{false};
   parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
     bool any = false;
     for (i64 blk = b0; blk < b1; ++blk) {
-      uint32_t* panel = out + blk * P * kDpCols;
+      uint32_t* panel = out + blk * PP * kDpCols;
+      std::memset(panel + P * kDpCols, 0, sizeof(uint32_t) * static_cast<size_t>((PP - P) * kDpCols));
       const i64 j0 = blk * kDpCols, nc = std::min<i64>(kDpCols, R - j0);
       for (i64 p = 0; p < P; ++p) {
         const uint16_t* even = W + 2 * p * R + j0;
@@ -354,6 +362,7 @@ bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
 }
 
 void bf16_dp_gemm(const uint16_t* A, i64 lda, i64 M, const uint32_t* panels, i64 R, i64 D, float* C, i64 ldc) {
+  if (bf16_amx_available()) return bf16_amx_gemm(A, lda, M, panels, R, D, dp_pairs(D), C, ldc);
   const i64 P = (D + 1) / 2, blocks = (R + kDpCols - 1) / kDpCols;
   parallel_for(blocks, grain_for_work(kDpCols * M * D, kMinChunkMacs), [&](i64 b0, i64 b1) {
     for (i64 blk = b0; blk < b1; ++blk)

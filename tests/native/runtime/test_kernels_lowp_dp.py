@@ -6,7 +6,10 @@ any x86 CPU: the library is built with -DPOCK_EMULATE_DPBF16, which replaces the
   element's product, then the even one's, depth pair after depth pair), for both packers;
 - linear_fwd_lowp_cd / linear_bwd_input_lowp_cd taking it, judged by test_kernels_lowp_cd's own
   tests (float64 of the rounded operands, identities bit-exact, rounding edges: a bf16 subnormal,
-  which the instruction reads as zero, sends the product to the portable path)."""
+  which the instruction reads as zero, sends the product to the portable path).
+Every test runs twice: on VDPBF16PS (-DPOCK_EMULATE_DPBF16) and on AMX's tiles (lowp_amx.cpp,
+-DPOCK_EMULATE_AMX: TDPBF16PS, its loads and stores as Intel defines them; the even element's
+product before the odd one's)."""
 import ctypes
 
 import numpy as np
@@ -19,10 +22,15 @@ from test_kernels_lowp import ODD, SHAPES
 i64, vp, cint = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 
 
-@pytest.fixture(scope="module")
-def lib():
-    lib = build_shim("lowp_dp_shim.cpp", ("-DPOCK_EMULATE_DPBF16",))
+EMULATE = {"vdpbf16ps": "-DPOCK_EMULATE_DPBF16", "amx": "-DPOCK_EMULATE_AMX"}
+
+
+@pytest.fixture(scope="module", params=sorted(EMULATE))
+def lib(request):
+    lib = build_shim("lowp_dp_shim.cpp", (EMULATE[request.param],))
+    lib.path = request.param
     lib.shim_bf16_dp_available.restype = cint
+    lib.shim_bf16_amx_available.restype = cint
     lib.shim_bf16_dp_rows.restype = cint
     lib.shim_bf16_dp_rows.argtypes = [vp, i64, i64, vp, i64, i64, i64, vp, i64, cint]
     lib.shim_bf16_dp_cols.restype = cint
@@ -37,32 +45,35 @@ def bf16(rng, shape, scale=1.0):
     return bits, (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def replay(a, b):
-    """C = a [M, D] . b [R, D]^T as VDPBF16PS sums it: per depth pair p, + a[2p+1] b[2p+1], then
-    + a[2p] b[2p], each rounded to fp32 (the products are exact)."""
+def replay(a, b, path):
+    """C = a [M, D] . b [R, D]^T as the instruction sums it: per depth pair p, VDPBF16PS adds
+    a[2p+1] b[2p+1] then a[2p] b[2p], AMX's TDPBF16PS the even one first; each addition rounded
+    to fp32 (the products are exact)."""
     M, D = a.shape
     c = np.zeros((M, b.shape[0]), np.float32)
     for p in range(0, D, 2):
-        if p + 1 < D:
-            c = c + np.outer(a[:, p + 1], b[:, p + 1])
-        c = c + np.outer(a[:, p], b[:, p])
+        order = (p + 1, p) if path == "vdpbf16ps" else (p, p + 1)
+        for k in order:
+            if k < D:
+                c = c + np.outer(a[:, k], b[:, k])
     return c
 
 
 def test_the_emulated_build_takes_the_path(lib):
     assert lib.shim_bf16_dp_available() == 1
+    assert lib.shim_bf16_amx_available() == (lib.path == "amx")
 
 
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("M,R,D", [(1, 1, 1), (1, 33, 2), (12, 32, 7), (13, 31, 8), (25, 65, 17), (3, 100, 64),
-                                   (40, 7, 130), (11, 1, 5), (127, 40, 96)])
+                                   (40, 7, 130), (11, 1, 5), (127, 40, 96), (33, 64, 33), (64, 33, 64)])
 def test_product_bit_for_bit_against_the_instructions_definition(lib, threads, M, R, D):
     rng = np.random.default_rng(M * 100 + R * 10 + D)
     lda = D + (D % 2) + 2  # even, padded with zeros past D
     a_bits = np.zeros((M, lda), np.uint16)
     a_bits[:, :D], a = bf16(rng, (M, D))
     b_bits, b = bf16(rng, (R, D))
-    want = replay(a, b)
+    want = replay(a, b, lib.path)
     ldc = R + 3
     c = np.full((M, ldc), np.nan, np.float32)
     assert lib.shim_bf16_dp_rows(ptr(a_bits), lda, M, ptr(np.ascontiguousarray(b_bits)), D, R, D, ptr(c), ldc,
@@ -108,8 +119,9 @@ def test_low_precision_identities_and_rounding_edges(lib):
     cd_tests.test_rounding_edges(lib, "bf16")
 
 
-@pytest.mark.slow  # ~2 min: a whole step library built with the emulation
-def test_tiny_llama_trains_on_it_as_judged_for_every_bf16_path(monkeypatch):
+@pytest.mark.slow  # ~2 min each: a whole step library built with the emulation
+@pytest.mark.parametrize("path", sorted(EMULATE))
+def test_tiny_llama_trains_on_it_as_judged_for_every_bf16_path(monkeypatch, path):
     """tests/compiler/test_compute_dtype.py's end-to-end judgement (3 steps of sparse + LoRA against
     PyTorch fp64, our error at most 2x autocast-bf16's; frozen weights bit-exact), with the step's
     library built with the emulated instructions: the whole step on the VDPBF16PS path."""
@@ -122,5 +134,5 @@ def test_tiny_llama_trains_on_it_as_judged_for_every_bf16_path(monkeypatch):
         "compute_dtype_tests", Path(__file__).resolve().parents[2] / "compiler" / "test_compute_dtype.py")
     test_compute_dtype = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(test_compute_dtype)
-    monkeypatch.setenv("CXX", shlex.join([*shlex.split(os.environ.get("CXX", "g++")), "-DPOCK_EMULATE_DPBF16"]))
+    monkeypatch.setenv("CXX", shlex.join([*shlex.split(os.environ.get("CXX", "g++")), EMULATE[path]]))
     test_compute_dtype.test_tiny_llama_sparse_lora_against_fp64_and_autocast("bf16")

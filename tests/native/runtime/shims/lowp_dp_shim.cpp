@@ -1,6 +1,7 @@
 // lowp_dp_shim.cpp — extern "C" access to lowp_dot.cpp's VDPBF16PS product (gemm_detail.h:
-// bf16_dp_*) for test_kernels_lowp_dp.py, which builds it with -DPOCK_EMULATE_DPBF16 (the
-// instruction's definition in C++) so the packing and tiling run on any x86 CPU.  Built with
+// bf16_dp_*, and lowp_amx.cpp's tiles behind it) for test_kernels_lowp_dp.py, which builds it with
+// -DPOCK_EMULATE_DPBF16 or -DPOCK_EMULATE_AMX (the instructions' definitions in C++) so the packing
+// and tiling run on any x86 CPU.  Built with
 // every kernel, threadpool.cpp and the generated kernel shims.
 #include <vector>
 
@@ -26,6 +27,7 @@ void on_threads(int threads, F f) {
 extern "C" {
 
 int shim_bf16_dp_available() { return pk::detail::bf16_dp_available() ? 1 : 0; }
+int shim_bf16_amx_available() { return pk::detail::bf16_amx_available() ? 1 : 0; }
 
 // C[M, R] (row stride ldc) = A [M, D] (row stride lda) . B [R, D] (row stride ldb)^T in bf16;
 // returns the packer's answer (0: a subnormal in B, C untouched).
