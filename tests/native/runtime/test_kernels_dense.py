@@ -881,6 +881,29 @@ def test_batch_norm_fwd_act(lib, N, C, S, act):
     bufs.check_guards()
 
 
+def test_batch_norm_fwd_streamed_rows(lib):
+    """A y of 2^21 floats or more (batch_norm.cpp's kStreamMin) is written with non-temporal stores
+    on AVX2 builds, rows of 1024+ floats from their first 32-byte boundary (odd S: every row
+    starts at another alignment): the same values as torch, train and eval, through relu6."""
+    rng = np.random.default_rng(21)
+    N, C, S = 2, 1001, 1051
+    x = rand(rng, N, C, S) * 4.0 + 2.0
+    w, b = rand(rng, C) * 3.0, rand(rng, C) * 2.0
+    rm, rv = rand(rng, C), np.abs(rand(rng, C)) + 0.5
+    ty, tmean, tinv = torch.native_batch_norm(T(x), T(w), T(b), None, None, True, 0.1, 1e-5)
+    bufs = Buffers()
+    y, smean, sinv = bufs(N, C, S), bufs(C), bufs(C)
+    lib.shim_batch_norm_train_fwd_act(P(x), P(w), P(b), None, None, P(y), P(smean), P(sinv), None, None, N, C, S,
+                                      0.1, 1e-5, 2)
+    close(y, F.relu6(ty), atol=5e-5)
+    close(smean, tmean)
+    close(sinv, tinv)
+    ye = bufs(N, C, S)
+    lib.shim_batch_norm_eval_fwd_act(P(x), P(w), P(b), P(rm), P(rv), P(ye), N, C, S, 1e-5, 2)
+    close(ye, F.relu6(F.batch_norm(T(x), T(rm), T(rv), T(w), T(b), training=False, eps=1e-5)), atol=5e-5)
+    bufs.check_guards()
+
+
 def test_batch_norm_large_offset(lib):
     """Statistics stay accurate for a channel whose mean dwarfs its spread."""
     rng = np.random.default_rng(5)
