@@ -7,7 +7,7 @@
 //   for each image and block of kCols output positions (flat over OH*OW):
 //     col[K][kCols] = the block's im2col (x read in place for a 1x1 convolution:
 //                     rows copied; stride-2 rows deinterleaved a vector at a time);
-//     for each run of R <= 4 output channels and pair of vectors of positions:
+//     for each run of R <= 6 output channels and pair of vectors of positions:
 //       R x 2 accumulators = bias, then one multiply-add per tap k (tap order),
 //       act applied, stored (a partial vector through a stack tile).
 //
@@ -25,7 +25,7 @@ namespace {
 
 constexpr i64 kSmallK = 32;
 constexpr i64 kCols = 64;  // positions per block: a multiple of 2*kW on every build (kW <= 16)
-constexpr int kRows = 4;   // output channels per register tile
+constexpr int kRows = 6;   // output channels per register tile (12 accumulators)
 
 // col[k][0, kCols) for taps k in [0, K): positions [q0, q0 + nq) of image plane set x
 // (C planes of H x W), zero where the tap falls in the padding and past nq.
@@ -120,6 +120,8 @@ bool small_k_fwd(const float* x, const float* w, const float* b, float* y, const
         tile_rows<kRows>(col, K, w + o * K, b != nullptr ? b + o : nullptr, yq + o * OHW, OHW, nq, act);
       const float* bo = b != nullptr ? b + o : nullptr;
       switch (p.O - o) {
+        case 5: tile_rows<5>(col, K, w + o * K, bo, yq + o * OHW, OHW, nq, act); break;
+        case 4: tile_rows<4>(col, K, w + o * K, bo, yq + o * OHW, OHW, nq, act); break;
         case 3: tile_rows<3>(col, K, w + o * K, bo, yq + o * OHW, OHW, nq, act); break;
         case 2: tile_rows<2>(col, K, w + o * K, bo, yq + o * OHW, OHW, nq, act); break;
         case 1: tile_rows<1>(col, K, w + o * K, bo, yq + o * OHW, OHW, nq, act); break;

@@ -452,9 +452,9 @@ FAST_CONV_CASES = [
     (1, 3, 2, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),
     (70, 2, 2, 2, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),  # weight-gradient flushes over many images
     # few taps per output (C*KH*KW <= 32, >= 8 output channels): conv2d_small_k.cpp's forward
-    (2, 3, 33, 31, 10, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # odd sizes, 2 channels past the 4-row tiles
-    (1, 2, 15, 70, 9, (3, 3), (1, 1), (2, 2), (2, 2), 1),  # dilated, stride 1, one channel past the tiles
-    (2, 1, 19, 40, 8, (5, 5), (2, 2), (2, 2), (1, 1), 1),  # 5x5, stride 2: deinterleaved rows
+    (2, 3, 33, 31, 10, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # odd sizes, 4 channels past the 6-row tiles
+    (1, 2, 15, 70, 9, (3, 3), (1, 1), (2, 2), (2, 2), 1),  # dilated, stride 1, 3 channels past the tiles
+    (2, 1, 19, 40, 13, (5, 5), (2, 2), (2, 2), (1, 1), 1),  # 5x5 s2: deinterleaved rows, 1 channel past the tiles
     (1, 2, 6, 9, 11, (2, 4), (3, 1), (0, 3), (1, 1), 1),  # uneven kernel and strides, wide padding
 ]
 
