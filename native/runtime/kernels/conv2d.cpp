@@ -1,6 +1,8 @@
 // conv2d.cpp — 2-D convolution (NCHW, weight [O, C/groups, KH, KW]) and its
 // gradients.  Stride, padding, dilation and groups (incl. depthwise) are all
 // supported.  Paths, in order:
+//   * ungrouped, C*KH*KW <= 32 taps, kernel larger than 1x1, >= 8 output channels
+//     (the stem), forward only: conv2d_small_k.cpp (no packing, no im2col GEMM);
 //   * 3x3 depthwise, padding 1, on small planes (<= 16x16, AVX-512): the
 //     masked flat form of conv2d_dw_small.cpp;
 //   * 3x3, dilation 1, stride 1 or 2, depthwise (groups == C == O): one
@@ -246,6 +248,7 @@ void conv2d_fwd_impl(const float* x, const float* w, const float* b, float* y, c
   const i64 HW = p.H * p.W, OHW = p.OH * p.OW, KHW = p.KH * p.KW;
   if (p.N <= 0 || p.O <= 0) return;
   if (conv::dw_small_fwd(x, w, b, y, p, act)) return;  // depthwise 3x3 on small planes
+  if (conv::small_k_fwd(x, w, b, y, p, act)) return;   // few taps per output (the stem)
   if (is_3x3_plane(p) && Cg == 1 && Og == 1) {
     // depthwise 3x3: one vectorised pass per output plane
     const Plane g = plane_of(p);

@@ -1,4 +1,4 @@
-// conv_common.h — internal to conv2d.cpp, conv2d_plane3x3.cpp and
+// conv_common.h — internal to conv2d.cpp, conv2d_plane3x3.cpp, conv2d_small_k.cpp and
 // conv2d_dw_small.cpp (not part
 // of the public runtime API): the valid-range helper, simd.h's native-width
 // float vector V with deinterleaving loads/stores, the fused relu / relu6 epilogue, and the 3x3
@@ -137,6 +137,10 @@ void plane3_bwd_input(i64 S, const float* dy, const float* w9, float* dx, const 
 bool dw_small_fwd(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act);
 bool dw_small_bwd_input(const float* dy, const float* w, float* dx, const Conv2dParams& p);
 bool dw_small_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dParams& p, i64 k, i64 xc);
+
+// ---- the forward of an ungrouped convolution with C*KH*KW <= 32 taps and >= 8 output
+// channels (conv2d_small_k.cpp), parallel inside; false, doing nothing, elsewhere.
+bool small_k_fwd(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act);
 
 }  // namespace conv
 }  // namespace pk

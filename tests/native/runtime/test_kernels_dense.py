@@ -352,6 +352,32 @@ def test_conv2d_bwd_weight_pieces_same_bits_on_any_threads(threads_lib, case):
 
 
 @pytest.mark.parametrize("case", [
+    (8, 3, 64, 64, 32, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # the stem (conv2d_small_k.cpp)
+    (3, 3, 33, 31, 10, (3, 3), (2, 2), (1, 1), (1, 1), 1),
+])
+def test_conv2d_fwd_small_k_same_bits_on_any_threads(threads_lib, case):
+    """The few-taps forward splits over (image, position block) only: 1, 2 and 3 threads give
+    the same bits (relu6 fused), and torch's float64 result."""
+    params, x, w, b, _ = conv_setup(case, 5)
+    ref = F.relu6(F.conv2d(torch.from_numpy(x).double(), torch.from_numpy(w).double(), torch.from_numpy(b).double(),
+                           stride=case[6], padding=case[7]))
+    got = {}
+    try:
+        for threads in (1, 2, 3):
+            threads_lib.pw_use_threads(threads)
+            bufs = Buffers()
+            y = bufs(case[0], case[4], params[7], params[8])
+            threads_lib.shim_conv2d_fwd_act(P(x), P(w), P(b), P(y), *params.tolist(), 2)
+            bufs.check_guards()
+            got[threads] = y.copy()
+    finally:
+        threads_lib.pw_use_threads(1)
+    close(got[1], ref, atol=2e-5)
+    for threads in (2, 3):
+        assert got[threads].tobytes() == got[1].tobytes(), f"{threads} threads"
+
+
+@pytest.mark.parametrize("case", [
     (5, 256, 4, 4, 320, (1, 1), (1, 1), (0, 0), (1, 1), 1),  # MobileNetV2-like 4x4 projection
     (3, 400, 8, 8, 160, (1, 1), (1, 1), (0, 0), (1, 1), 2),  # grouped, 8x8 planes
 ])
@@ -425,6 +451,11 @@ FAST_CONV_CASES = [
     (1, 3, 1, 17, 3, (3, 3), (1, 1), (1, 1), (1, 1), 3),  # one row
     (1, 3, 2, 3, 3, (3, 3), (2, 2), (1, 1), (1, 1), 3),
     (70, 2, 2, 2, 2, (3, 3), (1, 1), (1, 1), (1, 1), 2),  # weight-gradient flushes over many images
+    # few taps per output (C*KH*KW <= 32, >= 8 output channels): conv2d_small_k.cpp's forward
+    (2, 3, 33, 31, 10, (3, 3), (2, 2), (1, 1), (1, 1), 1),  # odd sizes, 4 channels past the 6-row tiles
+    (1, 2, 15, 70, 9, (3, 3), (1, 1), (2, 2), (2, 2), 1),  # dilated, stride 1, 3 channels past the tiles
+    (2, 1, 19, 40, 13, (5, 5), (2, 2), (2, 2), (1, 1), 1),  # 5x5 s2: deinterleaved rows, 1 channel past the tiles
+    (1, 2, 6, 9, 11, (2, 4), (3, 1), (0, 3), (1, 1), 1),  # uneven kernel and strides, wide padding
 ]
 
 
@@ -847,6 +878,29 @@ def test_batch_norm_fwd_act(lib, N, C, S, act):
     lib.shim_batch_norm_train_bwd_act(P(dy), P(y), P(x), P(smean), P(sinv), P(w), *map(P, got), N, C, S, act)
     for a_, b_ in zip(got, want):
         np.testing.assert_array_equal(a_, b_)
+    bufs.check_guards()
+
+
+def test_batch_norm_fwd_streamed_rows(lib):
+    """A y of 2^21 floats or more (batch_norm.cpp's kStreamMin) is written with non-temporal stores
+    on AVX2 builds, rows of 1024+ floats from their first 32-byte boundary (odd S: every row
+    starts at another alignment): the same values as torch, train and eval, through relu6."""
+    rng = np.random.default_rng(21)
+    N, C, S = 2, 1001, 1051
+    x = rand(rng, N, C, S) * 4.0 + 2.0
+    w, b = rand(rng, C) * 3.0, rand(rng, C) * 2.0
+    rm, rv = rand(rng, C), np.abs(rand(rng, C)) + 0.5
+    ty, tmean, tinv = torch.native_batch_norm(T(x), T(w), T(b), None, None, True, 0.1, 1e-5)
+    bufs = Buffers()
+    y, smean, sinv = bufs(N, C, S), bufs(C), bufs(C)
+    lib.shim_batch_norm_train_fwd_act(P(x), P(w), P(b), None, None, P(y), P(smean), P(sinv), None, None, N, C, S,
+                                      0.1, 1e-5, 2)
+    close(y, F.relu6(ty), atol=5e-5)
+    close(smean, tmean)
+    close(sinv, tinv)
+    ye = bufs(N, C, S)
+    lib.shim_batch_norm_eval_fwd_act(P(x), P(w), P(b), P(rm), P(rv), P(ye), N, C, S, 1e-5, 2)
+    close(ye, F.relu6(F.batch_norm(T(x), T(rm), T(rv), T(w), T(b), training=False, eps=1e-5)), atol=5e-5)
     bufs.check_guards()
 
 

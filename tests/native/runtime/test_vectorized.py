@@ -49,6 +49,7 @@ CHECKS = {
     "gru.cpp": {"gru_fwd|gru_cell_fwd": "exp"},
     "conv2d_dw_small.cpp": {"dw_small_fwd|taps_all": "fma", "dw_small_bwd_input": "fma",
                             "dw_small_bwd_weight": "fma"},
+    "conv2d_small_k.cpp": {r"small_k_fwd|tile_rows<\d>": "fma"},
     "batch_norm.cpp": {"train_fwd": "fma", "channel_affine": "fma", "batch_norm_eval_bwd": "fma",
                        # the train backward (dy plain, through relu, through relu6)
                        r"train_bwd<\(pk::Act\)0>": "fma", r"train_bwd<\(pk::Act\)1>": "fma",
