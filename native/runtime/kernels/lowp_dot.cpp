@@ -291,7 +291,7 @@ bool bf16_dp_available() {
 }
 
 // Depth pairs of a panel: the depth's, padded with zero pairs to a multiple of 16 for AMX's tiles
-i64 dp_pairs(i64 D) {
+static i64 dp_pairs(i64 D) {
   const i64 P = (D + 1) / 2;
   return bf16_amx_available() ? (P + 15) / 16 * 16 : P;
 }
