@@ -5,7 +5,7 @@ sparse scheme (bench/models.py transformer_sparse; PyTorch's frozen parameters h
 requires_grad False, so it skips their gradients as PockEngine does).
 
     PYTHONPATH=toolchain .venv/bin/python bench/lm_interleaved.py [--rounds 40] [--threads 2]
-        [--schemes full,sparse] [--no-compile] [--heads 4]
+        [--schemes full,sparse] [--no-compile] [--heads 4] [--omp-active]
 
 Round r takes one step of every row (the order reversed every other round), after --warmup
 rounds, so a changing machine load hits every row alike. Prints per row p10 / median / p90 ms
@@ -25,8 +25,16 @@ import sys
 import time
 from pathlib import Path
 
-import torch
-import torch.nn.functional as F
+# PyTorch's OpenMP threads (libgomp, OMP_WAIT_POLICY unset) spin-wait after each parallel region:
+# after a PyTorch step its worker keeps a core busy for tens of milliseconds, which in one process
+# lands on the next row (PockEngine's pool then sees a busy machine and, by design, gives up its
+# second core: the 2-thread rows turn bimodal).  PASSIVE makes them sleep at once; measured on this
+# machine it leaves PyTorch's own steps as fast (eager full 57.0 ms passive vs 59.8 ms spinning, sparse
+# 39.4 vs 40.2), so each row pays only for its own threads.  --omp-active keeps libgomp's default.
+if __name__ == "__main__" and "--omp-active" not in sys.argv:  # before torch loads libgomp
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -103,6 +111,8 @@ def main(argv=None):
     ap.add_argument("--schemes", default="full,sparse")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
     ap.add_argument("--no-1t", action="store_true", help="leave out PockEngine's 1-thread rows")
+    ap.add_argument("--omp-active", action="store_true",
+                    help="leave OMP_WAIT_POLICY unset (PyTorch's threads spin after each step into the next row's)")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
     try:
@@ -135,7 +145,8 @@ def main(argv=None):
             cpu[n].append((time.thread_time() - c0) * 1e3)
     med = {n: statistics.median(ts) for n, ts in times.items()}
     print(f"# LM d{D} x{LAYERS} heads {a.heads} ffn {FFN} vocab {VOCAB}, batch {BATCH}x{SEQ}, SGD momentum; "
-          f"{a.threads} threads; {a.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}")
+          f"{a.threads} threads; {a.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}; "
+          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     print(f"{'row':26s} {'p10':>7s} {'median':>7s} {'p90':>7s}  p90/med  caller-CPU  loss first->last")
     for n in names:
         ts = times[n]
