@@ -196,8 +196,14 @@ def main(argv=None):
     ap.add_argument("--row", help=argparse.SUPPRESS)
     ap.add_argument("--interleave", action="store_true",
                     help="all rows in one process, their steps in turn (ratios robust to load; peak RSS is the process's)")
+    ap.add_argument("--omp-active", action="store_true",
+                    help="--interleave: leave OMP_WAIT_POLICY unset (PyTorch's threads spin into the next row's step)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "llm_results.md"))
     a = ap.parse_args(argv)
+    if a.interleave and not a.omp_active and "torch" not in sys.modules:
+        # as bench/lm_interleaved.py: PyTorch's OpenMP threads spin-wait after each parallel region,
+        # into the next row's step in this process; passive, PyTorch's own steps are as fast
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if a.row:
         print("RESULT " + json.dumps(run_row(a.row, a.steps, a.threads, a.model)), flush=True)
         return
@@ -248,7 +254,8 @@ def report(r: dict, a) -> str:
     lines = [f"LLM fine-tuning, model {a.model}, batch 1 x {SEQ}, AdamW, {a.steps} timed steps, "
              f"{a.threads} thread(s); 1-minute load average {round(a.load[0], 1) if hasattr(a, 'load') else '?'} at the start, "
              f"{', '.join(str(x.get('load_after', '?')) for x in r.values())} after each row (2 cores)"
-             + ("; rows interleaved step by step in one process (peak RSS: the whole process's)"
+             + ("; rows interleaved step by step in one process (peak RSS: the whole process's; "
+                f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')})"
                 if getattr(a, "interleave", False) else "") + "\n",
              "| row | trained params | ms/step (median) | p10 / p90 ms | tokens/s | peak RSS MiB | "
              "train mem (arena+state) MiB | loss step 1 -> last |", "|---|---|---|---|---|---|---|---|"]
