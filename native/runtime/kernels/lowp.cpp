@@ -551,10 +551,22 @@ const uint16_t* pack_weight_bf16(const LowpW& q, i64 N, bool transposed, i64 L) 
   return out;
 }
 
-// ---- VDPBF16PS (lowp_dot.cpp, x86 CPUs with AVX512_BF16): the weight's panels, per call
+// ---- VDPBF16PS / AMX (lowp_dot.cpp, x86 CPUs with AVX512_BF16 or AMX-BF16)
 struct ScratchDpPanels {};
-uint32_t* dp_panels(i64 R, i64 D) {
-  return reinterpret_cast<uint32_t*>(detail::thread_scratch<ScratchDpPanels>(detail::bf16_dp_panel_words(R, D)));
+// c = bf16(a) [M, D] @ bf16(dequant(w))^T (x @ w^T: D = K, N columns) or, transposed, @ bf16(dequant(w))
+// (dy @ w: D = N, K columns), the weight packed per call (its rows, or pairs of its rows for its
+// columns).  False, c untouched, when an operand is a bf16 subnormal: the caller's portable path.
+bool dp_product(const float* a, i64 M, const LowpW& q, i64 N, bool transposed, float* c) {
+  const i64 D = transposed ? N : q.K, R = transposed ? q.K : N, L = pad8(D);
+  uint16_t* ab = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
+  if (!pack_rows_bf16(a, M, D, L, ab)) return false;
+  const uint16_t* wb = pack_weight_bf16(q, N, false, q.K);  // [N, K] rows, as stored when bf16
+  uint32_t* panels =
+      reinterpret_cast<uint32_t*>(detail::thread_scratch<ScratchDpPanels>(detail::bf16_dp_panel_words(R, D)));
+  const bool ok = transposed ? detail::bf16_dp_pack_cols(wb, N, q.K, panels)
+                             : detail::bf16_dp_pack_rows(wb, N, q.K, q.K, panels);
+  if (ok) detail::bf16_dp_gemm(ab, L, M, panels, R, D, c, R);
+  return ok;
 }
 
 #if defined(__aarch64__)
@@ -616,18 +628,9 @@ void linear_fwd_lowp_cd(const float* x, const void* w, LowpDtype dt, const float
     if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
     return;
   }
-  if (cd == LowpDtype::BF16 && detail::bf16_dp_available()) {  // VDPBF16PS: rows of x . rows of w
-    const i64 L = pad8(K);
-    uint16_t* xb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
-    if (pack_rows_bf16(x, M, K, L, xb)) {
-      const uint16_t* wb = pack_weight_bf16(LowpW{w, dt, scale, K}, N, false, K);
-      uint32_t* panels = dp_panels(N, K);
-      if (detail::bf16_dp_pack_rows(wb, N, K, K, panels)) {
-        detail::bf16_dp_gemm(xb, L, M, panels, N, K, y, N);
-        if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
-        return;
-      }
-    }
+  if (cd == LowpDtype::BF16 && detail::bf16_dp_available() && dp_product(x, M, LowpW{w, dt, scale, K}, N, false, y)) {
+    if (b != nullptr || act != Act::None) scale_bias_act(y, M, N, 1.0f, b, act);
+    return;
   }
 #if defined(__aarch64__)
   if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: y^T = w @ x^T, stored transposed
@@ -662,18 +665,8 @@ void linear_bwd_input_lowp_cd(const float* dy, const void* w, LowpDtype dt, cons
     detail::bf16_dot_rows(dyb, pack_weight_bf16(LowpW{w, dt, scale, K}, N, true, L), dx, M, K, L, K);
     return;
   }
-  if (cd == LowpDtype::BF16 && detail::bf16_dp_available()) {  // VDPBF16PS: rows of dy . columns of w
-    const i64 L = pad8(N);
-    uint16_t* dyb = scratch_u16(detail::thread_scratch<ScratchRowsA>((M * L + 1) / 2));
-    if (pack_rows_bf16(dy, M, N, L, dyb)) {
-      const uint16_t* wb = pack_weight_bf16(LowpW{w, dt, scale, K}, N, false, K);
-      uint32_t* panels = dp_panels(K, N);
-      if (detail::bf16_dp_pack_cols(wb, N, K, panels)) {
-        detail::bf16_dp_gemm(dyb, L, M, panels, K, N, dx, K);
-        return;
-      }
-    }
-  }
+  if (cd == LowpDtype::BF16 && detail::bf16_dp_available() && dp_product(dy, M, LowpW{w, dt, scale, K}, N, true, dx))
+    return;
 #if defined(__aarch64__)
   if (cd == LowpDtype::F16 && detail::f16_fmla_available()) {  // FMLA: rows of dy, rows of w
     const i64 D = pad8(N);

@@ -298,7 +298,11 @@ static i64 dp_pairs(i64 D) {
 
 i64 bf16_dp_panel_words(i64 R, i64 D) { return (R + kDpCols - 1) / kDpCols * kDpCols * dp_pairs(D); }
 
-bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) {
+// The panels of R columns over depth D, block by block on the pool: fill(blk, panel) writes depth
+// pairs [0, (D + 1) / 2) of block blk's 32 columns and returns whether it met a subnormal; the padding
+// pairs up to dp_pairs(D) are zeroed here.  False when any block met one.
+template <class Fill>
+bool pack_panels(i64 R, i64 D, uint32_t* out, const Fill& fill) {
   const i64 P = (D + 1) / 2, PP = dp_pairs(D), blocks = (R + kDpCols - 1) / kDpCols;
   std::atomic<bool> sub{false};
   parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
@@ -306,59 +310,62 @@ bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) 
     for (i64 blk = b0; blk < b1; ++blk) {
       uint32_t* panel = out + blk * PP * kDpCols;
       std::memset(panel + P * kDpCols, 0, sizeof(uint32_t) * static_cast<size_t>((PP - P) * kDpCols));
-      for (i64 c0 = 0; c0 < kDpCols; c0 += 8) {
-        const i64 j0 = blk * kDpCols + c0;
-        // 8 rows x 8 whole pairs at a time through a register transpose; the rest one by one
-        const i64 pv = j0 + 8 <= R ? D / 2 / 8 * 8 : 0;
-        if (pv > 0) any |= pack_rows8(B + j0 * ldb, ldb, pv, panel + c0);
-        for (i64 c = c0; c < c0 + 8; ++c) {
-          const i64 j = blk * kDpCols + c;
-          const uint16_t* row = B + j * ldb;
-          for (i64 p = j < R ? pv : 0; p < P; ++p) {
-            uint32_t d = 0;
-            if (j < R) {
-              d = row[2 * p];
-              if (2 * p + 1 < D) d |= static_cast<uint32_t>(row[2 * p + 1]) << 16;
-            }
-            any |= pair_subnormal(d);
-            panel[p * kDpCols + c] = d;
-          }
-        }
-      }
+      any |= fill(blk, panel);
     }
     if (any) sub.store(true, std::memory_order_relaxed);
   });
   return !sub.load();
 }
 
-bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
-  const i64 P = (D + 1) / 2, PP = dp_pairs(D), blocks = (R + kDpCols - 1) / kDpCols;
-  std::atomic<bool> sub{false};
-  parallel_for(blocks, grain_for_work(kDpCols * D, kMinChunkElems), [&](i64 b0, i64 b1) {
+bool bf16_dp_pack_rows(const uint16_t* B, i64 R, i64 D, i64 ldb, uint32_t* out) {
+  const i64 P = (D + 1) / 2;
+  return pack_panels(R, D, out, [&](i64 blk, uint32_t* panel) {
     bool any = false;
-    for (i64 blk = b0; blk < b1; ++blk) {
-      uint32_t* panel = out + blk * PP * kDpCols;
-      std::memset(panel + P * kDpCols, 0, sizeof(uint32_t) * static_cast<size_t>((PP - P) * kDpCols));
-      const i64 j0 = blk * kDpCols, nc = std::min<i64>(kDpCols, R - j0);
-      for (i64 p = 0; p < P; ++p) {
-        const uint16_t* even = W + 2 * p * R + j0;
-        const uint16_t* odd = 2 * p + 1 < D ? even + R : nullptr;
-        uint32_t* dst = panel + p * kDpCols;
-        i64 c = 0;
-        if (odd) {
-          for (; c + 16 <= nc; c += 16) any |= interleave16(even + c, odd + c, dst + c);
-        }
-        for (; c < nc; ++c) {
-          const uint32_t d = even[c] | (odd ? static_cast<uint32_t>(odd[c]) << 16 : 0u);
+    for (i64 c0 = 0; c0 < kDpCols; c0 += 8) {
+      const i64 j0 = blk * kDpCols + c0;
+      // 8 rows x 8 whole pairs at a time through a register transpose; the rest one by one
+      const i64 pv = j0 + 8 <= R ? D / 2 / 8 * 8 : 0;
+      if (pv > 0) any |= pack_rows8(B + j0 * ldb, ldb, pv, panel + c0);
+      for (i64 c = c0; c < c0 + 8; ++c) {
+        const i64 j = blk * kDpCols + c;
+        const uint16_t* row = B + j * ldb;
+        for (i64 p = j < R ? pv : 0; p < P; ++p) {
+          uint32_t d = 0;
+          if (j < R) {
+            d = row[2 * p];
+            if (2 * p + 1 < D) d |= static_cast<uint32_t>(row[2 * p + 1]) << 16;
+          }
           any |= pair_subnormal(d);
-          dst[c] = d;
+          panel[p * kDpCols + c] = d;
         }
-        for (; c < kDpCols; ++c) dst[c] = 0;
       }
     }
-    if (any) sub.store(true, std::memory_order_relaxed);
+    return any;
   });
-  return !sub.load();
+}
+
+bool bf16_dp_pack_cols(const uint16_t* W, i64 D, i64 R, uint32_t* out) {
+  const i64 P = (D + 1) / 2;
+  return pack_panels(R, D, out, [&](i64 blk, uint32_t* panel) {
+    bool any = false;
+    const i64 j0 = blk * kDpCols, nc = std::min<i64>(kDpCols, R - j0);
+    for (i64 p = 0; p < P; ++p) {
+      const uint16_t* even = W + 2 * p * R + j0;
+      const uint16_t* odd = 2 * p + 1 < D ? even + R : nullptr;
+      uint32_t* dst = panel + p * kDpCols;
+      i64 c = 0;
+      if (odd) {
+        for (; c + 16 <= nc; c += 16) any |= interleave16(even + c, odd + c, dst + c);
+      }
+      for (; c < nc; ++c) {
+        const uint32_t d = even[c] | (odd ? static_cast<uint32_t>(odd[c]) << 16 : 0u);
+        any |= pair_subnormal(d);
+        dst[c] = d;
+      }
+      for (; c < kDpCols; ++c) dst[c] = 0;
+    }
+    return any;
+  });
 }
 
 void bf16_dp_gemm(const uint16_t* A, i64 lda, i64 M, const uint32_t* panels, i64 R, i64 D, float* C, i64 ldc) {
