@@ -101,29 +101,37 @@ def test_busy_neighbour_backs_off_and_is_not_slower_than_one_thread(lib):
     """Two spinning threads per core (the default priority, pinned) want every core: the 2-thread
     pool backs off, and its GEMMs take no longer than on one thread (per-round ratios, the order
     alternating; generous, since the neighbours and the CI machine's own load share the cores).
+    A try is 8 rounds judged by their median; up to 4 tries, since CI's other pytest worker can
+    load a core for a whole try (seen: median 1.43 in one fresh-clone run, 1.0-1.2 otherwise). A
+    pool that did not back off runs about 2x slower than one thread here and fails every try.
     The results are the same bits as on one thread."""
     cores = os.cpu_count() or 1
     ops = _gemm_operands()
     p1, p2 = lib.shim_pool_create(1), lib.shim_pool_create(2)
     nb = lib.shim_neighbours_start(2 * cores)
+    medians = []
     try:
         deadline = time.monotonic() + 10
         while lib.shim_pool_backoffs(p2) == 0 and time.monotonic() < deadline:
             _run(lib, p2, ops, 10)
         assert lib.shim_pool_backoffs(p2) >= 1
-        ratios = []
-        for r in range(8):
-            t = {}
-            for p in ((p1, p2) if r % 2 == 0 else (p2, p1)):
-                t[p] = _run(lib, p, ops, 20)
-            ratios.append(t[p2] / t[p1])
+        for _ in range(4):
+            ratios = []
+            for r in range(8):
+                t = {}
+                for p in ((p1, p2) if r % 2 == 0 else (p2, p1)):
+                    t[p] = _run(lib, p, ops, 20)
+                ratios.append(t[p2] / t[p1])
+            medians.append(statistics.median(ratios))
+            if medians[-1] < 1.35:
+                break
         got = ops[2].copy()
     finally:
         lib.shim_neighbours_stop(nb)
     try:
         _run(lib, p1, ops, 1)
         np.testing.assert_array_equal(got, ops[2])
-        assert statistics.median(ratios) < 1.35, ratios
+        assert medians[-1] < 1.35, medians
     finally:
         lib.shim_pool_destroy(p1)
         lib.shim_pool_destroy(p2)

@@ -4,6 +4,7 @@ and running it for a bounded time over a corpus, returning the runs and the corp
 import os
 import re
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 
@@ -38,20 +39,35 @@ def build_fuzzer(out: Path, name: str, sources: list[Path]) -> Path:
     return exe
 
 
+def spawn_small(argv: list[str]) -> list[str]:
+    """argv run through a forking shell, so that its process starts from the shell's small memory,
+    not this one's.  Linux keeps a process's peak RSS (getrusage's ru_maxrss, which libFuzzer's
+    -rss_limit_mb reads) across execve, and a child exec'd straight from a pytest worker inherits
+    the worker's peak: after a worker had held a model of ~3 GB, every fuzzer it started read
+    "rss: 3082Mb" from its first input and stopped as out-of-memory (CI, both fuzz tests).  A
+    forked child gets a fresh peak; `; exit` keeps the shell from exec'ing the command itself."""
+    return ["sh", "-c", '"$0" "$@"; exit $?', *argv]
+
+
 def run_fuzzer(exe: Path, corpus: Path, seconds: int, *, malloc_limit_mb: int, max_len: int,
                detect_leaks: bool) -> tuple[int, int, int]:
     """Fuzz for `seconds` over corpus (grown in place); a crash, sanitizer report or timeout fails
     the test.  Returns (runs, seeds, inputs after).  Crash inputs land beside the corpus, never in
-    the checkout.  ASan's shadow and quarantine keep a fuzzing process above 1 GiB of RSS on its
-    own (seen: 1129 MB with 24 MB of live heap), hence the RSS limit; any single allocation over
-    malloc_limit_mb is still reported as a failure."""
+    the checkout.  The RSS limit is the process's own (spawn_small); ASan's shadow and quarantine
+    take some of it, and any single allocation over malloc_limit_mb is still reported as a failure."""
     seeds = len(list(corpus.iterdir()))
-    r = subprocess.run([str(exe), f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=3072",
-                        f"-malloc_limit_mb={malloc_limit_mb}", f"-max_len={max_len}", "-print_final_stats=1",
-                        f"-artifact_prefix={corpus.parent}/", str(corpus)],
-                       capture_output=True, text=True, timeout=seconds + 120, cwd=corpus.parent,
-                       env={**os.environ, "ASAN_OPTIONS": f"detect_leaks={int(detect_leaks)}"})
-    log = r.stderr
-    assert r.returncode == 0, log[-4000:]
+    argv = [str(exe), f"-max_total_time={seconds}", "-timeout=10", "-rss_limit_mb=3072",
+            f"-malloc_limit_mb={malloc_limit_mb}", f"-max_len={max_len}", "-print_final_stats=1",
+            f"-artifact_prefix={corpus.parent}/", str(corpus)]
+    proc = subprocess.Popen(spawn_small(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=corpus.parent, start_new_session=True,
+                            env={**os.environ, "ASAN_OPTIONS": f"detect_leaks={int(detect_leaks)}"})
+    try:
+        _, log = proc.communicate(timeout=seconds + 120)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the shell and the fuzzer under it
+        _, log = proc.communicate()
+        raise AssertionError(f"{exe.name} ran past {seconds + 120} s: {log[-4000:]}")
+    assert proc.returncode == 0, log[-4000:]
     runs = int(re.search(r"stat::number_of_executed_units:\s*(\d+)", log).group(1))
     return runs, seeds, len(list(corpus.iterdir()))
