@@ -155,16 +155,6 @@ def median_runs(runs: list[dict]) -> dict:
     return row
 
 
-def pockengine_row(seq: int, steps: int, budget_mb, work: Path, model: str = "smollm2", scheme: str = "lora",
-                   exports=None, prog=None) -> dict:
-    """Compile (unless `prog` is given), build, write the initial checkpoint and measure; the
-    final state is saved to work/<row>.final.pockckpt (row["final"])."""
-    prep = prepare_row(seq, budget_mb, work, model, scheme, exports, prog)
-    row = run_row(prep, steps)
-    os.unlink(prep["ckpt"])
-    return row
-
-
 def same_weights(a: Path, b: Path) -> bool:
     """Whether two saved checkpoints hold bit-identical tensors (by name)."""
     import numpy as np
@@ -177,34 +167,49 @@ def same_weights(a: Path, b: Path) -> bool:
 FLOOR = re.compile(r"smallest reachable private memory is ([0-9.]+) MiB")
 
 
-def measure_pair(model: str, scheme: str, seq: int, steps: int, budgets: list, work: Path,
+def measure_rows(model: str, scheme: str, seq: int, steps: int, budgets: list, work: Path,
                  repeat: int = 1) -> list[tuple[str, dict]]:
-    """The rows of one setup: for each budget ("none", "floor": the smallest reachable, which
-    the PockError of a 1e-6 MiB budget names, or a number of MiB), measured; a budgeted row
-    records its step time and losses against the unbudgeted one's and whether the final
-    weights are bit-identical.  repeat > 1: every row is built first, then the drivers run
-    interleaved (A, B, A, B, ...) `repeat` times; the step times are the medians."""
-    if repeat > 1:
-        return measure_interleaved(model, scheme, seq, steps, budgets, work, repeat)
+    """The rows of one setup, one per budget ("none", "floor": the smallest reachable, which the
+    PockError of a 1e-6 MiB budget names, or a number of MiB).  Every row is built first, then
+    the drivers run A, B, A, B, ... `repeat` times (median step times: a loaded machine's drift
+    falls on every row alike).  A budgeted row records its step time and losses against the
+    unbudgeted one's and whether the final weights are bit-identical.  A row that fails to
+    build or run is said on stderr and left out; the others go on."""
     label, _, _ = MODELS[model]
     what = f"{label} {'LoRA' if scheme == 'lora' else scheme} q4, {seq} tokens"
-    exports, rows, base = {}, [], None
+    exports, preps = {}, []
     for b in budgets:
         name = what
         try:
             name, budget, prog = budget_row(model, scheme, seq, b, what, exports)
-            row = pockengine_row(seq, steps, budget, work, model, scheme, exports, prog)
-            row.update(model=model, scheme=scheme, seq=seq, budget_mb=budget)
+            preps.append((name, budget, prepare_row(seq, budget, work, model, scheme, exports, prog), []))
+            print(f"footprint: built {name}", file=sys.stderr, flush=True)
+        except Exception as e:  # say so, keep going
+            print(f"footprint: {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    for r in range(repeat):
+        for name, _, prep, runs in preps:
+            try:
+                runs.append(run_row(prep, steps))
+                print(f"footprint: run {r} {name}: {runs[-1]['ms_per_step']:.0f} ms, "
+                      f"cpu {runs[-1].get('cpu_ms_per_step', 0):.0f} ms", file=sys.stderr, flush=True)
+            except Exception as e:
+                print(f"footprint: run {r} {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+    rows, base = [], None
+    for name, budget, prep, runs in preps:
+        if runs:
+            row = median_runs(runs)
+            row.update(model=model, scheme=scheme, seq=seq, budget_mb=budget, repeat=repeat)
             if budget is None:
                 base = row
             elif base is not None:
                 compare(row, base, steps)
             rows.append((name, row))
             print(name, json.dumps(row), flush=True)
-        except Exception as e:  # say so, keep going
-            print(f"footprint: {name}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-    for _, r in rows:
-        Path(r.pop("final")).unlink(missing_ok=True)
+    for _, _, prep, _ in preps:  # after every comparison: a budgeted row reads the unbudgeted one's
+        Path(prep["ckpt"]).unlink(missing_ok=True)
+        Path(prep["final"]).unlink(missing_ok=True)
+    for _, row in rows:
+        row.pop("final", None)
     return rows
 
 
@@ -239,38 +244,6 @@ def compare(row: dict, base: dict, steps: int) -> None:
     row["losses_identical"] = all(row[f"loss{s}"] == base[f"loss{s}"] for s in range(steps))
     row["weights_identical"] = same_weights(Path(base["final"]), Path(row["final"]))
 
-
-def measure_interleaved(model: str, scheme: str, seq: int, steps: int, budgets: list, work: Path,
-                        repeat: int) -> list[tuple[str, dict]]:
-    """measure_pair's rows with every row built first and the drivers run A, B, A, B, ...
-    `repeat` times (median step times): a loaded machine's drift falls on every row alike."""
-    label, _, _ = MODELS[model]
-    what = f"{label} {'LoRA' if scheme == 'lora' else scheme} q4, {seq} tokens"
-    exports, preps = {}, []
-    for b in budgets:
-        name, budget, prog = budget_row(model, scheme, seq, b, what, exports)
-        preps.append((name, budget, prepare_row(seq, budget, work, model, scheme, exports, prog)))
-        print(f"footprint: built {name}", file=sys.stderr, flush=True)
-    runs = [[] for _ in preps]
-    for r in range(repeat):
-        for i, (name, _, prep) in enumerate(preps):
-            runs[i].append(run_row(prep, steps))
-            print(f"footprint: run {r} {name}: {runs[i][-1]['ms_per_step']:.0f} ms, "
-                  f"cpu {runs[i][-1].get('cpu_ms_per_step', 0):.0f} ms", file=sys.stderr, flush=True)
-    rows, base = [], None
-    for (name, budget, prep), rs in zip(preps, runs):
-        row = median_runs(rs)
-        row.update(model=model, scheme=scheme, seq=seq, budget_mb=budget, repeat=repeat)
-        if budget is None:
-            base = row
-        elif base is not None:
-            compare(row, base, steps)
-        rows.append((name, row))
-        print(name, json.dumps(row), flush=True)
-    for _, _, prep in preps:
-        Path(prep["ckpt"]).unlink(missing_ok=True)
-        Path(prep["final"]).unlink(missing_ok=True)
-    return rows
 
 
 _TORCH_CHILD = r"""
@@ -352,7 +325,7 @@ def main(argv=None) -> int:
                     "schemes: lora, sparse)")
     ap.add_argument("--seqs", default=None, help="shorthand: smollm2:lora at these token counts")
     ap.add_argument("--steps", type=int, default=2, help="training steps per run, >= 2: the first is untimed")
-    ap.add_argument("--repeat", type=int, default=1, help="> 1: each setup's rows built first, then their drivers "
+    ap.add_argument("--repeat", type=int, default=1, help="each setup's rows are built first, then their drivers "
                     "run interleaved this many times (median step times)")
     ap.add_argument("--budgets", default="none,floor", help="comma-separated: none, floor (the smallest reachable "
                     "budget, as the compiler's PockError names it) or MiB (memory_budget_mb); one below the floor "
@@ -377,7 +350,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as d:
         for model, scheme, seq, *extra in setups:  # model:scheme:tokens[:MiB/MiB...]: budgets of this setup too
             budgets = args.budgets.split(",") + (extra[0].split("/") if extra else [])
-            rows += measure_pair(model, scheme, int(seq), args.steps, budgets, Path(d), args.repeat)
+            rows += measure_rows(model, scheme, int(seq), args.steps, budgets, Path(d), args.repeat)
             write(args, rows)
     for spec in ([] if args.no_torch or args.torch == "none" else args.torch.split(",")):
         model, seq = spec.split(":")
