@@ -129,28 +129,23 @@ def pe_variant(framework: str) -> dict:
 
 def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
     import pockengine as pe
-    from pockengine.build.host import build_shared_library
-    from pockengine.build.package import load_trainer
+    from pockengine.compiler.program import build
     var = pe_variant(framework)
     model, update, _, _, batches = ctx.load()
     (x, y) = batches[0]
     prog = pe.compile(model, x, y, loss="cross_entropy", update=update,
                       optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}",
                       exact_skip=var["exact_skip"])
-    src = ctx.art_dir / f"{prog.name}.cpp"
-    src.write_text(prog.source())
     ref = None
     if var["ref"]:
         ref = os.environ.get("POCK_BENCH_REF_RUNTIME")
         if not ref or not Path(ref, "kernels").is_dir():
             raise RuntimeError("pockengine-ref needs POCK_BENCH_REF_RUNTIME=<a native/runtime directory>")
-    flags = (f"-march={var['march']}",) if var["march"] else ()
-    lib = build_shared_library([src], ctx.art_dir, flags, runtime=ref)
-    trainer = load_trainer(prog, lib)
+    trainer = build(prog, prog.emit(["cpu"]), ctx.art_dir, runtime=ref, march=var["march"])
     ckpt = ctx.art_dir / "init.pockckpt"
     trainer.save(ckpt)
     _KEEP.append(trainer)
-    return {"lib": str(lib), "ckpt": str(ckpt), "stats": prog.stats(), "threads": var["threads"]}
+    return {"lib": str(trainer.lib_path), "ckpt": str(ckpt), "stats": prog.stats(), "threads": var["threads"]}
 
 
 def prepare_pockengine_vulkan(ctx: Ctx) -> dict:

@@ -58,11 +58,15 @@ _OPT_LEVELS = ("-O0", "-O1", "-O2", "-O3", "-Os", "-Oz", "-Og", "-Ofast")
 CACHE_VERSION = "cache-v2"  # entries with digests (build/cache.py); older entries are never read
 
 
-def march_flags() -> tuple[str, ...]:
-    """-march for host builds: $POCK_MARCH, default native."""
-    march = os.environ.get(MARCH_ENV, "native").strip() or "native"
+def march_flags(march: str | None = None) -> tuple[str, ...]:
+    """-march for host builds: `march` when given (a build's march= argument), else $POCK_MARCH,
+    default native."""
+    where = "march" if march is not None else MARCH_ENV
+    if march is None:
+        march = os.environ.get(MARCH_ENV, "native")
+    march = march.strip() or "native"
     if not all(c.isalnum() or c in "-_.+" for c in march):
-        raise PockError(f"{MARCH_ENV}={march!r} is not a -march value (e.g. native, x86-64-v3, x86-64)")
+        raise PockError(f"{where}={march!r} is not a -march value (e.g. native, x86-64-v3, x86-64)")
     return (f"-march={march}",)
 _STDERR_TAIL = 4000
 
@@ -252,6 +256,7 @@ def build_shared_library(
     name: str | None = None,
     model_opt: str = MODEL_OPT,
     runtime=None,
+    march: str | None = None,
     timings: dict | None = None,
 ) -> Path:
     """Compile the model TU(s) in `sources` with the runtime (and, when
@@ -264,7 +269,8 @@ def build_shared_library(
     name.  A compiler failure raises PockError with the end of its output.
     model_opt: the model TUs' optimisation level (the runtime and kernels keep -O3);
     runtime: the native/runtime tree to build with (default runtime_dir()).  Both are in
-    every cache key (the flags, the sources and headers).  timings: compile_objects'.
+    every cache key (the flags, the sources and headers).  march: g++'s -march for this
+    build (default march_flags(): $POCK_MARCH or native).  timings: compile_objects'.
     """
     sources = [Path(s).resolve() for s in sources]
     if not sources:
@@ -274,7 +280,7 @@ def build_shared_library(
             raise PockError(f"build_shared_library: source {str(s)!r} does not exist")
     rt = runtime_dir(runtime)
     cxx = compiler()
-    flags = (*BASE_FLAGS, *march_flags(), "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
+    flags = (*BASE_FLAGS, *march_flags(march), "-I", str(rt / "include"), "-I", str(rt), *extra_flags)
     runtime_headers = _digest(sorted(rt.rglob("*.h")))
 
     jobs = [(s, flags, runtime_headers) for s in runtime_sources(kernels, rt)]
@@ -313,7 +319,7 @@ def build_kernel_library(extra_sources: Sequence[Path], extra_flags: Sequence[st
     rt = Path(runtime) if runtime is not None else runtime_dir()
     srcs = [*sorted((rt / "kernels").glob("*.cpp")), rt / "threadpool.cpp", *map(Path, extra_sources)]
     cxx = compiler()
-    flags = [opt, "-std=c++17", "-fPIC", "-shared", *((f"-march={march}",) if march else march_flags()),
+    flags = [opt, "-std=c++17", "-fPIC", "-shared", *march_flags(march),
              *extra_flags]
     h = hashlib.sha256(" ".join([CACHE_VERSION, *cxx, *flags]).encode())
     for src in srcs + sorted(rt.rglob("*.h")):  # kernels/*.h too (conv_common.h, rnn_math.h)

@@ -93,24 +93,24 @@ def _report_prefix(backend: str, prefix) -> None:
 
 # ---- building and loading on this host ---------------------------------------------------------
 def compile_library(prog, source, out_dir=None, *, model_opt: str = MODEL_OPT, runtime=None,
-                    timings: dict | None = None) -> Path:
+                    march: str | None = None, timings: dict | None = None) -> Path:
     """The shared library of `source` (prog's emitted step) for this host: its step backend's
     compile hook (Vulkan links its runtime), else the CPU runtime's.  model_opt: the model
-    TU's optimisation level; runtime: another native/runtime tree to build with; timings:
-    each compiled object's seconds (all three build_shared_library's; a backend's own compile
-    hook takes none)."""
+    TU's optimisation level; runtime: another native/runtime tree to build with; march: g++'s
+    -march (default $POCK_MARCH or native); timings: each compiled object's seconds (all four
+    build_shared_library's; a backend's own compile hook takes none)."""
     from .host import build_shared_library, cache_dir, write_source
     builder = step_backend(source.backends)
     if builder.compile is not None:
-        if model_opt != MODEL_OPT or runtime is not None or timings is not None:
-            raise PockError(f"backend {builder.name!r} builds its library itself: model_opt, runtime and timings "
+        if model_opt != MODEL_OPT or runtime is not None or march is not None or timings is not None:
+            raise PockError(f"backend {builder.name!r} builds its library itself: model_opt, runtime, march and timings "
                             f"apply to the CPU runtime's build")
         return Path(builder.compile(prog, source, out_dir))
     if builder.build is not None:
         raise PockError(f"backend {builder.name!r} runs without a library of its own (use prog.build)")
     src_dir = Path(out_dir) if out_dir else cache_dir() / "models"
     path = write_source(src_dir / f"{prog.name}-{source.hash}.cpp", source.text)
-    return build_shared_library([path], src_dir, model_opt=model_opt, runtime=runtime, timings=timings)
+    return build_shared_library([path], src_dir, model_opt=model_opt, runtime=runtime, march=march, timings=timings)
 
 
 def load_trainer(prog, lib, source=None, *, open_device=None, input_stage=None, prefix_manifest=None):
@@ -127,7 +127,7 @@ def load_trainer(prog, lib, source=None, *, open_device=None, input_stage=None, 
 
 
 def build_step(prog, source, out_dir=None, *, input_stage=None, prefix_manifest=None, model_opt: str = MODEL_OPT,
-               runtime=None, timings: dict | None = None):
+               runtime=None, march: str | None = None, timings: dict | None = None):
     """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
     prog's weights (a backend with a build hook of its own, the reference interpreter, loads
     itself); input_stage / prefix_manifest: a frozen prefix run in front of it; model_opt,
@@ -137,7 +137,7 @@ def build_step(prog, source, out_dir=None, *, input_stage=None, prefix_manifest=
         if input_stage is not None:
             raise PockError(f"backend {builder.name!r} cannot run the step after a frozen prefix")
         return builder.build(prog, source, out_dir)
-    lib = compile_library(prog, source, out_dir, model_opt=model_opt, runtime=runtime, timings=timings)
+    lib = compile_library(prog, source, out_dir, model_opt=model_opt, runtime=runtime, march=march, timings=timings)
     return load_trainer(prog, lib, source, open_device=builder.open,
                         input_stage=input_stage, prefix_manifest=prefix_manifest)
 

@@ -355,14 +355,16 @@ def emit(prog: Program, backends=None, cost=None, options: EmitOptions | None = 
 
 
 def build(prog: Program, source: Source, out_dir=None, *, model_opt: str = MODEL_OPT, runtime=None,
-          timings: dict | None = None):
+          march: str | None = None, timings: dict | None = None):
     """Stage `build`: compile `source` (prog's emitted step) for this host and load it with
     prog's weights; the library is exactly `source` (build/package.build_step).  model_opt:
     the model TU's optimisation level (default -O1); runtime: another native/runtime tree to
-    build with (a bench timing the runtime before a change); both in the build cache's keys.
-    timings: when given, each object compiled stores its compiler's wall seconds in it."""
+    build with (a bench timing the runtime before a change); march: g++'s -march (default
+    $POCK_MARCH or native: a bench timing an AVX2 build on an AVX-512 machine); all three in
+    the build cache's keys.  timings: when given, each object compiled stores its compiler's
+    wall seconds in it."""
     from ..build.package import build_step
-    return build_step(prog, source, out_dir, model_opt=model_opt, runtime=runtime, timings=timings)
+    return build_step(prog, source, out_dir, model_opt=model_opt, runtime=runtime, march=march, timings=timings)
 
 
 _cache_dir = cache_dir  # the old name
