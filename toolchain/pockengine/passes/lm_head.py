@@ -7,7 +7,7 @@ vocabulary logits and their gradient never exist in the step's arena.  Its gradi
 dx, dW (a tied head's dW is summed with the embedding's gradient as before, autodiff's
 sum_grads: embedding_bwd onto it) and db.  The inference graph keeps its plain linear, so
 trainer.forward still returns the logits.  Label smoothing, and a classifier's head (input
-[batch, features], not [batch, tokens, hidden]), and logits that fit in two tiles (MIN_LOGITS)
+[batch, features], not [batch, tokens, hidden]), and logits that fit in four tiles (MIN_LOGITS)
 keep the unfused pair."""
 from __future__ import annotations
 
