@@ -7,7 +7,7 @@ vocabulary logits and their gradient never exist in the step's arena.  Its gradi
 dx, dW (a tied head's dW is summed with the embedding's gradient as before, autodiff's
 sum_grads: embedding_bwd onto it) and db.  The inference graph keeps its plain linear, so
 trainer.forward still returns the logits.  Label smoothing, and a classifier's head (input
-[batch, features], not [batch, tokens, hidden]), and logits that fit in two tiles (MIN_LOGITS)
+[batch, features], not [batch, tokens, hidden]), and logits that fit in four tiles (MIN_LOGITS)
 keep the unfused pair."""
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ from ..ir.graph import Graph
 ROWS = 512  # rows of logits per tile (at most the tokens): all 288 of a 6 x 48 batch in one tile (256
 #             cut them 256 + 32, the 32-row GEMMs ~15% slower on the head's forward, AVX2, one thread)
 TILE = 1 << 20  # floats per tile of logits (4 MiB): the classes per tile follow
-MIN_LOGITS = 2 * TILE  # fuse only logits bigger than two tiles (8 MiB); the tests set 0 to fuse tiny
+MIN_LOGITS = 4 * TILE  # fuse only logits bigger than four tiles (16 MiB); the tests set 0 to fuse tiny
 #   models' heads.  The fused backward recomputes the logits (a fourth head GEMM), which a smaller
-#   head pays for more than its memory saves: the held-out-like LM (6 x 48 tokens, vocab 6000,
-#   6.6 MiB of logits) unfused takes 12% (full) / 16% (sparse) less CPU per step on one thread for
-#   2.1 MiB more arena (bench/lm_interleaved.py's model, AVX2)
+#   head pays for more than its memory saves: the keyboard transformer LM of `make bench` (8 x 64
+#   tokens, vocab 8000, 15.6 MiB of logits) unfused takes 21% (full) / 20% (last) less CPU per step
+#   on one thread (278 vs 353 ms, 134 vs 168 ms; bench/models.py, AVX2, issue 39), the held-out-like
+#   LM (6 x 48 tokens, vocab 6000, 6.6 MiB) 12% (full) / 16% (sparse) (bench/lm_interleaved.py's
+#   model).  SmolLM2's head (128 tokens x vocab 49152, 24 MiB of logits) stays fused.
 
 
 def tile(tokens: int, vocab: int) -> tuple[int, int]:
