@@ -133,7 +133,13 @@ def probe(framework: str) -> tuple[bool, str]:
 
 # ============================================================================ processes
 def worker_env(threads):
+    """The workers' environment.  They run in bench/, so PYTHONPATH's relative entries are made
+    absolute (from the caller's directory) and this checkout's toolchain/ goes first: a relative
+    `PYTHONPATH=toolchain` would otherwise name bench/toolchain, and the workers would silently
+    import whichever pockengine the venv holds (another checkout's, installed editable)."""
     env = dict(os.environ)
+    paths = [str(ROOT / "toolchain")] + [os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), PYTHONWARNINGS="ignore",
                TORCHINDUCTOR_COMPILE_THREADS="1", TOKENIZERS_PARALLELISM="false")
     return env

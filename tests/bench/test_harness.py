@@ -2,6 +2,7 @@
 writes a results table with one sane row per (model, scheme, framework)."""
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -158,3 +159,14 @@ def test_llm_speed_targets_prefer_the_interleaved_run():
     assert by["sparse + bf16 frozen: training memory / PyTorch full peak"].value == 0.1
     alone = {t.what: t for t in targets.llm_targets(None, inter)}
     assert alone["sparse + bf16 frozen: training memory / PyTorch full peak"].value is None
+
+
+def test_workers_import_this_checkouts_toolchain(monkeypatch, tmp_path):
+    """bench/run.py's workers run in bench/: a relative PYTHONPATH entry is made absolute from the
+    caller's directory and the checkout's toolchain/ comes first (a relative `toolchain` once made
+    a worktree's bench measure another checkout's package)."""
+    run = _bench_module("run")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", "toolchain" + os.pathsep + "extra")
+    paths = run.worker_env(1)["PYTHONPATH"].split(os.pathsep)
+    assert paths == [str(ROOT / "toolchain"), str(tmp_path / "toolchain"), str(tmp_path / "extra")]
