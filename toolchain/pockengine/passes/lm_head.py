@@ -5,7 +5,8 @@ reshape to [tokens, vocabulary]) becomes one `linear_cross_entropy` node (ops/lo
 kernels/linear_ce.cpp): forward and backward run over tiles of rows x classes, so the tokens x
 vocabulary logits and their gradient never exist in the step's arena.  Its gradient rule gives
 dx, dW (a tied head's dW is summed with the embedding's gradient as before, autodiff's
-sum_grads: embedding_bwd onto it) and db.  The inference graph keeps its plain linear, so
+sum_grads: embedding_bwd onto it) and db; a frozen head's dx alone comes from the forward's own pass
+(head_dx_in_forward, after autodiff: no logits recomputed).  The inference graph keeps its plain linear, so
 trainer.forward still returns the logits.  Label smoothing, and a classifier's head (input
 [batch, features], not [batch, tokens, hidden]), and logits that fit in two tiles (MIN_LOGITS)
 keep the unfused pair."""
