@@ -296,6 +296,22 @@ def softmax_loss_cases():
         p = dict(N=N, C=C, ignore_index=ignore, label_smoothing=smoothing)
         yield call("cross_entropy_fwd", {"logits": logits, "target": target}, {"loss": loss.reshape(1)}, **p)
         yield call("cross_entropy_bwd", {"dloss": dloss, "logits": logits, "target": target}, {"dlogits": dlogits}, **p)
+    # the LM head fused with cross_entropy, dx in the forward's pass (linear_ce.cpp): tiles that cut the
+    # rows and the classes unevenly, logits growing with the class (later tiles raise the running max)
+    for M, V, K, rows, cols, bias in [(7, 50, 16, 3, 16, True), (9, 70, 21, 9, 32, False)]:
+        x, w = rnd(M, K).requires_grad_(), rnd(V, K, scale=0.3) + torch.linspace(0, 0.2, V)[:, None]
+        b = rnd(V) if bias else None
+        target = torch.randint(0, V, (M,), generator=_g)
+        target[1] = -100
+        z = F.linear(x, w, b)
+        loss = F.cross_entropy(z, target)
+        (dx,) = grads(loss, x)
+        p = dict(M=M, V=V, K=K, k=K, ignore_index=-100, rows=rows, cols=cols)  # pk::LinearCeParams
+        ins = {"x": x, "w:float": w, "target": target, **({"b": b} if bias else {})}  # the const void* head
+        yield call("linear_ce_fwd_dx", ins, {"loss": loss.reshape(1), "lse": torch.logsumexp(z, -1), "dx": dx},
+                   {"scratch": (rows * (cols + K),)}, dscale=1.0, **p)
+        dloss = torch.tensor([0.7], dtype=torch.float64)
+        yield call("linear_ce_bwd_scale", {"dloss": dloss, "dx1": dx}, {"dx": dx * 0.7}, n=M * K)
 
 
 MASK_STRIDES = ("mask_sb", "mask_sl", "mask_ss")  # pk::SdpaParams; its heads and layouts keep their defaults

@@ -136,3 +136,23 @@ def test_default_threshold_keeps_a_mid_sized_heads_logits(monkeypatch, vocab, fu
     ops = [n.op for n in prog.graph.nodes]
     assert ("linear_cross_entropy" in ops) == fused, ops
     assert ("cross_entropy" in ops) != fused, ops
+
+
+@pytest.mark.parametrize("update,in_forward", [
+    ({"model.layers.1.*": 1.0}, True),   # a frozen head: its dx comes from the forward's pass
+    ("full", False),                     # a trained head: dW needs the backward's recomputed logits
+])
+def test_a_frozen_heads_input_gradient_is_computed_in_the_forward(update, in_forward):
+    """passes/lm_head.head_dx_in_forward: with no dW and no db wanted, the forward node also gives
+    dx of the unit loss gradient (a 4th output) and the backward node only scales it; the head's
+    products per step drop from three to two."""
+    torch.manual_seed(0)
+    model, x, y, loss, output = hf_zoo.llama()
+    prog = pe.compile(model, x, y, loss=loss, update=update, optimizer=pe.SGD(lr=0.05), output=output)
+    (fwd,) = [n for n in prog.graph.nodes if n.op == "linear_cross_entropy"]
+    (bwd,) = [n for n in prog.graph.nodes if n.op == "linear_cross_entropy_bwd"]
+    assert ("dx" in fwd.attrs) == in_forward == bool(bwd.attrs.get("dx_in_forward"))
+    if in_forward:
+        assert len(fwd.outputs) == 4 and bwd.inputs[6] is fwd.outputs[3]
+        assert fwd.outputs[3].shape == fwd.inputs[0].shape
+        assert bwd.outputs[1:] == [None, None, bwd.outputs[3]] and bwd.outputs[3].shape == (1,)

@@ -92,6 +92,12 @@ struct LinearCeParams {
 };
 i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float* b, const int64_t* target,
                   float* loss, float* lse, float* scratch, const LinearCeParams& p);
+// linear_ce_fwd, and dx[M,K] of dscale * loss in the same pass (no logits recomputed: a frozen
+// head's backward); scratch rows * cols floats, rows * (cols + K) when lowp.
+i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const float* b, const int64_t* target,
+                     float* loss, float* lse, float* dx, float dscale, float* scratch, const LinearCeParams& p);
+// dx[0:n] = dloss[0] * dx1[0:n]: linear_ce_fwd_dx's dx (dscale 1) for the step's loss gradient.
+void linear_ce_bwd_scale(const float* dloss, const float* dx1, float* dx, i64 n);
 // dx[M,K], dw[V,k], db[V] (each nullable) of dloss[0] * loss.
 i64 linear_ce_bwd(const float* dloss, const float* x, const void* w, const float* scale, const float* b,
                   const int64_t* target, const float* lse, float* dx, float* dw, float* db, float* scratch,

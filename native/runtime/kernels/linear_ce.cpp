@@ -113,6 +113,95 @@ i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float
   return first_invalid(target, p);
 }
 
+// linear_ce_fwd and, in the same pass over the tiles, dx[M,K] of dscale * loss: the backward's
+// input gradient without recomputing the logits (a frozen head: no dw, no db), so the head costs two
+// products per step instead of three.  Per row, as the online softmax of flash attention: with m the
+// running max and s the running sum of e^(z - m), dx's row accumulates e^(z - m) W over the tiles,
+// rescaled by e^(m_old - m_new) whenever a tile raises m; at the end
+//   dx = g * (acc / s - W[t]),  g = dscale / count (0 on ignored rows, as linear_ce_bwd)
+// the same gradient as linear_ce_bwd's (rounded differently: e^(z - m) / s, not e^(z - lse)).
+// scratch: a tile of logits, and (lowp) a tile's rows x K product before it is added.
+i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const float* b, const int64_t* target,
+                     float* loss, float* lse, float* dx, float dscale, float* scratch, const LinearCeParams& p) {
+  const i64 M = p.M, V = p.V, K = p.K, R = p.rows, C = p.cols;
+  i64 cnt = 0;
+  for (i64 i = 0; i < M; ++i) cnt += valid(target[i], V, p.ignore_index) ? 1 : 0;
+  const double g = cnt > 0 ? static_cast<double>(dscale) / cnt : 0.0;
+  float* tmp = scratch + R * C;  // a low-precision weight's tile product before it is added to dx
+  double total = 0;
+  i64 used = 0;
+  for (i64 r0 = 0; r0 < M; r0 += R) {
+    const i64 rows = M < r0 + R ? M - r0 : R;
+    float* m = detail::thread_scratch<struct LinearCeRows>(4 * R);  // per row: running max, target's logit,
+    float* zt = m + R;                                                // running sum (double)
+    double* s = reinterpret_cast<double*>(zt + R);
+    for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, zt[r] = 0.f, s[r] = 0;
+    float* d = dx + r0 * K;
+    for (i64 v0 = 0; v0 < V; v0 += C) {
+      const i64 n = V < v0 + C ? V - v0 : C;
+      logits(x, w, scale, b, scratch, r0, rows, v0, n, p);
+      parallel_for(rows, grain_for_work(n, kMinChunkMacs / 4), [&](i64 a, i64 e) {
+        for (i64 r = a; r < e; ++r) {
+          float* z = scratch + r * n;
+          const int64_t t = target[r0 + r];
+          if (t >= v0 && t < v0 + n) zt[r] = z[t - v0];
+          const float mb = vmath::vrow_max(z, n);
+          const float mn = mb > m[r] ? mb : m[r];  // a NaN tile keeps m (its exps make s NaN)
+          if (v0 > 0 && mn > m[r]) {  // rescale the sum and the row of dx accumulated so far
+            const double f = std::exp(static_cast<double>(m[r]) - mn);
+            s[r] *= f;
+            const simd::V vf = simd::vbcast(static_cast<float>(f));
+            vmath::map_v(d + r * K, d + r * K, K, [vf](simd::V u) { return simd::vmul(u, vf); });
+          }
+          m[r] = mn;
+          s[r] += vmath::vexp_store_sum(z, z, n, mn);  // the tile now holds e^(z - m)
+        }
+      });
+      if (p.lowp) {
+        linear_bwd_input_lowp(scratch, w_rows(w, p, v0), static_cast<LowpDtype>(p.dt), s_rows(scale, p, v0),
+                              v0 ? tmp : d, rows, n, K);
+        if (v0) vmath::map2_v(d, tmp, d, rows * K, [](simd::V u, simd::V c) { return simd::vadd(u, c); });
+      } else {
+        detail::gemm_strided(scratch, n, 1, static_cast<const float*>(w) + v0 * K, K, 1, d, K, rows, K, n, v0 > 0);
+      }
+    }
+    for (i64 r = 0; r < rows; ++r) {  // in row order, in double
+      const double l = static_cast<double>(m[r]) + std::log(s[r]);
+      lse[r0 + r] = static_cast<float>(l);
+      if (!valid(target[r0 + r], V, p.ignore_index)) continue;
+      total += l - zt[r];
+      ++used;
+    }
+    parallel_for(rows, grain_for_work(K, kMinChunkMacs / 4), [&](i64 a, i64 e) {
+      float* wt = tmp + a * K;  // a low-precision target row, dequantized (rows x K of tmp: one per row)
+      for (i64 r = a; r < e; ++r) {
+        float* dr = d + r * K;
+        const int64_t t = target[r0 + r];
+        if (g == 0.0 || !valid(t, V, p.ignore_index)) {
+          std::memset(dr, 0, sizeof(float) * K);
+          continue;
+        }
+        const float* wr = static_cast<const float*>(w) + t * K;
+        if (p.lowp) {
+          detail::dequant_span(w, static_cast<LowpDtype>(p.dt), scale, K, t, 0, K, wt);
+          wr = wt;
+        }
+        const simd::V vs = simd::vbcast(static_cast<float>(g / s[r])), vg = simd::vbcast(static_cast<float>(g));
+        vmath::map2_v(dr, wr, dr, K, [vs, vg](simd::V u, simd::V c) {
+          return simd::vsub(simd::vmul(vs, u), simd::vmul(vg, c));
+        });
+      }
+    });
+  }
+  loss[0] = used ? static_cast<float>(total / used) : 0.f;
+  return first_invalid(target, p);
+}
+
+void linear_ce_bwd_scale(const float* dloss, const float* dx1, float* dx, i64 n) {
+  const simd::V d = simd::vbcast(dloss[0]);
+  vmath::map_v(dx1, dx, n, [d](simd::V u) { return simd::vmul(d, u); });
+}
+
 i64 linear_ce_bwd(const float* dloss, const float* x, const void* w, const float* scale, const float* b,
                   const int64_t* target, const float* lse, float* dx, float* dw, float* db, float* scratch,
                   const LinearCeParams& p) {

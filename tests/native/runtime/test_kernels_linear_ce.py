@@ -99,3 +99,81 @@ def test_linear_ce_lowp_head(lib, dt):
     rl, rlse, rdx, _, _ = reference(x, wd, None, t)
     np.testing.assert_allclose(loss, rl.item(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(dx, rdx.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def run_fwd_dx(lib, x, w, b, t, rows, cols, dt=None, scale=None, dloss=0.7):
+    """linear_ce_fwd_dx (dx of the unit loss gradient in the forward's pass), then
+    linear_ce_bwd_scale by dloss: the frozen head's step (passes/lm_head.head_dx_in_forward)."""
+    M, K = x.shape
+    V = w.shape[0]
+    params = (M, V, K, K, -100, rows, cols, int(dt is not None), CODES.get(dt, 0))
+    loss, lse = np.full(1, np.nan, np.float32), np.full(M, np.nan, np.float32)
+    scratch = np.full(rows * (cols + K), np.nan, np.float32)
+    dx1, dx = np.full((M, K), np.nan, np.float32), np.full((M, K), np.nan, np.float32)
+    bad = lib.shim_linear_ce_fwd_dx(P(x), P(w), P(scale), P(b), P(t), P(loss), P(lse), P(dx1), 1.0, P(scratch),
+                                    *params)
+    assert bad == -1
+    lib.shim_linear_ce_bwd_scale(P(np.array([dloss], np.float32)), P(dx1), P(dx), M * K)
+    return loss[0], lse, dx
+
+
+@pytest.mark.parametrize("M,V,K,rows,cols,bias,grow", [
+    (7, 50, 16, 3, 16, True, False),     # tiles cut rows and classes unevenly
+    (7, 50, 16, 256, 4096, False, False),  # one tile
+    (33, 130, 24, 8, 64, True, True),    # later tiles raise the running max (dx rescaled)
+    (5, 9, 3, 2, 2, False, True),
+    (17, 300, 40, 17, 32, False, True),  # vector-width rows (K 40: a tail), many tiles
+])
+def test_linear_ce_fwd_dx_against_torch(lib, M, V, K, rows, cols, bias, grow):
+    rng = np.random.default_rng(M + V + K)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    w = (rng.standard_normal((V, K)) * K**-0.5).astype(np.float32)
+    if grow:  # logits growing with the class index: every tile raises the max of every row
+        w += (np.linspace(0, 4, V)[:, None] * np.sign(x.sum(0))[None, :] / K).astype(np.float32)
+    b = rng.standard_normal(V).astype(np.float32) if bias else None
+    t = rng.integers(0, V, M).astype(np.int64)
+    t[1] = t[M - 1] = -100
+    loss, lse, dx = run_fwd_dx(lib, x, w, b, t, min(rows, M), min(cols, V))
+    rl, rlse, rdx, _, _ = reference(x, w, b, t)
+    np.testing.assert_allclose(loss, rl.item(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(lse, rlse.detach().numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(dx, rdx.numpy(), rtol=1e-4, atol=1e-6)
+    assert np.all(dx[1] == 0) and np.all(dx[M - 1] == 0)
+    # the same loss and lse bits as linear_ce_fwd; dx as linear_ce_bwd's up to rounding
+    l2, lse2, dx2, _, _ = run(lib, x, w, b, t, min(rows, M), min(cols, V), wanted=(True, False, False))
+    assert l2 == loss and np.array_equal(lse2, lse)
+    np.testing.assert_allclose(dx, dx2, rtol=1e-5, atol=1e-7)
+
+
+def test_fwd_dx_every_target_ignored_gives_zeros(lib):
+    rng = np.random.default_rng(3)
+    x, w = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((10, 8)).astype(np.float32)
+    loss, _, dx = run_fwd_dx(lib, x, w, None, np.full(4, -100, np.int64), 2, 4)
+    assert loss == 0 and not dx.any()
+
+
+def test_fwd_dx_nonfinite_logits_give_a_nonfinite_loss(lib):
+    """A NaN in x (so in its row's logits): the loss is NaN (the step's guard skips the update)."""
+    rng = np.random.default_rng(4)
+    x, w = rng.standard_normal((4, 8)).astype(np.float32), rng.standard_normal((10, 8)).astype(np.float32)
+    x[2, 3] = np.nan
+    loss, _, _ = run_fwd_dx(lib, x, w, None, np.arange(4, dtype=np.int64), 2, 4)
+    assert not np.isfinite(loss)
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "i8", "q4"])
+def test_linear_ce_fwd_dx_lowp_head(lib, dt):
+    rng = np.random.default_rng(11)
+    M, V, K = 9, 70, 64
+    w = (rng.standard_normal((V, K)) * K**-0.5).astype(np.float32)
+    q, scale = quantize(w, dt)
+    q = np.ascontiguousarray(q.view(np.uint16) if dt == "f16" else q)
+    scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
+    wd = np.asarray(dequantize(quantize(w, dt)[0], dt, scale), np.float32)
+    x = rng.standard_normal((M, K)).astype(np.float32)
+    t = rng.integers(0, V, M).astype(np.int64)
+    t[2] = -100
+    loss, _, dx = run_fwd_dx(lib, x, q, None, t, 4, 32, dt=dt, scale=scale)
+    rl, _, rdx, _, _ = reference(x, wd, None, t)
+    np.testing.assert_allclose(loss, rl.item(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(dx, rdx.numpy(), rtol=1e-4, atol=1e-5)

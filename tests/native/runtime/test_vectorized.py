@@ -36,7 +36,7 @@ CHECKS = {
     "loss.cpp": {"cross_entropy_fwd|row_logsumexp": "exp", "cross_entropy_bwd": "exp"},
     "softmax.cpp": {"softmax_impl": "exp", "log_softmax_bwd": "exp"},
     "attention.cpp": {"sdpa_fwd": "exp", "sdpa_bwd": "vec"},
-    "linear_ce.cpp": {"linear_ce_fwd": "exp", "linear_ce_bwd": "exp"},  # its products are linear.cpp's / lowp.cpp's  # its products are gemm.cpp micro-kernels
+    "linear_ce.cpp": {"linear_ce_fwd": "exp", "linear_ce_bwd": "exp", "linear_ce_fwd_dx": "exp"},  # its products are linear.cpp's / lowp.cpp's  # its products are gemm.cpp micro-kernels
     "layer_norm.cpp": {"layer_norm_fwd|layer_norm_row": "fma", "layer_norm_bwd": "fma"},
     "rms_norm.cpp": {"rms_norm_fwd|rms_norm_row": "fma", "rms_norm_bwd|rms_norm_row_bwd": "fma"},
     "swiglu.cpp": {"swiglu_fwd": "exp", "swiglu_bwd": "exp"},

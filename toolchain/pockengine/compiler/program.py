@@ -131,7 +131,7 @@ def lowering_passes() -> list[tuple[str, object, bool]]:
     from ..passes.attention import attention_layouts
     from ..passes.causal import causal_from_constant_mask
     from ..passes.fuse_norm import fuse_rms_norm, fuse_rope, fuse_swiglu
-    from ..passes.lm_head import fuse_lm_head
+    from ..passes.lm_head import fuse_lm_head, head_dx_in_forward
     return [("causal mask", causal_from_constant_mask, True),
             ("RMSNorm fusion", fuse_rms_norm, True),
             ("SwiGLU fusion", fuse_swiglu, True),
@@ -140,6 +140,7 @@ def lowering_passes() -> list[tuple[str, object, bool]]:
             ("fused LM head", fuse_lm_head, False),  # training graph only: forward() returns the logits
             ("autodiff", _autodiff, False),
             ("dead-code elimination", eliminate_dead_code, True),
+            ("LM head gradient in the forward", head_dx_in_forward, False),  # a frozen head: 2 products, not 3
             ("activation fusion", fuse_activations, True),
             ("activation-gradient fusion", fuse_activation_grads, False)]
 

@@ -102,13 +102,17 @@ def _lce_dims(x, w):
 
 
 def _lce(i, a):
-    M, _, _ = _lce_dims(i[0], i[1])
-    return [((), "f32"), ((M,), "f32"), ((a["rows"] * a["cols"],), "f32")]
+    M, _, K = _lce_dims(i[0], i[1])
+    if "dx" not in a:
+        return [((), "f32"), ((M,), "f32"), ((a["rows"] * a["cols"],), "f32")]
+    # with the input gradient of the unit loss gradient (passes/lm_head.head_dx_in_forward): a tile
+    # and a low-precision tile's dx product
+    return [((), "f32"), ((M,), "f32"), ((a["rows"] * (a["cols"] + K),), "f32"), (i[0].shape, "f32")]
 
 
 def _lce_flops(i, o, a):
     M, V, K = _lce_dims(i[0], i[1])
-    return 2 * M * V * K + 5 * M * V
+    return (2 * M * V * K + 5 * M * V) * (2 if "dx" in a else 1)  # with dx: its product and the exps
 
 
 def _lce_grad(b, n, g, need):
@@ -143,15 +147,23 @@ def _target_check(n, target: str, V: int) -> str:
     return index_check(view, target, "cross_entropy target", V, n.attrs["ignore_index"])
 
 
-def _lce_cpu(e, n, x, w, bias, target, loss, lse, scratch):
+def _lce_cpu(e, n, x, w, bias, target, loss, lse, scratch, dx=None):
     wp, scale = _lce_w(e, n.inputs[1], w)
     _, V, _ = _lce_dims(n.inputs[0], n.inputs[1])
+    if "dx" in n.attrs:  # the frozen head's input gradient in the same pass (of dx * loss)
+        return [_target_check(n, target, V),
+                f"pk::linear_ce_fwd_dx({x}, {wp}, {scale}, {bias}, {target}, {loss}, {lse}, {dx}, "
+                f"1.0f, {scratch}, {lce_params(n, n.inputs[0], n.inputs[1])});"]
     return [_target_check(n, target, V),
             f"pk::linear_ce_fwd({x}, {wp}, {scale}, {bias}, {target}, {loss}, {lse}, {scratch}, "
             f"{lce_params(n, n.inputs[0], n.inputs[1])});"]
 
 
-def _lce_bwd_cpu(e, n, dloss, x, w, bias, target, lse, dx, dw, db, scratch):
+def _lce_bwd_cpu(e, n, dloss, x, w, bias, target, lse, *rest):
+    if n.attrs.get("dx_in_forward"):  # dx of the unit loss gradient from the forward, scaled
+        dx1, dx = rest[0], rest[1]
+        return f"pk::linear_ce_bwd_scale({dloss}, {dx1}, {dx}, {numel(n.inputs[1])});"
+    dx, dw, db, scratch = rest
     wp, scale = _lce_w(e, n.inputs[2], w)
     return (f"pk::linear_ce_bwd({dloss}, {x}, {wp}, {scale}, {bias}, {target}, {lse}, {dx}, {dw}, {db}, {scratch}, "
             f"{lce_params(n, n.inputs[1], n.inputs[2], n.attrs['k'])});")
@@ -162,16 +174,25 @@ def _lce_torch(i, a):
     y = F.linear(x, w, bias)
     y = y.reshape(-1, y.shape[-1])
     loss = F.cross_entropy(y, t.reshape(-1).long(), ignore_index=a["ignore_index"])
-    return [loss, torch.logsumexp(y, -1), y.new_zeros(a["rows"] * a["cols"])]
+    if "dx" not in a:
+        return [loss, torch.logsumexp(y, -1), y.new_zeros(a["rows"] * a["cols"])]
+    with torch.enable_grad():  # the input gradient of the loss, as the fused kernel gives it
+        xg = x.detach().requires_grad_()
+        yg = F.linear(xg, w.detach(), None if bias is None else bias.detach())
+        lg = F.cross_entropy(yg.reshape(-1, yg.shape[-1]), t.reshape(-1).long(), ignore_index=a["ignore_index"])
+        dx, = torch.autograd.grad(lg, xg)
+    return [loss, torch.logsumexp(y, -1), y.new_zeros(a["rows"] * (a["cols"] + x.shape[-1])), dx]
 
 
 register(
     OpRecord("linear_cross_entropy", _lce, _lce_flops, grad=_lce_grad, partial=frozenset({1}), lowp_inputs=(1,),
              torch_train=_lce_torch, cpu=_lce_cpu),
     # recomputes each tile of logits from x, w and the saved lse; scratch: a tile and (a low-precision
-    # weight) its dx product
+    # weight) its dx product.  attrs["dx_in_forward"] (passes/lm_head.head_dx_in_forward): input 6 is
+    # the forward's dx of the unit loss gradient, scaled here (no dw, no db, no scratch)
     bwd("linear_cross_entropy_bwd",
         lambda i, a: [(i[1].shape, "f32"), ((i[2].shape[0], a["k"]), "f32"), ((i[2].shape[0],), "f32"),
-                      ((a["rows"] * (a["cols"] + i[1].shape[-1]),), "f32")],
-        lambda i, o, a: 3 * _lce_flops(i[1:3], o, a), lowp_inputs=(2,), cpu=_lce_bwd_cpu),
+                      ((1,) if a.get("dx_in_forward") else (a["rows"] * (a["cols"] + i[1].shape[-1]),), "f32")],
+        lambda i, o, a: numel(i[1]) if a.get("dx_in_forward") else 3 * _lce_flops(i[1:3], o, a), lowp_inputs=(2,),
+        cpu=_lce_bwd_cpu),
 )

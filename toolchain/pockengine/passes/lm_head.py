@@ -5,7 +5,8 @@ reshape to [tokens, vocabulary]) becomes one `linear_cross_entropy` node (ops/lo
 kernels/linear_ce.cpp): forward and backward run over tiles of rows x classes, so the tokens x
 vocabulary logits and their gradient never exist in the step's arena.  Its gradient rule gives
 dx, dW (a tied head's dW is summed with the embedding's gradient as before, autodiff's
-sum_grads: embedding_bwd onto it) and db.  The inference graph keeps its plain linear, so
+sum_grads: embedding_bwd onto it) and db; a frozen head's dx alone comes from the forward's own pass
+(head_dx_in_forward, after autodiff: no logits recomputed).  The inference graph keeps its plain linear, so
 trainer.forward still returns the logits.  Label smoothing, and a classifier's head (input
 [batch, features], not [batch, tokens, hidden]), and logits that fit in four tiles (MIN_LOGITS)
 keep the unfused pair."""
@@ -65,4 +66,34 @@ def fuse_lm_head(g: Graph) -> Graph:
     return g
 
 
-__all__ = ["MIN_LOGITS", "fuse_lm_head", "tile"]
+def head_dx_in_forward(g: Graph) -> Graph:
+    """A frozen head's input gradient in its forward (training graph, after autodiff and DCE).
+
+    A `linear_cross_entropy_bwd` that gives only dx (no dW: the head is frozen, as in LoRA or a
+    sparse update; no db) recomputes every tile of logits only to multiply their softmax by W.
+    The forward node computes dx of the unit loss gradient in the same pass instead (attrs["dx"];
+    kernels/linear_ce.cpp linear_ce_fwd_dx: an online softmax over the tiles, a new 4th output), and
+    the backward node (attrs["dx_in_forward"], that output as its 7th input) only scales it by the
+    loss gradient: the head runs two products per step instead of three (as PyTorch's), for one
+    [tokens, hidden] buffer kept from the forward to the backward."""
+    for nb in g.nodes:
+        if nb.op != "linear_cross_entropy_bwd" or nb.attrs.get("dx_in_forward"):
+            continue
+        dx, dw, db, scratch = nb.outputs
+        nf = nb.inputs[5].producer  # the saved lse's
+        if dx is None or dw is not None or db is not None or nf is None or nf.op != "linear_cross_entropy" \
+                or "dx" in nf.attrs or nf.inputs != nb.inputs[1:5]:
+            continue
+        x = nf.inputs[0]
+        nf.attrs = {**nf.attrs, "dx": True}
+        nf.outputs[2].shape = (nf.attrs["rows"] * (nf.attrs["cols"] + x.shape[-1]),)
+        dx1 = g.new_value(f"{nf.outputs[0].name}_dx", x.shape, "f32")
+        dx1.producer = nf
+        nf.outputs.append(dx1)
+        nb.inputs = nb.inputs + [dx1]
+        nb.attrs = {**nb.attrs, "dx_in_forward": True}
+        scratch.shape = (1,)
+    return g
+
+
+__all__ = ["MIN_LOGITS", "fuse_lm_head", "head_dx_in_forward", "tile"]
