@@ -169,6 +169,14 @@ def _lce_bwd_cpu(e, n, dloss, x, w, bias, target, lse, *rest):
             f"{lce_params(n, n.inputs[1], n.inputs[2], n.attrs['k'])});")
 
 
+def _lce_bwd_flops(i, o, a):
+    """The recomputed logits' product and one product per gradient wanted (dx, dW: the kernel
+    skips a null one; a head trained alone wants no dx); with dx_in_forward only the scaling."""
+    if a.get("dx_in_forward"):
+        return numel(i[1])
+    return (1 + (o[0] is not None) + (o[1] is not None)) * _lce_flops(i[1:3], o, a)
+
+
 def _lce_torch(i, a):
     x, w, bias, t = i
     y = F.linear(x, w, bias)
@@ -193,6 +201,6 @@ register(
     bwd("linear_cross_entropy_bwd",
         lambda i, a: [(i[1].shape, "f32"), ((i[2].shape[0], a["k"]), "f32"), ((i[2].shape[0],), "f32"),
                       ((1,) if a.get("dx_in_forward") else (a["rows"] * (a["cols"] + i[1].shape[-1]),), "f32")],
-        lambda i, o, a: numel(i[1]) if a.get("dx_in_forward") else 3 * _lce_flops(i[1:3], o, a), lowp_inputs=(2,),
+        _lce_bwd_flops, lowp_inputs=(2,),
         cpu=_lce_bwd_cpu),
 )
