@@ -204,6 +204,10 @@ CONV = [  # N C H W O KH KW stride pad dil groups k xc bias
     (1, 3, 20, 41, 3, 3, 3, (2, 2), (1, 1), (1, 1), 3, 1, 3, True),
     # 1x1 on small planes, more than 64 input channels: the input gradient's images side by side
     (3, 80, 4, 4, 24, 1, 1, (1, 1), (0, 0), (1, 1), 1, 80, 80, True),
+    # few taps per output (C*KH*KW <= 32, >= 8 output channels): conv2d_small_k.cpp's forward over
+    # conv_common.h's im2col (stride-2 rows deinterleaved a vector at a time; a partial last block)
+    (2, 3, 11, 21, 10, 3, 3, (2, 2), (1, 1), (1, 1), 1, 3, 3, True),
+    (1, 2, 6, 17, 9, 3, 3, (1, 1), (1, 1), (1, 1), 1, 2, 2, False),
 ]
 CONV_FIELDS = ("N", "C", "H", "W", "O", "KH", "KW", "OH", "OW", "stride_h", "stride_w", "pad_h", "pad_w", "dil_h",
                "dil_w", "groups")  # pk::Conv2dParams

@@ -39,6 +39,7 @@
 namespace pk {
 
 using conv::act_inplace;
+using conv::im2col_block;
 using conv::is_3x3_plane;
 using conv::Plane;
 using conv::plane3_bwd_input;
@@ -47,6 +48,7 @@ using conv::plane3_fwd_any;
 using conv::plane_of;
 using conv::Range;
 using conv::valid_range;
+using conv::zero_strided;
 
 namespace {
 
@@ -107,30 +109,6 @@ bool is_pointwise(const Conv2dParams& p) {
 
 // ---- implicit-GEMM operand readers (all fill out[r*ld + c], r < rows, c < cols)
 
-// Zero out[0:n) with stride `step`.
-inline void zero_strided(float* out, i64 n, i64 step) {
-  for (i64 i = 0; i < n; ++i) out[i * step] = 0.0f;
-}
-
-// One output row segment of an im2col row: for q in [q0, q0+n), position q of
-// output row `oh` reads input (oh*sh + off_h, q*sw + off_w) of plane xp, or 0
-// in the padding.  Written to out[i*step].
-inline void im2col_segment(const float* xp, const Conv2dParams& p, i64 oh, i64 off_h, i64 off_w,
-                           const Range& rw, i64 q0, i64 n, float* out, i64 step) {
-  const i64 ih = oh * p.stride_h + off_h;
-  if (ih < 0 || ih >= p.H) {
-    zero_strided(out, n, step);
-    return;
-  }
-  const i64 q1 = q0 + n;
-  const i64 lo = rw.lo < q0 ? q0 : (rw.lo > q1 ? q1 : rw.lo);
-  const i64 hi = rw.hi < lo ? lo : (rw.hi > q1 ? q1 : rw.hi);
-  const float* xrow = xp + ih * p.W;
-  zero_strided(out, lo - q0, step);
-  for (i64 q = lo; q < hi; ++q) out[(q - q0) * step] = xrow[q * p.stride_w + off_w];
-  zero_strided(out + (hi - q0) * step, q1 - hi, step);
-}
-
 // A^T of a row-major matrix a[M, lda]: out[r][c] = a[(c0+c)*lda + r0 + r].
 struct TransposedCtx {
   const float* a;
@@ -153,33 +131,16 @@ struct ConvCtx {
   const float* w;
 };
 
-// im2col taps [k0, k0+nk) (tap = (c, kh, kw)) x output positions [q0, q0+nq)
-// (q = (oh, ow)) -> x[c, ih, iw] or 0, into out[k * tap_ld + q * pos_ld].
-void im2col_block(const ConvCtx& ctx, i64 k0, i64 nk, i64 q0, i64 nq, float* out, i64 tap_ld, i64 pos_ld) {
-  const Conv2dParams& p = *ctx.p;
-  const i64 KHW = p.KH * p.KW;
-  for (i64 k = 0; k < nk; ++k) {
-    const i64 tap = k0 + k, c = tap / KHW, kh = tap % KHW / p.KW, kw = tap % p.KW;
-    const i64 off_h = kh * p.dil_h - p.pad_h, off_w = kw * p.dil_w - p.pad_w;
-    const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
-    const float* xp = ctx.x + c * p.H * p.W;
-    i64 oh = q0 / p.OW, ow = q0 % p.OW;
-    for (i64 q = 0; q < nq; ow = 0, ++oh) {
-      const i64 run = p.OW - ow < nq - q ? p.OW - ow : nq - q;
-      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + k * tap_ld + q * pos_ld, pos_ld);
-      q += run;
-    }
-  }
-}
-
 // Forward B = im2col: row (c, kh, kw), column (oh, ow).
 void read_im2col(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
-  im2col_block(*static_cast<const ConvCtx*>(vctx), r0, rows, c0, cols, out, ld, 1);
+  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+  im2col_block(ctx.x, *ctx.p, r0, rows, c0, cols, out, ld, 1);
 }
 
 // Weight-gradient B = im2col^T: row (oh, ow), column (c, kh, kw).
 void read_im2col_t(const void* vctx, i64 r0, i64 rows, i64 c0, i64 cols, float* out, i64 ld) {
-  im2col_block(*static_cast<const ConvCtx*>(vctx), c0, cols, r0, rows, out, 1, ld);
+  const auto& ctx = *static_cast<const ConvCtx*>(vctx);
+  im2col_block(ctx.x, *ctx.p, c0, cols, r0, rows, out, 1, ld);
 }
 
 // Input-gradient A^T: row (o, kh, kw), column c -> w[o, c, kh, kw].

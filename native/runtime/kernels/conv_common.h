@@ -1,8 +1,9 @@
 // conv_common.h — internal to conv2d.cpp, conv2d_plane3x3.cpp, conv2d_small_k.cpp and
 // conv2d_dw_small.cpp (not part
 // of the public runtime API): the valid-range helper, simd.h's native-width
-// float vector V with deinterleaving loads/stores, the fused relu / relu6 epilogue, and the 3x3
-// plane kernels (defined in conv2d_plane3x3.cpp) that conv2d.cpp dispatches to.
+// float vector V with deinterleaving loads/stores, the fused relu / relu6 epilogue, the
+// im2col both GEMM-like paths read, and the 3x3 plane kernels (defined in
+// conv2d_plane3x3.cpp) that conv2d.cpp dispatches to.
 #pragma once
 
 #include "pock_kernels.h"
@@ -109,6 +110,64 @@ inline void act_inplace(float* y, i64 n, Act act) {
   for (; i < n; ++i) y[i] = act1(y[i], act);
 }
 
+// ---- im2col, the one copy behind conv2d.cpp's implicit GEMM and conv2d_small_k.cpp
+
+// out[i*step] = 0 for i in [0, n).
+inline void zero_strided(float* out, i64 n, i64 step) {
+  for (i64 i = 0; i < n; ++i) out[i * step] = 0.0f;
+}
+
+// One output row segment of an im2col row: for q in [q0, q0+n), position q of output
+// row `oh` reads input (oh*sh + off_h, q*sw + off_w) of plane xp, or 0 in the padding
+// (rw = valid_range(off_w, sw, W, OW)).  Written to out[i*step]; a contiguous segment
+// (step 1) copies stride-1 rows whole and deinterleaves stride-2 rows a vector at a time.
+inline void im2col_segment(const float* xp, const Conv2dParams& p, i64 oh, i64 off_h, i64 off_w, const Range& rw,
+                           i64 q0, i64 n, float* out, i64 step) {
+  const i64 ih = oh * p.stride_h + off_h;
+  if (ih < 0 || ih >= p.H) {
+    zero_strided(out, n, step);
+    return;
+  }
+  const i64 q1 = q0 + n;
+  const i64 lo = rw.lo < q0 ? q0 : (rw.lo > q1 ? q1 : rw.lo);
+  const i64 hi = rw.hi < lo ? lo : (rw.hi > q1 ? q1 : rw.hi);
+  const float* xrow = xp + ih * p.W + off_w;  // xrow[q * sw] for q in [lo, hi)
+  zero_strided(out, lo - q0, step);
+  i64 q = lo;
+  if (step == 1 && p.stride_w == 1) {
+    for (; q < hi; ++q) out[q - q0] = xrow[q];  // a memcpy, vectorised
+  } else if (step == 1 && p.stride_w == 2) {
+    // the even elements of xrow[2q, 2q + 2*kW): inside the row while 2q + off_w + 2*kW <= W
+    for (; q + kW <= hi && 2 * q + off_w + 2 * kW <= p.W; q += kW) {
+      V e, o;
+      vdeint(xrow + 2 * q, e, o);
+      vstore(out + (q - q0), e);
+    }
+  }
+  for (; q < hi; ++q) out[(q - q0) * step] = xrow[q * p.stride_w];
+  zero_strided(out + (hi - q0) * step, q1 - hi, step);
+}
+
+// im2col taps [k0, k0+nk) (tap = (c, kh, kw)) x output positions [q0, q0+nq) (q = (oh, ow))
+// of one image's group x (its C/groups planes) -> x[c, ih, iw] or 0, into
+// out[k * tap_ld + q * pos_ld].
+inline void im2col_block(const float* x, const Conv2dParams& p, i64 k0, i64 nk, i64 q0, i64 nq, float* out,
+                         i64 tap_ld, i64 pos_ld) {
+  const i64 KHW = p.KH * p.KW;
+  for (i64 k = 0; k < nk; ++k) {
+    const i64 tap = k0 + k, c = tap / KHW, kh = tap % KHW / p.KW, kw = tap % p.KW;
+    const i64 off_h = kh * p.dil_h - p.pad_h, off_w = kw * p.dil_w - p.pad_w;
+    const Range rw = valid_range(off_w, p.stride_w, p.W, p.OW);
+    const float* xp = x + c * p.H * p.W;
+    i64 oh = q0 / p.OW, ow = q0 % p.OW;
+    for (i64 q = 0; q < nq; ow = 0, ++oh) {
+      const i64 run = p.OW - ow < nq - q ? p.OW - ow : nq - q;
+      im2col_segment(xp, p, oh, off_h, off_w, rw, ow, run, out + k * tap_ld + q * pos_ld, pos_ld);
+      q += run;
+    }
+  }
+}
+
 // ---- 3x3 (dilation 1, stride 1 or 2) single-plane kernels (conv2d_plane3x3.cpp)
 
 struct Plane {
@@ -138,8 +197,9 @@ bool dw_small_fwd(const float* x, const float* w, const float* b, float* y, cons
 bool dw_small_bwd_input(const float* dy, const float* w, float* dx, const Conv2dParams& p);
 bool dw_small_bwd_weight(const float* dy, const float* x, float* dw, const Conv2dParams& p, i64 k, i64 xc);
 
-// ---- the forward of an ungrouped convolution with C*KH*KW <= 32 taps and >= 8 output
-// channels (conv2d_small_k.cpp), parallel inside; false, doing nothing, elsewhere.
+// ---- the forward of an ungrouped convolution with >= 8 output channels and C*KH*KW <= 32
+// taps, or a 1x1 one with few output channels (conv2d_small_k.cpp), parallel inside; false,
+// doing nothing, elsewhere.
 bool small_k_fwd(const float* x, const float* w, const float* b, float* y, const Conv2dParams& p, Act act);
 
 }  // namespace conv
