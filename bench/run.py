@@ -579,7 +579,7 @@ def main(argv=None):
             row = {"workload": w.key, "title": w.title, "scheme": s, "framework": fw, "status": r["status"],
                    "flops_per_step": flops}
             if r["status"] == "ok":
-                row.update({k: r.get(k) for k in ("ms", "ms_min", "ms_max", "n", "warmup", "mem_mib", "first_loss", "final_loss",
+                row.update({k: r.get(k) for k in ("ms", "ms_p10", "ms_p90", "ms_min", "ms_max", "n", "warmup", "mem_mib", "first_loss", "final_loss",
                                                   "loss", "load_s", "rss_loaded_mib", "peak_rss_mib", "hwm_method")})
                 row["notes"] = r.get("notes", [])
                 # the 1-thread rows against PyTorch on one thread, the -v3 rows against PyTorch on AVX2
