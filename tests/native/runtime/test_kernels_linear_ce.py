@@ -82,9 +82,8 @@ def test_every_target_ignored_gives_zeros(lib):
     assert loss == 0 and not dx.any() and not dw.any()  # as cross_entropy (loss.cpp): 0, not NaN
 
 
-@pytest.mark.parametrize("dt", ["bf16", "f16", "i8", "q4"])
-def test_linear_ce_lowp_head(lib, dt):
-    """A frozen low-precision head (a q4 model's int8 embedding table read in place): loss and dx."""
+def lowp_head_case(dt):
+    """x[9,64], the head stored in dt (q, scale), its dequantized fp32 values wd, targets (one ignored)."""
     rng = np.random.default_rng(11)
     M, V, K = 9, 70, 64
     w = (rng.standard_normal((V, K)) * K**-0.5).astype(np.float32)
@@ -95,6 +94,13 @@ def test_linear_ce_lowp_head(lib, dt):
     x = rng.standard_normal((M, K)).astype(np.float32)
     t = rng.integers(0, V, M).astype(np.int64)
     t[2] = -100
+    return x, q, scale, wd, t
+
+
+@pytest.mark.parametrize("dt", ["bf16", "f16", "i8", "q4"])
+def test_linear_ce_lowp_head(lib, dt):
+    """A frozen low-precision head (a q4 model's int8 embedding table read in place): loss and dx."""
+    x, q, scale, wd, t = lowp_head_case(dt)
     loss, lse, dx, _, _ = run(lib, x, q, None, t, 4, 32, dt=dt, scale=scale, wanted=(True, False, False))
     rl, rlse, rdx, _, _ = reference(x, wd, None, t)
     np.testing.assert_allclose(loss, rl.item(), rtol=1e-4, atol=1e-5)
@@ -163,16 +169,7 @@ def test_fwd_dx_nonfinite_logits_give_a_nonfinite_loss(lib):
 
 @pytest.mark.parametrize("dt", ["bf16", "f16", "i8", "q4"])
 def test_linear_ce_fwd_dx_lowp_head(lib, dt):
-    rng = np.random.default_rng(11)
-    M, V, K = 9, 70, 64
-    w = (rng.standard_normal((V, K)) * K**-0.5).astype(np.float32)
-    q, scale = quantize(w, dt)
-    q = np.ascontiguousarray(q.view(np.uint16) if dt == "f16" else q)
-    scale = None if scale is None else np.ascontiguousarray(scale, np.float32)
-    wd = np.asarray(dequantize(quantize(w, dt)[0], dt, scale), np.float32)
-    x = rng.standard_normal((M, K)).astype(np.float32)
-    t = rng.integers(0, V, M).astype(np.int64)
-    t[2] = -100
+    x, q, scale, wd, t = lowp_head_case(dt)
     loss, _, dx = run_fwd_dx(lib, x, q, None, t, 4, 32, dt=dt, scale=scale)
     rl, _, rdx, _, _ = reference(x, wd, None, t)
     np.testing.assert_allclose(loss, rl.item(), rtol=1e-4, atol=1e-5)
