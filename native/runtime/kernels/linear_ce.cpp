@@ -63,6 +63,27 @@ void logits(const float* x, const void* w, const float* scale, const float* b, f
     linear_fwd(xb, static_cast<const float*>(w_rows(w, p, v0)), bb, z, rows, n, p.K);
 }
 
+// The state of a block of rows over the vocabulary tiles, per row: the running max m, the target's
+// logit zt and the running sum s of e^(z - m) (double), in thread scratch, set to (-inf, 0, 0).
+void row_state(i64 R, i64 rows, float*& m, float*& zt, double*& s) {
+  m = detail::thread_scratch<struct LinearCeRows>(4 * R);
+  zt = m + R;
+  s = reinterpret_cast<double*>(zt + R);
+  for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, zt[r] = 0.f, s[r] = 0;
+}
+
+// The block's lse, and its valid rows' losses lse - zt summed into total (in row order, in double).
+void finish_rows(const float* m, const float* zt, const double* s, i64 r0, i64 rows, const int64_t* target,
+                 const LinearCeParams& p, float* lse, double& total, i64& cnt) {
+  for (i64 r = 0; r < rows; ++r) {
+    const double l = static_cast<double>(m[r]) + std::log(s[r]);
+    lse[r0 + r] = static_cast<float>(l);
+    if (!valid(target[r0 + r], p.V, p.ignore_index)) continue;
+    total += l - zt[r];
+    ++cnt;
+  }
+}
+
 i64 first_invalid(const int64_t* t, const LinearCeParams& p) {
   for (i64 i = 0; i < p.M; ++i)
     if (t[i] != p.ignore_index && !valid(t[i], p.V, p.ignore_index)) return i;
@@ -78,10 +99,9 @@ i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float
   i64 cnt = 0;
   for (i64 r0 = 0; r0 < M; r0 += R) {
     const i64 rows = M < r0 + R ? M - r0 : R;
-    float* m = detail::thread_scratch<struct LinearCeRows>(4 * R);  // per row: running max, target's logit,
-    float* zt = m + R;                                                // running sum (double)
-    double* s = reinterpret_cast<double*>(zt + R);
-    for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, zt[r] = 0.f, s[r] = 0;
+    float *m, *zt;  // per row: running max, target's logit, running sum
+    double* s;
+    row_state(R, rows, m, zt, s);
     for (i64 v0 = 0; v0 < V; v0 += C) {
       const i64 n = V < v0 + C ? V - v0 : C;
       logits(x, w, scale, b, scratch, r0, rows, v0, n, p);
@@ -101,13 +121,7 @@ i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float
         }
       });
     }
-    for (i64 r = 0; r < rows; ++r) {  // in row order, in double
-      const double l = static_cast<double>(m[r]) + std::log(s[r]);
-      lse[r0 + r] = static_cast<float>(l);
-      if (!valid(target[r0 + r], V, p.ignore_index)) continue;
-      total += l - zt[r];
-      ++cnt;
-    }
+    finish_rows(m, zt, s, r0, rows, target, p, lse, total, cnt);
   }
   loss[0] = cnt ? static_cast<float>(total / cnt) : 0.f;
   return first_invalid(target, p);
@@ -132,10 +146,9 @@ i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const fl
   i64 used = 0;
   for (i64 r0 = 0; r0 < M; r0 += R) {
     const i64 rows = M < r0 + R ? M - r0 : R;
-    float* m = detail::thread_scratch<struct LinearCeRows>(4 * R);  // per row: running max, target's logit,
-    float* zt = m + R;                                                // running sum (double)
-    double* s = reinterpret_cast<double*>(zt + R);
-    for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, zt[r] = 0.f, s[r] = 0;
+    float *m, *zt;  // per row: running max, target's logit, running sum
+    double* s;
+    row_state(R, rows, m, zt, s);
     float* d = dx + r0 * K;
     for (i64 v0 = 0; v0 < V; v0 += C) {
       const i64 n = V < v0 + C ? V - v0 : C;
@@ -165,13 +178,7 @@ i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const fl
         detail::gemm_strided(scratch, n, 1, static_cast<const float*>(w) + v0 * K, K, 1, d, K, rows, K, n, v0 > 0);
       }
     }
-    for (i64 r = 0; r < rows; ++r) {  // in row order, in double
-      const double l = static_cast<double>(m[r]) + std::log(s[r]);
-      lse[r0 + r] = static_cast<float>(l);
-      if (!valid(target[r0 + r], V, p.ignore_index)) continue;
-      total += l - zt[r];
-      ++used;
-    }
+    finish_rows(m, zt, s, r0, rows, target, p, lse, total, used);
     parallel_for(rows, grain_for_work(K, kMinChunkMacs / 4), [&](i64 a, i64 e) {
       float* wt = tmp + a * K;  // a low-precision target row, dequantized (rows x K of tmp: one per row)
       for (i64 r = a; r < e; ++r) {
