@@ -24,6 +24,9 @@ Three steps (PockEngine, MICRO 2023, section 4.2):
    evolutionary search refines it. Every scheme accepted is checked against its exact
    compiled cost, so the returned one fits the budget.
 
+The cost model is search/compiler.py, the contribution analysis search/contributions.py, the
+hand baselines and measured refinement search/baselines.py, the report search/report.py.
+
 A scheme fits `Budget(memory_mb=M)` when `arena_bytes + state_bytes` <= M MiB, or, with
 memory_budget_mb among the compile keywords, when its private memory (`private_bytes` of the
 program pe.compile builds with them: the recompute plan, frozen weights mapped) is;
@@ -33,26 +36,20 @@ estimated from the FLOPs and the host speed measured on the full-update step.
 from __future__ import annotations
 
 import math
-import os
-import re
-import tempfile
 import time
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch.nn as nn
 
-from ..ops import FULL
 from ..errors import PockError
-from ..frontends.torch_export import check_example, resolve_loss, tied_aliases
-from ..optim.optimizers import SGD, Optimizer
-from ..passes.tied import split_tied_uses
-from ..compiler.program import Program, _c_name, compile_spec, make_spec, resolve_update
+from ..optim.optimizers import Optimizer
 from .baselines import NORMS, fits, last_layer_update, refine as refine_measured, scheme_update
+from .compiler import MIB, SchemeCompiler, cost_of
+from .contributions import (Contributions, Evaluator, _check_batches, _load_cached, _restore_outside,  # noqa: F401
+                            _store_cached, measure_contributions, split_batches)
 
 RATIOS = (0.125, 0.25, 0.5, 1.0)
-MIB = 2 ** 20
 
 
 @dataclass(frozen=True)
@@ -172,323 +169,6 @@ def _check_ratios(ratios) -> tuple:
     if not rs or rs[-1] != 1.0 or any(not 0 < r <= 1 for r in rs) or list(rs) != sorted(set(rs)):
         raise PockError(f"ratios must be increasing numbers in (0, 1] ending in 1.0, got {ratios!r}")
     return rs
-
-
-# -- cost model: compile each scheme from one export -------------------------------------------
-class SchemeCompiler:
-    """pe.compile for many update schemes of one model: pe.compile's own path
-    (program.compile_spec) for the spec with each scheme's `update`, the model exported once
-    (per LoRA configuration) and each scheme lowered from a copy, so a scheme's Program (and
-    stats) is the one pe.compile builds with the same keywords.  compile_kw: every other
-    pe.compile keyword (frozen_dtype, lora, output, exact_skip, name, ...)."""
-
-    def __init__(self, model: nn.Module, example_inputs, example_targets, loss="cross_entropy",
-                 optimizer: Optimizer | None = None, name: str | None = None, **compile_kw):
-        from ..frontends import as_torch_module
-        model = as_torch_module(model)
-        if not isinstance(model, nn.Module):
-            raise PockError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        self.optimizer = optimizer if optimizer is not None else SGD(lr=0.01)
-        if not isinstance(self.optimizer, Optimizer):
-            raise PockError(f"optimizer must be pe.SGD(...) or pe.AdamW(...), got {type(self.optimizer).__name__}")
-        self.inputs = check_example(example_inputs, "example_inputs")
-        self.targets = check_example(example_targets, "example_targets")
-        resolve_loss(loss)
-        self.loss = loss
-        self.name = name or _c_name(type(model).__name__)
-        self.spec = make_spec(model, example_inputs, example_targets, loss, optimizer=self.optimizer,
-                              name=self.name, **compile_kw)
-        self.model = model  # LoRA schemes are compiled from it (pe.compile(..., lora=...))
-        self._lora: dict[tuple, Program] = {}
-        self._exports: dict = {}  # program.compile_spec's export cache
-        self.shapes = {n: tuple(p.shape) for n, p in model.named_parameters()}
-        # frozen by the user (requires_grad=False) stays frozen, as in pe.compile
-        self.frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
-        self.aliases = tied_aliases(model)
-        self._stats: dict[tuple, dict] = {}
-        self._floors = weakref.WeakKeyDictionary()  # program -> the private bytes its budget would need
-        self.compiles = 0
-
-    @property
-    def train_graph(self):
-        """The exported training graph (before lowering) of the spec."""
-        return self._exported()[2]
-
-    @property
-    def forward_graph(self):
-        return self._exported()[3]
-
-    def _exported(self):
-        if not self._exports:
-            self.program("full")
-        return next(iter(self._exports.values()))
-
-    @staticmethod
-    def key(trained: dict, tied_uses: dict | None = None) -> tuple:
-        key = tuple(sorted((n, -1 if k is FULL else int(k)) for n, k in trained.items()))
-        return key + (("tied uses", tuple(sorted(tied_uses.items()))),) if tied_uses else key
-
-    def scheme_key(self, update) -> tuple:
-        """What identifies a scheme's step: what it trains, and a tied weight trained through
-        one use only (passes/tied.py)."""
-        return self.key(*self.resolve(update))
-
-    def program(self, update) -> Program:
-        """The scheme's Program: pe.compile(**the spec's keywords, update=update), exported once.
-        A scheme whose step cannot meet the keywords' memory_budget_mb gets its unbudgeted
-        program (recomputation changes no bits, so its training is the same); its
-        program_stats() count the smallest private memory the compiler names."""
-        prog = self._compile(self.spec.replace(update=update))
-        self.compiles += 1
-        return prog
-
-    def _compile(self, spec) -> Program:
-        try:
-            return compile_spec(spec, self._exports)
-        except PockError as e:
-            m = _UNREACHABLE.search(str(e)) if spec.memory_budget_mb is not None else None
-            if m is None:
-                raise
-        prog = compile_spec(spec.replace(memory_budget_mb=None), self._exports)
-        self._floors[prog] = math.ceil(float(m.group(1)) * MIB)
-        return prog
-
-    def program_stats(self, prog: Program) -> dict:
-        """prog.stats() of a program this compiler made (program(), lora_program()); one whose
-        memory_budget_mb was out of reach counts, as its private_bytes, the smallest private
-        memory the compiler names: what the budget would need."""
-        floor = self._floors.get(prog)
-        return prog.stats() if floor is None else dict(prog.stats(), private_bytes=floor)
-
-    @property
-    def counts_private(self) -> bool:
-        """Whether Budget(memory_mb) counts prog.stats()["private_bytes"] (the compile keywords
-        have memory_budget_mb: the recompute plan, frozen weights mapped), as pe.compile's
-        memory_budget_mb does; else arena + state, as before issue 36."""
-        return self.spec.memory_budget_mb is not None
-
-    def resolve(self, update) -> tuple[dict, dict]:
-        """(what the scheme trains, {tied parameter: the module whose use alone trains it}, from
-        an alias key in `update`), as pe.compile resolves them."""
-        update, uses = split_tied_uses(update, self.aliases)
-        trained = {n: k for n, k in resolve_update(self.shapes, update).items() if n not in self.frozen}
-        return trained, {p: m for p, m in uses.items() if p in trained}
-
-    def trained(self, update) -> dict:
-        return self.resolve(update)[0]
-
-    def tied_uses(self, update) -> dict:
-        return self.resolve(update)[1]
-
-    def stats(self, update) -> dict:
-        """prog.stats() of the scheme's compiled program (cached by what it trains)."""
-        key = self.scheme_key(update)
-        if key not in self._stats:
-            self._stats[key] = self.program_stats(self.program(update))
-        return self._stats[key]
-
-
-    @staticmethod
-    def lora_key(lora, update: dict) -> tuple:
-        return (lora.rank, float(lora.alpha), tuple(lora.targets), lora.seed, tuple(sorted(update.items())))
-
-    def lora_program(self, lora, update: dict) -> Program:
-        """pe.compile(model, ..., update=update or "none", lora=lora): a LoRA scheme (adapters
-        beside a sparse update dict), cached."""
-        key = self.lora_key(lora, update)
-        if key not in self._lora:
-            self._lora[key] = self._compile(self.spec.replace(update=dict(update) or "none", lora=lora,
-                                                              name=f"{self.name}_lora"))
-            self.compiles += 1
-        return self._lora[key]
-
-
-_UNREACHABLE = re.compile(r"cannot be met: the smallest reachable private memory is ([0-9.]+) MiB")
-
-
-def cost_of(stats: dict, ms_per_flop: float | None = None, private: bool = False) -> dict:
-    """The quantities a Budget bounds, from prog.stats(); memory_bytes is the private memory
-    (stats' private_bytes) with `private` (SchemeCompiler.counts_private), else arena + state."""
-    cost = {"memory_bytes": stats["private_bytes"] if private else stats["arena_bytes"] + stats["state_bytes"],
-            "private_bytes": stats["private_bytes"],
-            "training_bytes": stats["arena_bytes"] + stats["optimizer_state_bytes"],
-            "arena_bytes": stats["arena_bytes"], "state_bytes": stats["state_bytes"],
-            "optimizer_state_bytes": stats["optimizer_state_bytes"],
-            "flops_per_step": stats["flops_per_step"], "trainable_elements": stats["trainable_elements"]}
-    if ms_per_flop is not None:
-        cost["step_ms"] = stats["flops_per_step"] * ms_per_flop
-    return cost
-
-
-# -- contribution analysis ------------------------------------------------------------------------
-def _check_batches(batches, compiler: SchemeCompiler) -> list[tuple[tuple, tuple]]:
-    if not isinstance(batches, (list, tuple)) or not batches:
-        raise PockError("batches must be a non-empty list of (inputs, targets) tuples")
-    out = []
-    for i, b in enumerate(batches):
-        if not isinstance(b, (list, tuple)) or len(b) != 2:
-            raise PockError(f"batches[{i}] must be an (inputs, targets) tuple")
-        inputs = check_example(b[0], f"batches[{i}] inputs")
-        targets = check_example(b[1], f"batches[{i}] targets")
-        for what, got, want in (("inputs", inputs, compiler.inputs), ("targets", targets, compiler.targets)):
-            if len(got) != len(want) or any(tuple(a.shape) != tuple(w.shape) or a.dtype != w.dtype
-                                            for a, w in zip(got, want)):
-                raise PockError(f"batches[{i}] {what} have shapes {[tuple(a.shape) for a in got]}, but "
-                                f"batches[0] has {[tuple(w.shape) for w in want]}; all batches need one shape")
-        out.append((inputs, targets))
-    return out
-
-
-def split_batches(batches: list) -> tuple[list, list]:
-    """(train, eval): with 4 or more batches the last quarter is held out for measuring the
-    loss; with fewer, the same batches serve both."""
-    if len(batches) >= 4:
-        n_eval = max(1, len(batches) // 4)
-        return batches[:-n_eval], batches[-n_eval:]
-    return batches, batches
-
-
-@dataclass
-class Contributions:
-    base_loss: float                      # mean evaluation loss before fine-tuning
-    delta: dict[tuple[int, int], float]   # (group index, option) -> loss drop
-    steps: int
-    ms_per_flop: float                    # measured on the full-update step
-    full_delta: float                     # loss drop of the full update, same steps
-    complete: bool = True                 # False: max_seconds ran out, unmeasured options count 0
-
-
-def _eval_loss(trainer, batches) -> float:
-    """Mean training-mode loss of the batches with the weights unchanged (learning rate 0)."""
-    lr = trainer.learning_rate
-    trainer.learning_rate = 0.0
-    try:
-        return float(np.mean([trainer.step(x, y) for x, y in batches]))
-    finally:
-        trainer.learning_rate = lr
-
-
-class Evaluator:
-    """Measured held-out loss drops of update schemes: each scheme is fine-tuned for `steps`
-    steps (cycling the training batches) from the same start by the compiled full-update step,
-    putting back every element outside the scheme after each step, which is exactly the
-    scheme's own sparse step (SGD and AdamW update every element independently); its value is
-    the drop of the mean loss on the held-out batches.  Results are cached per scheme."""
-
-    def __init__(self, compiler: SchemeCompiler, batches, steps: int):
-        self.compiler, self.steps = compiler, steps
-        self.train, self.evalb = split_batches(batches)
-        prog = compiler.program("full")
-        self.flops_full = prog.stats()["flops_per_step"]
-        self.trainer = prog.build()
-        self.original = {n: self.trainer.get_tensor(n).copy() for n in compiler.shapes}
-        self._tmp = tempfile.TemporaryDirectory()
-        self.ckpt = os.path.join(self._tmp.name, "start.pockckpt")
-        self.trainer.save(self.ckpt)
-        self.base = _eval_loss(self.trainer, self.evalb)
-        self.step_s, self.nsteps, self.evaluations = 0.0, 0, 0
-        self._cache: dict[tuple, float] = {}
-        self._own_trainers: dict[tuple, tuple] = {}
-
-    def delta(self, update: dict | None, steps: int | None = None) -> float:
-        """Held-out loss drop after fine-tuning `update` (None: the full update) for `steps`
-        steps (default: the evaluator's)."""
-        steps = self.steps if steps is None else steps
-        trained, uses = (None, {}) if update is None else self.compiler.resolve(update)
-        key = (steps, None if trained is None else self.compiler.key(trained, uses))
-        if uses:  # the shared full-update step computes the summed gradient of a tied weight
-            return self._own_delta(key, key[1], lambda: self.compiler.program(update), steps)
-        if key not in self._cache:
-            self.trainer.load(self.ckpt)
-            for i in range(steps):
-                x, y = self.train[i % len(self.train)]
-                t0 = time.perf_counter()
-                self.trainer.step(x, y)
-                self.step_s, self.nsteps = self.step_s + time.perf_counter() - t0, self.nsteps + 1
-                if trained is not None:
-                    _restore_outside(self.trainer, self.original, trained)
-            self._cache[key] = self.base - _eval_loss(self.trainer, self.evalb)
-            self.evaluations += 1
-        return self._cache[key]
-
-    def _own_delta(self, key: tuple, tkey: tuple, program, steps: int) -> float:
-        """Held-out loss drop after `steps` steps of a scheme's own compiled program (`program()`,
-        built once per `tkey`), from the evaluator's start, on the same batches: LoRA schemes, and
-        schemes whose gradient the shared full-update step does not compute (a tied weight
-        trained through one use)."""
-        if key not in self._cache:
-            if tkey not in self._own_trainers:
-                trainer = program().build()
-                path = os.path.join(self._tmp.name, f"own{len(self._own_trainers)}.pockckpt")
-                trainer.save(path)
-                self._own_trainers[tkey] = (trainer, path)
-            trainer, path = self._own_trainers[tkey]
-            trainer.load(path)
-            for i in range(steps):
-                trainer.step(*self.train[i % len(self.train)])
-            self._cache[key] = self.base - _eval_loss(trainer, self.evalb)
-            self.evaluations += 1
-        return self._cache[key]
-
-    def lora_delta(self, lora, update: dict, steps: int | None = None) -> float:
-        """Held-out loss drop of a LoRA scheme (adapters `lora` beside the sparse `update`)
-        after `steps` steps of its own compiled program, from the same start, on the same
-        batches.  The adapters start at B = 0, so the start loss is the evaluator's."""
-        steps = self.steps if steps is None else steps
-        tkey = self.compiler.lora_key(lora, update)
-        return self._own_delta((steps, "lora", tkey), ("lora", tkey), lambda: self.compiler.lora_program(lora, update),
-                               steps)
-
-    @property
-    def ms_per_flop(self) -> float:
-        return self.step_s * 1e3 / max(self.nsteps, 1) / max(self.flops_full, 1)
-
-    def close(self) -> None:
-        self.trainer.close()
-        for trainer, _ in self._own_trainers.values():
-            trainer.close()
-        self._own_trainers.clear()
-        self._tmp.cleanup()
-
-
-def measure_contributions(compiler: SchemeCompiler, groups: list[Group], batches, steps: int = 10,
-                          progress: bool = True, evaluator: Evaluator | None = None,
-                          deadline: float | None = None) -> Contributions:
-    """Fine-tune every option alone for `steps` steps with the compiled full-update step
-    (Evaluator).  Past `deadline` (time.monotonic()) the options not yet measured count 0."""
-    from tqdm import tqdm
-
-    own = evaluator is None
-    ev = evaluator if evaluator is not None else Evaluator(compiler, batches, steps)
-    options = [(gi, o) for gi, g in enumerate(groups) for o in range(1, len(g.ratios) + 1)]
-    delta, complete = {}, True
-    try:
-        full_delta = ev.delta(None)
-        bar = tqdm(options, desc="contribution analysis", unit="option", disable=not progress)
-        for gi, o in bar:
-            if deadline is not None and time.monotonic() > deadline:
-                delta[(gi, o)], complete = 0.0, False
-                continue
-            bar.set_postfix_str(f"{groups[gi].name} x{groups[gi].ratios[o - 1]:g}", refresh=False)
-            delta[(gi, o)] = ev.delta(groups[gi].update(o))
-    finally:
-        if own:
-            ev.close()
-    return Contributions(ev.base, delta, steps, ev.ms_per_flop, full_delta, complete)
-
-
-def _restore_outside(trainer, original: dict, keep: dict) -> None:
-    """Put back every parameter element outside `keep` ({name: FULL or k})."""
-    for name, orig in original.items():
-        k = keep.get(name)
-        if k is FULL:
-            continue
-        if k is None:
-            trainer.set_tensor(name, orig)
-        else:
-            cur = trainer.get_tensor(name)
-            cur[:, k:] = orig[:, k:]
-            trainer.set_tensor(name, cur)
 
 
 # -- search ---------------------------------------------------------------------------------------
@@ -745,54 +425,6 @@ def search(model: nn.Module, batches, loss="cross_entropy", optimizer: Optimizer
     return SearchResult(update, best, groups, contributions, budget, cost, s.value(best), full, last,
                         last_update, seed, compiler.compiles, history, measured, baselines,
                         time.monotonic() - t0, cached, chosen_lora, measured_steps)
-
-
-# -- contribution cache (per model, data, optimizer and steps) ------------------------------------
-def _cache_key(compiler: SchemeCompiler, batches, steps: int, groups) -> str:
-    import hashlib
-
-    h = hashlib.sha256()
-    h.update(repr((compiler.name, compiler.loss, repr(compiler.optimizer), steps,
-                   [(g.name, g.params, g.ratios) for g in groups], sorted(compiler.frozen))).encode())
-    h.update(repr([(f, repr(getattr(compiler.spec, f))) for f in ("output", "lora", "frozen_dtype", "exact_skip")]).encode())
-    for name, v in sorted(compiler.train_graph.state.items()):
-        if v.data is not None:
-            h.update(name.encode())
-            h.update(np.ascontiguousarray(v.data).tobytes())
-    h.update(str([n.op for n in compiler.train_graph.nodes]).encode())
-    for x, y in batches:
-        for t in (*x, *y):
-            h.update(t.detach().cpu().numpy().tobytes())
-    return h.hexdigest()[:32]
-
-
-def _cache_path(key: str):
-    from ..build.host import cache_dir
-    return cache_dir() / "search" / f"{key}.json"
-
-
-def _load_cached(compiler, batches, steps, groups) -> Contributions | None:
-    import json
-    try:
-        d = json.loads(_cache_path(_cache_key(compiler, batches, steps, groups)).read_text())
-        delta = {(int(k.split(":")[0]), int(k.split(":")[1])): float(v) for k, v in d["delta"].items()}
-        return Contributions(d["base_loss"], delta, d["steps"], d["ms_per_flop"], d["full_delta"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return None
-
-
-def _store_cached(compiler, batches, steps, groups, c: Contributions) -> None:
-    import json
-    try:
-        path = _cache_path(_cache_key(compiler, batches, steps, groups))
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}-{id(c)}")
-        tmp.write_text(json.dumps({"base_loss": c.base_loss, "steps": c.steps, "ms_per_flop": c.ms_per_flop,
-                                   "full_delta": c.full_delta,
-                                   "delta": {f"{g}:{o}": v for (g, o), v in c.delta.items()}}))
-        os.replace(tmp, path)
-    except OSError:
-        pass  # a read-only cache only costs the next search its contribution analysis
 
 
 def _check_cheapest(compiler, groups, budget: Budget, ms_per_flop) -> None:
