@@ -5,7 +5,12 @@ sparse scheme (bench/models.py transformer_sparse; PyTorch's frozen parameters h
 requires_grad False, so it skips their gradients as PockEngine does).
 
     PYTHONPATH=toolchain .venv/bin/python bench/lm_interleaved.py [--rounds 40] [--threads 2]
-        [--schemes full,sparse] [--no-compile] [--heads 4] [--omp-active]
+        [--schemes full,sparse] [--no-compile] [--heads 4] [--omp-active] [--size heldout|bench]
+        [--runtime-b PATH]
+
+--size bench steps `make bench`'s keyboard transformer LM b8x64 instead (vocab 8k, d 256, 4 blocks,
+FFN 1024, 8 x 64 tokens); --runtime-b adds PockEngine rows "pe-B" built over another tree's
+native/runtime (the kernels before a change, say), stepped in the same rounds.
 
 Round r takes one step of every row (the order reversed every other round), after --warmup
 rounds, so a changing machine load hits every row alike. Prints per row p10 / median / p90 ms
@@ -43,6 +48,7 @@ from models import KeyboardTransformer, transformer_sparse  # noqa: E402
 from tables import percentile  # noqa: E402
 
 VOCAB, D, LAYERS, FFN, SEQ, BATCH = 6000, 192, 3, 768, 48, 6
+SIZES = {"heldout": (6000, 192, 3, 768, 48, 6), "bench": (8000, 256, 4, 1024, 64, 8)}  # bench: models.py's b8x64
 LR, MOMENTUM = 0.01, 0.9
 
 
@@ -88,12 +94,13 @@ def torch_row(scheme: str, heads: int, batches, compiled: bool):
     return step
 
 
-def pe_row(scheme: str, heads: int, batches, threads: int):
+def pe_row(scheme: str, heads: int, batches, threads: int, runtime=None):
+    from pockengine.compiler import program as P
     model = make_model(heads)
     x, y = batches[0]
     prog = pe.compile(model, x, y, loss="cross_entropy", update=update_of(scheme, model),
-                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"lm_heldout_{scheme}")
-    tr = prog.build()
+                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"lm_d{D}_{scheme}")
+    tr = P.build(prog, prog.emit(), runtime=runtime) if runtime else prog.build()
     tr.set_num_threads(threads)
 
     def step(i):
@@ -109,11 +116,15 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--schemes", default="full,sparse")
+    ap.add_argument("--size", choices=sorted(SIZES), default="heldout")
+    ap.add_argument("--runtime-b", help="also PockEngine rows (pe-B) built over this native/runtime tree")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
     ap.add_argument("--no-1t", action="store_true", help="leave out PockEngine's 1-thread rows")
     ap.add_argument("--omp-active", action="store_true",
                     help="leave OMP_WAIT_POLICY unset (PyTorch's threads spin after each step into the next row's)")
     a = ap.parse_args(argv)
+    global VOCAB, D, LAYERS, FFN, SEQ, BATCH
+    VOCAB, D, LAYERS, FFN, SEQ, BATCH = SIZES[a.size]
     torch.set_num_threads(a.threads)
     try:
         torch.set_num_interop_threads(1)
@@ -128,6 +139,10 @@ def main(argv=None):
         rows[f"pockengine/{s}"] = pe_row(s, a.heads, batches, a.threads)
         if not a.no_1t:
             rows[f"pockengine-1t/{s}"] = pe_row(s, a.heads, batches, 1)
+        if a.runtime_b:
+            rows[f"pe-B/{s}"] = pe_row(s, a.heads, batches, a.threads, a.runtime_b)
+            if not a.no_1t:
+                rows[f"pe-B-1t/{s}"] = pe_row(s, a.heads, batches, 1, a.runtime_b)
     names = list(rows)
     t0 = time.perf_counter()
     for r in range(a.warmup):  # torch.compile compiles here (forward and backward)
@@ -167,6 +182,11 @@ def main(argv=None):
         if not a.no_1t:
             print(f"[{s}] pockengine {a.threads}t / 1t: {ratio(f'pockengine/{s}', f'pockengine-1t/{s}')}; "
                   f"eager / pockengine-1t: {ratio(f'eager/{s}', f'pockengine-1t/{s}')}")
+        if a.runtime_b:
+            print(f"[{s}] pe-B / pockengine ({a.threads}t): {ratio(f'pe-B/{s}', f'pockengine/{s}')}")
+            if not a.no_1t:
+                print(f"[{s}] pe-B-1t / pockengine-1t: {ratio(f'pe-B-1t/{s}', f'pockengine-1t/{s}')}; CPU time "
+                      f"{statistics.median(cpu[f'pe-B-1t/{s}']) / statistics.median(cpu[f'pockengine-1t/{s}']):.2f}x")
     for n in names:
         tr = getattr(rows[n], "trainer", None)
         if tr is not None:

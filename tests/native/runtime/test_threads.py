@@ -32,6 +32,7 @@ def build_threads_lib() -> ctypes.CDLL:
         "shim_gemm_pool": (None, [vp] * 4 + [i64] * 4 + [cint, cint] + [i64] * 3 + [cf]),
         "shim_linear_fwd_act_pool": (None, [vp] * 5 + [i64] * 3 + [cint]),
         "shim_linear_bwd_pool": (None, [vp] * 7 + [i64] * 3),
+        "shim_embedding_bwd_pool": (i64, [vp] * 4 + [i64] * 5),
         "shim_time_gemm": (ctypes.c_double, [vp] * 4 + [i64] * 3 + [cint] * 3),
     }
     for name, (res, args) in sigs.items():
@@ -259,6 +260,26 @@ def test_relu_epilogue_propagates_nan(lib, pools):
         y = np.zeros((2, 2), np.float32)
         lib.shim_linear_fwd_act_pool(pools[1], ptr(x), ptr(w), None, ptr(y), 2, 2, 2, act)
         assert np.isnan(y[0, 0]) and y[1, 1] == 1.0
+
+
+def test_embedding_bwd_threads_zero_the_whole_table(lib, pools):
+    """The dense table gradient's zeroing is split over the threads (8000 x 256: a chunk per thread
+    and more); the n rows are summed in index order on the caller: the same table for every pool."""
+    rng = np.random.default_rng(0)
+    n, V, D, k = 64, 8000, 256, 200
+    idx = rng.integers(0, V, n).astype(np.int64)
+    idx[:5] = idx[5]  # a row hit several times
+    idx[7] = V + 3  # out of range: skipped, reported
+    dy = rng.standard_normal((n, D)).astype(np.float32)
+    want = np.zeros((V, k), np.float32)
+    for i, r in enumerate(idx):
+        if r < V:
+            want[r] += dy[i, :k]
+    for t in (1, 2, 5):
+        dw = np.full((V, k), np.nan, np.float32)  # every element must be written
+        bad = lib.shim_embedding_bwd_pool(pools[t], ptr(dy), ptr(idx), ptr(dw), n, V, D, k, -1)
+        assert bad == 7
+        np.testing.assert_array_equal(dw, want)
 
 
 # ----------------------------------------------------------------------------- trainer

@@ -108,6 +108,13 @@ void shim_linear_bwd_pool(void* pool, const float* dy, const float* x, const flo
   pk::bias_bwd(dy, db, M, N);
 }
 
+// embedding_bwd (embedding.cpp: the table's zeroing is threaded) on `pool`; returns its result.
+i64 shim_embedding_bwd_pool(void* pool, const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k,
+                            i64 padding_idx) {
+  PoolScope scope(static_cast<ThreadPool*>(pool));
+  return pk::embedding_bwd(dy, idx, dw, n, V, D, k, padding_idx);
+}
+
 // gemv_lowp (gemv.cpp, generation's decode step) on `pool` (nullptr: none current); with
 // reps > 0 also timed: returns the best-of-`reps` seconds after a warm-up call (else 0).
 double shim_gemv_lowp_pool(void* pool, const float* x, const void* w, int dt, const float* scale, const float* b,
