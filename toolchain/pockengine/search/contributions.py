@@ -7,7 +7,6 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -15,9 +14,6 @@ from ..ops import FULL
 from ..errors import PockError
 from ..frontends.torch_export import check_example
 from .compiler import SchemeCompiler
-
-if TYPE_CHECKING:
-    from . import Group
 
 
 def _check_batches(batches, compiler: SchemeCompiler) -> list[tuple[tuple, tuple]]:
@@ -150,11 +146,12 @@ class Evaluator:
         self._tmp.cleanup()
 
 
-def measure_contributions(compiler: SchemeCompiler, groups: list[Group], batches, steps: int = 10,
+def measure_contributions(compiler: SchemeCompiler, groups: list, batches, steps: int = 10,
                           progress: bool = True, evaluator: Evaluator | None = None,
                           deadline: float | None = None) -> Contributions:
     """Fine-tune every option alone for `steps` steps with the compiled full-update step
-    (Evaluator).  Past `deadline` (time.monotonic()) the options not yet measured count 0."""
+    (Evaluator); groups: the search's candidate groups (search.Group).  Past `deadline`
+    (time.monotonic()) the options not yet measured count 0."""
     from tqdm import tqdm
 
     own = evaluator is None
