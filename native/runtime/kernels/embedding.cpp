@@ -2,7 +2,6 @@
 #include <cstring>
 
 #include "pock_kernels.h"
-#include "pock_parallel.h"
 
 namespace pk {
 
@@ -50,9 +49,7 @@ i64 scatter_rows(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i
 // the threads; the scatter of the n rows runs on the caller, in index order.
 i64 embedding_bwd(const float* dy, const int64_t* idx, float* dw, i64 n, i64 V, i64 D, i64 k,
                    i64 padding_idx) {
-  parallel_for(V * k, kMinChunkElems, [&](i64 b, i64 e) {
-    std::memset(dw + b, 0, sizeof(float) * static_cast<size_t>(e - b));
-  });
+  fill(dw, V * k, 0.f);  // copy.cpp's fill, split over the threads
   return scatter_rows(dy, idx, dw, n, V, D, k, padding_idx);
 }
 
