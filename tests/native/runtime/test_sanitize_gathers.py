@@ -17,8 +17,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 RUNTIME = ROOT / "native" / "runtime"
 DRIVER = Path(__file__).resolve().parent / "sanitize" / "gather_kernels.cpp"
-KERNELS = ("embedding.cpp", "loss.cpp", "lowp.cpp", "lowp_dot.cpp", "lowp_amx.cpp", "guards.cpp", "gemm.cpp",
-           "optimizer.cpp")
+KERNELS = ("embedding.cpp", "copy.cpp", "loss.cpp", "lowp.cpp", "lowp_dot.cpp", "lowp_amx.cpp", "guards.cpp",
+           "gemm.cpp", "optimizer.cpp")  # copy.cpp: embedding_bwd zeroes the table with its threaded fill
 SOURCES = [RUNTIME / "kernels" / f for f in KERNELS] + [RUNTIME / "threadpool.cpp"]
 SANITIZE = ["-O1", "-g", "-fno-omit-frame-pointer", "-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]
 ENV = {**os.environ, "ASAN_OPTIONS": "detect_leaks=1:abort_on_error=0:halt_on_error=1",
