@@ -119,6 +119,21 @@ PE_VARIANTS = ["pockengine-1t", "pockengine-v3", "pockengine-v3-1t", "pockengine
                "pockengine-ref-v3", "pockengine-ref-v3-1t", "pockengine-fused-v3-1t"]
 
 
+REF_RUNTIME_ENV = "POCK_BENCH_REF_RUNTIME"
+
+
+def ref_runtime(path: str | None = None) -> str:
+    """The runtime tree of the "ref" rows (a build of the same program over another native/runtime,
+    e.g. an older commit's: a before/after comparison in one run): `path` when given, else
+    $POCK_BENCH_REF_RUNTIME.  The one switch bench/run.py, lm_interleaved.py and threads_ab.py
+    read."""
+    ref = path or os.environ.get(REF_RUNTIME_ENV)
+    if not ref or not Path(ref, "kernels").is_dir():
+        raise RuntimeError(f"the ref rows need {REF_RUNTIME_ENV}=<a native/runtime directory> (or --ref-runtime), "
+                           f"got {ref!r}")
+    return ref
+
+
 def pe_variant(framework: str) -> dict:
     """"pockengine-v3-1t" -> {"march": "x86-64-v3", "threads": 1, "ref": False, "exact_skip": True};
     "fused": exact_skip=False (updates as gradients complete, linear updates fused into their GEMM)."""
@@ -136,11 +151,7 @@ def prepare_pockengine_variant(ctx: Ctx, framework: str) -> dict:
     prog = pe.compile(model, x, y, loss="cross_entropy", update=update,
                       optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"bench_{ctx.workload}_{ctx.scheme}",
                       exact_skip=var["exact_skip"])
-    ref = None
-    if var["ref"]:
-        ref = os.environ.get("POCK_BENCH_REF_RUNTIME")
-        if not ref or not Path(ref, "kernels").is_dir():
-            raise RuntimeError("pockengine-ref needs POCK_BENCH_REF_RUNTIME=<a native/runtime directory>")
+    ref = ref_runtime() if var["ref"] else None
     trainer = build(prog, prog.emit(["cpu"]), ctx.art_dir, runtime=ref, march=var["march"])
     ckpt = ctx.art_dir / "init.pockckpt"
     trainer.save(ckpt)

@@ -6,11 +6,12 @@ requires_grad False, so it skips their gradients as PockEngine does).
 
     PYTHONPATH=toolchain .venv/bin/python bench/lm_interleaved.py [--rounds 40] [--threads 2]
         [--schemes full,sparse] [--no-compile] [--heads 4] [--omp-active] [--size heldout|bench]
-        [--runtime-b PATH]
+        [--ref-runtime PATH]
 
 --size bench steps `make bench`'s keyboard transformer LM b8x64 instead (vocab 8k, d 256, 4 blocks,
-FFN 1024, 8 x 64 tokens); --runtime-b adds PockEngine rows "pe-B" built over another tree's
-native/runtime (the kernels before a change, say), stepped in the same rounds.
+FFN 1024, 8 x 64 tokens); --ref-runtime PATH (or $POCK_BENCH_REF_RUNTIME, as for bench/run.py's
+pockengine-ref rows) adds PockEngine rows "pockengine-ref" built over another tree's native/runtime
+(the kernels before a change, say), stepped in the same rounds.
 
 Round r takes one step of every row (the order reversed every other round), after --warmup
 rounds, so a changing machine load hits every row alike. Prints per row p10 / median / p90 ms
@@ -29,6 +30,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 # PyTorch's OpenMP threads (libgomp, OMP_WAIT_POLICY unset) spin-wait after each parallel region:
 # after a PyTorch step its worker keeps a core busy for tens of milliseconds, which in one process
@@ -45,32 +47,46 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import pockengine as pe  # noqa: E402
 from models import KeyboardTransformer, transformer_sparse  # noqa: E402
+from frameworks import ref_runtime  # noqa: E402
 from tables import percentile  # noqa: E402
 
-VOCAB, D, LAYERS, FFN, SEQ, BATCH = 6000, 192, 3, 768, 48, 6
-SIZES = {"heldout": (6000, 192, 3, 768, 48, 6), "bench": (8000, 256, 4, 1024, 64, 8)}  # bench: models.py's b8x64
+
+
+class Size(NamedTuple):
+    """The LM's shape and its batch."""
+    vocab: int
+    d: int
+    layers: int
+    ffn: int
+    seq: int
+    batch: int
+
+
+SIZES = {"heldout": Size(6000, 192, 3, 768, 48, 6), "bench": Size(8000, 256, 4, 1024, 64, 8)}  # bench: models.py's b8x64
 LR, MOMENTUM = 0.01, 0.9
 
 
-def make_model(heads: int) -> KeyboardTransformer:
+def make_model(size: Size, heads: int) -> KeyboardTransformer:
     torch.manual_seed(0)
-    return KeyboardTransformer(vocab=VOCAB, d=D, layers=LAYERS, heads=heads, ffn=FFN, seq=SEQ)
+    return KeyboardTransformer(vocab=size.vocab, d=size.d, layers=size.layers, heads=heads, ffn=size.ffn,
+                               seq=size.seq)
 
 
-def make_batches(n: int = 4):
+def make_batches(size: Size, n: int = 4):
     g = torch.Generator().manual_seed(0)
-    return [((torch.randint(0, VOCAB, (BATCH, SEQ), generator=g),),
-             (torch.randint(0, VOCAB, (BATCH, SEQ), generator=g),)) for _ in range(n)]
+    shape = (size.batch, size.seq)
+    return [((torch.randint(0, size.vocab, shape, generator=g),),
+             (torch.randint(0, size.vocab, shape, generator=g),)) for _ in range(n)]
 
 
 def update_of(scheme: str, model):
     return "full" if scheme == "full" else transformer_sparse(model)
 
 
-def torch_row(scheme: str, heads: int, batches, compiled: bool):
+def torch_row(size: Size, scheme: str, heads: int, batches, compiled: bool):
     """A step function of PyTorch (eager or torch.compile) on this scheme."""
     from pockengine.compiler.program import resolve_update
-    model = make_model(heads)
+    model = make_model(size, heads)
     named = dict(model.named_parameters())
     trained = resolve_update({n: tuple(p.shape) for n, p in named.items()}, update_of(scheme, model))
     for n, p in named.items():
@@ -79,7 +95,7 @@ def torch_row(scheme: str, heads: int, batches, compiled: bool):
 
     def loss_fn(x, y):
         out = model(x)
-        return F.cross_entropy(out.reshape(-1, VOCAB), y.reshape(-1))
+        return F.cross_entropy(out.reshape(-1, size.vocab), y.reshape(-1))
 
     if compiled:
         loss_fn = torch.compile(loss_fn)
@@ -94,12 +110,12 @@ def torch_row(scheme: str, heads: int, batches, compiled: bool):
     return step
 
 
-def pe_row(scheme: str, heads: int, batches, threads: int, runtime=None):
+def pe_row(size: Size, scheme: str, heads: int, batches, threads: int, runtime=None):
     from pockengine.compiler import program as P
-    model = make_model(heads)
+    model = make_model(size, heads)
     x, y = batches[0]
     prog = pe.compile(model, x, y, loss="cross_entropy", update=update_of(scheme, model),
-                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"lm_d{D}_{scheme}")
+                      optimizer=pe.SGD(lr=LR, momentum=MOMENTUM), name=f"lm_d{size.d}_{scheme}")
     tr = P.build(prog, prog.emit(), runtime=runtime) if runtime else prog.build()
     tr.set_num_threads(threads)
 
@@ -117,32 +133,34 @@ def main(argv=None):
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--schemes", default="full,sparse")
     ap.add_argument("--size", choices=sorted(SIZES), default="heldout")
-    ap.add_argument("--runtime-b", help="also PockEngine rows (pe-B) built over this native/runtime tree")
+    ap.add_argument("--ref-runtime", nargs="?", const="", default=None,
+                    help="also PockEngine rows (pockengine-ref) built over this native/runtime tree "
+                         "(no PATH: $POCK_BENCH_REF_RUNTIME)")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
     ap.add_argument("--no-1t", action="store_true", help="leave out PockEngine's 1-thread rows")
     ap.add_argument("--omp-active", action="store_true",
                     help="leave OMP_WAIT_POLICY unset (PyTorch's threads spin after each step into the next row's)")
     a = ap.parse_args(argv)
-    global VOCAB, D, LAYERS, FFN, SEQ, BATCH
-    VOCAB, D, LAYERS, FFN, SEQ, BATCH = SIZES[a.size]
+    size = SIZES[a.size]
+    ref = ref_runtime(a.ref_runtime) if a.ref_runtime is not None else None
     torch.set_num_threads(a.threads)
     try:
         torch.set_num_interop_threads(1)
     except RuntimeError:
         pass
-    batches = make_batches()
+    batches = make_batches(size)
     rows = {}
     for s in a.schemes.split(","):
-        rows[f"eager/{s}"] = torch_row(s, a.heads, batches, False)
+        rows[f"eager/{s}"] = torch_row(size, s, a.heads, batches, False)
         if not a.no_compile:
-            rows[f"torch.compile/{s}"] = torch_row(s, a.heads, batches, True)
-        rows[f"pockengine/{s}"] = pe_row(s, a.heads, batches, a.threads)
+            rows[f"torch.compile/{s}"] = torch_row(size, s, a.heads, batches, True)
+        rows[f"pockengine/{s}"] = pe_row(size, s, a.heads, batches, a.threads)
         if not a.no_1t:
-            rows[f"pockengine-1t/{s}"] = pe_row(s, a.heads, batches, 1)
-        if a.runtime_b:
-            rows[f"pe-B/{s}"] = pe_row(s, a.heads, batches, a.threads, a.runtime_b)
+            rows[f"pockengine-1t/{s}"] = pe_row(size, s, a.heads, batches, 1)
+        if ref:
+            rows[f"pockengine-ref/{s}"] = pe_row(size, s, a.heads, batches, a.threads, ref)
             if not a.no_1t:
-                rows[f"pe-B-1t/{s}"] = pe_row(s, a.heads, batches, 1, a.runtime_b)
+                rows[f"pockengine-ref-1t/{s}"] = pe_row(size, s, a.heads, batches, 1, ref)
     names = list(rows)
     t0 = time.perf_counter()
     for r in range(a.warmup):  # torch.compile compiles here (forward and backward)
@@ -159,7 +177,8 @@ def main(argv=None):
             times[n].append((time.perf_counter() - t0) * 1e3)
             cpu[n].append((time.thread_time() - c0) * 1e3)
     med = {n: statistics.median(ts) for n, ts in times.items()}
-    print(f"# LM d{D} x{LAYERS} heads {a.heads} ffn {FFN} vocab {VOCAB}, batch {BATCH}x{SEQ}, SGD momentum; "
+    print(f"# LM d{size.d} x{size.layers} heads {a.heads} ffn {size.ffn} vocab {size.vocab}, "
+          f"batch {size.batch}x{size.seq}, SGD momentum; "
           f"{a.threads} threads; {a.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}; "
           f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     print(f"{'row':26s} {'p10':>7s} {'median':>7s} {'p90':>7s}  p90/med  caller-CPU  loss first->last")
@@ -182,11 +201,12 @@ def main(argv=None):
         if not a.no_1t:
             print(f"[{s}] pockengine {a.threads}t / 1t: {ratio(f'pockengine/{s}', f'pockengine-1t/{s}')}; "
                   f"eager / pockengine-1t: {ratio(f'eager/{s}', f'pockengine-1t/{s}')}")
-        if a.runtime_b:
-            print(f"[{s}] pe-B / pockengine ({a.threads}t): {ratio(f'pe-B/{s}', f'pockengine/{s}')}")
+        if ref:
+            print(f"[{s}] pockengine-ref / pockengine ({a.threads}t): {ratio(f'pockengine-ref/{s}', f'pockengine/{s}')}")
             if not a.no_1t:
-                print(f"[{s}] pe-B-1t / pockengine-1t: {ratio(f'pe-B-1t/{s}', f'pockengine-1t/{s}')}; CPU time "
-                      f"{statistics.median(cpu[f'pe-B-1t/{s}']) / statistics.median(cpu[f'pockengine-1t/{s}']):.2f}x")
+                print(f"[{s}] pockengine-ref-1t / pockengine-1t: "
+                      f"{ratio(f'pockengine-ref-1t/{s}', f'pockengine-1t/{s}')}; CPU time "
+                      f"{statistics.median(cpu[f'pockengine-ref-1t/{s}']) / statistics.median(cpu[f'pockengine-1t/{s}']):.2f}x")
     for n in names:
         tr = getattr(rows[n], "trainer", None)
         if tr is not None:

@@ -9,10 +9,11 @@ Prints per workload/scheme: median ms on 1 and on 2 threads, their ratio, and th
 the per-round ratios (2t/1t < 1: two threads faster), with the 1-minute load average, and the
 p10/median/p90 of every step on each thread count.
 
-    ... bench/threads_ab.py --runtime-b=/path/to/old/native/runtime transformer full,sparse 8
+    ... bench/threads_ab.py --ref-runtime=/path/to/old/native/runtime transformer full,sparse 8
 
-also builds each trainer over a second runtime (another threadpool.cpp, say) and times the two
-in the same rounds: rows prefixed "B " are that runtime's.
+also builds each trainer over a second runtime (another threadpool.cpp, say; --ref-runtime with no
+path: $POCK_BENCH_REF_RUNTIME, as bench/run.py's pockengine-ref rows) and times the two in the same
+rounds: rows prefixed "ref " are that runtime's.
 """
 import os
 import statistics
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pockengine as pe  # noqa: E402
 from pockengine.compiler import program as P  # noqa: E402
 from models import workloads  # noqa: E402
+from frameworks import ref_runtime  # noqa: E402
 from run import percentile  # noqa: E402
 
 
@@ -46,9 +48,9 @@ def spread(ts):
 
 
 def main(argv):
-    runtime_b = None
-    if argv and argv[0].startswith("--runtime-b="):
-        runtime_b = argv.pop(0).split("=", 1)[1]
+    ref = None
+    if argv and argv[0].split("=", 1)[0] == "--ref-runtime":
+        ref = ref_runtime(argv.pop(0).partition("=")[2])
     keys = argv[0].split(",") if argv else ["lstm_b1s16", "lstm_b4s20", "transformer", "mobilenetv2"]
     schemes = argv[1].split(",") if len(argv) > 1 else ["full", "sparse"]
     rounds = int(argv[2]) if len(argv) > 2 else 6
@@ -59,8 +61,8 @@ def main(argv):
             if s not in w.schemes:
                 continue
             trainers = {"": build(w, s)}
-            if runtime_b:
-                trainers["B "] = build(w, s, runtime_b)
+            if ref:
+                trainers["ref "] = build(w, s, ref)
             tr, x, y = trainers[""]
             tr.set_num_threads(1)
             tr.step(x, y)

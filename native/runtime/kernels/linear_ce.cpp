@@ -64,22 +64,29 @@ void logits(const float* x, const void* w, const float* scale, const float* b, f
 }
 
 // The state of a block of rows over the vocabulary tiles, per row: the running max m, the target's
-// logit zt and the running sum s of e^(z - m) (double), in thread scratch, set to (-inf, 0, 0).
-void row_state(i64 R, i64 rows, float*& m, float*& zt, double*& s) {
-  m = detail::thread_scratch<struct LinearCeRows>(4 * R);
-  zt = m + R;
-  s = reinterpret_cast<double*>(zt + R);
-  for (i64 r = 0; r < rows; ++r) m[r] = kNegInf, zt[r] = 0.f, s[r] = 0;
+// logit zt and the running sum s of e^(z - m) (double), in thread scratch.
+struct RowState {
+  float* m;
+  float* zt;
+  double* s;
+};
+
+// The state of the block's first `rows` rows (of R), set to (-inf, 0, 0).
+RowState row_state(i64 R, i64 rows) {
+  float* m = detail::thread_scratch<struct LinearCeRows>(4 * R);
+  const RowState st{m, m + R, reinterpret_cast<double*>(m + 2 * R)};
+  for (i64 r = 0; r < rows; ++r) st.m[r] = kNegInf, st.zt[r] = 0.f, st.s[r] = 0;
+  return st;
 }
 
 // The block's lse, and its valid rows' losses lse - zt summed into total (in row order, in double).
-void finish_rows(const float* m, const float* zt, const double* s, i64 r0, i64 rows, const int64_t* target,
-                 const LinearCeParams& p, float* lse, double& total, i64& cnt) {
+void finish_rows(const RowState& st, i64 r0, i64 rows, const int64_t* target, const LinearCeParams& p, float* lse,
+                 double& total, i64& cnt) {
   for (i64 r = 0; r < rows; ++r) {
-    const double l = static_cast<double>(m[r]) + std::log(s[r]);
+    const double l = static_cast<double>(st.m[r]) + std::log(st.s[r]);
     lse[r0 + r] = static_cast<float>(l);
     if (!valid(target[r0 + r], p.V, p.ignore_index)) continue;
-    total += l - zt[r];
+    total += l - st.zt[r];
     ++cnt;
   }
 }
@@ -99,9 +106,7 @@ i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float
   i64 cnt = 0;
   for (i64 r0 = 0; r0 < M; r0 += R) {
     const i64 rows = M < r0 + R ? M - r0 : R;
-    float *m, *zt;  // per row: running max, target's logit, running sum
-    double* s;
-    row_state(R, rows, m, zt, s);
+    const RowState st = row_state(R, rows);
     for (i64 v0 = 0; v0 < V; v0 += C) {
       const i64 n = V < v0 + C ? V - v0 : C;
       logits(x, w, scale, b, scratch, r0, rows, v0, n, p);
@@ -109,19 +114,19 @@ i64 linear_ce_fwd(const float* x, const void* w, const float* scale, const float
         for (i64 r = a; r < e; ++r) {
           const float* z = scratch + r * n;
           const int64_t t = target[r0 + r];
-          if (t >= v0 && t < v0 + n) zt[r] = z[t - v0];
+          if (t >= v0 && t < v0 + n) st.zt[r] = z[t - v0];
           const float mb = vmath::vrow_max(z, n);
-          if (!(mb > m[r])) {
-            if (m[r] > kNegInf) s[r] += vmath::vsum_exp(z, n, m[r]);
+          if (!(mb > st.m[r])) {
+            if (st.m[r] > kNegInf) st.s[r] += vmath::vsum_exp(z, n, st.m[r]);
             continue;
           }
-          if (m[r] > kNegInf) s[r] *= std::exp(static_cast<double>(m[r]) - mb);
-          s[r] += vmath::vsum_exp(z, n, mb);
-          m[r] = mb;
+          if (st.m[r] > kNegInf) st.s[r] *= std::exp(static_cast<double>(st.m[r]) - mb);
+          st.s[r] += vmath::vsum_exp(z, n, mb);
+          st.m[r] = mb;
         }
       });
     }
-    finish_rows(m, zt, s, r0, rows, target, p, lse, total, cnt);
+    finish_rows(st, r0, rows, target, p, lse, total, cnt);
   }
   loss[0] = cnt ? static_cast<float>(total / cnt) : 0.f;
   return first_invalid(target, p);
@@ -146,9 +151,7 @@ i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const fl
   i64 used = 0;
   for (i64 r0 = 0; r0 < M; r0 += R) {
     const i64 rows = M < r0 + R ? M - r0 : R;
-    float *m, *zt;  // per row: running max, target's logit, running sum
-    double* s;
-    row_state(R, rows, m, zt, s);
+    const RowState st = row_state(R, rows);
     float* d = dx + r0 * K;
     for (i64 v0 = 0; v0 < V; v0 += C) {
       const i64 n = V < v0 + C ? V - v0 : C;
@@ -157,17 +160,17 @@ i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const fl
         for (i64 r = a; r < e; ++r) {
           float* z = scratch + r * n;
           const int64_t t = target[r0 + r];
-          if (t >= v0 && t < v0 + n) zt[r] = z[t - v0];
+          if (t >= v0 && t < v0 + n) st.zt[r] = z[t - v0];
           const float mb = vmath::vrow_max(z, n);
-          const float mn = mb > m[r] ? mb : m[r];  // a NaN tile keeps m (its exps make s NaN)
-          if (v0 > 0 && mn > m[r]) {  // rescale the sum and the row of dx accumulated so far
-            const double f = std::exp(static_cast<double>(m[r]) - mn);
-            s[r] *= f;
+          const float mn = mb > st.m[r] ? mb : st.m[r];  // a NaN tile keeps m (its exps make s NaN)
+          if (v0 > 0 && mn > st.m[r]) {  // rescale the sum and the row of dx accumulated so far
+            const double f = std::exp(static_cast<double>(st.m[r]) - mn);
+            st.s[r] *= f;
             const simd::V vf = simd::vbcast(static_cast<float>(f));
             vmath::map_v(d + r * K, d + r * K, K, [vf](simd::V u) { return simd::vmul(u, vf); });
           }
-          m[r] = mn;
-          s[r] += vmath::vexp_store_sum(z, z, n, mn);  // the tile now holds e^(z - m)
+          st.m[r] = mn;
+          st.s[r] += vmath::vexp_store_sum(z, z, n, mn);  // the tile now holds e^(z - m)
         }
       });
       if (p.lowp) {
@@ -178,7 +181,7 @@ i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const fl
         detail::gemm_strided(scratch, n, 1, static_cast<const float*>(w) + v0 * K, K, 1, d, K, rows, K, n, v0 > 0);
       }
     }
-    finish_rows(m, zt, s, r0, rows, target, p, lse, total, used);
+    finish_rows(st, r0, rows, target, p, lse, total, used);
     parallel_for(rows, grain_for_work(K, kMinChunkMacs / 4), [&](i64 a, i64 e) {
       float* wt = tmp + a * K;  // a low-precision target row, dequantized (rows x K of tmp: one per row)
       for (i64 r = a; r < e; ++r) {
@@ -193,7 +196,7 @@ i64 linear_ce_fwd_dx(const float* x, const void* w, const float* scale, const fl
           detail::dequant_span(w, static_cast<LowpDtype>(p.dt), scale, K, t, 0, K, wt);
           wr = wt;
         }
-        const simd::V vs = simd::vbcast(static_cast<float>(g / s[r])), vg = simd::vbcast(static_cast<float>(g));
+        const simd::V vs = simd::vbcast(static_cast<float>(g / st.s[r])), vg = simd::vbcast(static_cast<float>(g));
         vmath::map2_v(dr, wr, dr, K, [vs, vg](simd::V u, simd::V c) {
           return simd::vsub(simd::vmul(vs, u), simd::vmul(vg, c));
         });
