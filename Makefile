@@ -87,6 +87,10 @@ bench: setup
 		|| echo "bench: the decode rows (bench/generate.py) failed"
 	$(PY) bench/footprint.py --steps 2 --out bench/footprint_results.md \
 		|| echo "bench: the training-memory rows (bench/footprint.py) failed"
+	$(PY) bench/lm_interleaved.py --rounds 40 --json bench/lm_interleaved.json \
+		|| echo "bench: the held-out LM rows (bench/lm_interleaved.py) failed; their targets will read not measured"
+	$(PY) bench/lm_interleaved.py --size bench --rounds 40 --json bench/lm_bench_interleaved.json \
+		|| echo "bench: the one-process transformer rows failed; run.py's per-process rows are judged instead"
 	$(PY) bench/targets.py
 	$(PY) bench/readme_tables.py
 

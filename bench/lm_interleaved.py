@@ -6,12 +6,16 @@ requires_grad False, so it skips their gradients as PockEngine does).
 
     PYTHONPATH=toolchain .venv/bin/python bench/lm_interleaved.py [--rounds 40] [--threads 2]
         [--schemes full,sparse] [--no-compile] [--heads 4] [--omp-active] [--size heldout|bench]
-        [--ref-runtime PATH]
+        [--ref-runtime PATH] [--json PATH]
 
 --size bench steps `make bench`'s keyboard transformer LM b8x64 instead (vocab 8k, d 256, 4 blocks,
 FFN 1024, 8 x 64 tokens); --ref-runtime PATH (or $POCK_BENCH_REF_RUNTIME, as for bench/run.py's
 pockengine-ref rows) adds PockEngine rows "pockengine-ref" built over another tree's native/runtime
 (the kernels before a change, say), stepped in the same rounds.
+
+--json PATH also writes every row's p10 / median / p90 ms, median caller-CPU ms and first / last loss
+with the run's settings (`make bench` writes lm_interleaved.json and, --size bench,
+lm_bench_interleaved.json: bench/targets.py judges issue 39's targets from them).
 
 Round r takes one step of every row (the order reversed every other round), after --warmup
 rounds, so a changing machine load hits every row alike. Prints per row p10 / median / p90 ms
@@ -25,6 +29,8 @@ row is its own trainer with set_num_threads(1).
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
 import statistics
 import sys
@@ -48,7 +54,7 @@ sys.path.insert(0, str(HERE))
 import pockengine as pe  # noqa: E402
 from models import KeyboardTransformer, transformer_sparse  # noqa: E402
 from frameworks import ref_runtime  # noqa: E402
-from tables import percentile  # noqa: E402
+from tables import percentile, step_summary  # noqa: E402
 
 
 
@@ -137,6 +143,7 @@ def main(argv=None):
                     help="also PockEngine rows (pockengine-ref) built over this native/runtime tree "
                          "(no PATH: $POCK_BENCH_REF_RUNTIME)")
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile rows")
+    ap.add_argument("--json", help="also write the rows' statistics here (bench/targets.py reads them)")
     ap.add_argument("--no-1t", action="store_true", help="leave out PockEngine's 1-thread rows")
     ap.add_argument("--omp-active", action="store_true",
                     help="leave OMP_WAIT_POLICY unset (PyTorch's threads spin after each step into the next row's)")
@@ -186,6 +193,13 @@ def main(argv=None):
         ts = times[n]
         print(f"{n:26s} {percentile(ts, 0.1):7.1f} {med[n]:7.1f} {percentile(ts, 0.9):7.1f}  {percentile(ts, 0.9) / med[n]:6.2f}"
               f"   {statistics.median(cpu[n]):8.1f}   {losses[n][0]:.4f} -> {losses[n][-1]:.4f}")
+
+    if a.json:
+        meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "size": a.size, **size._asdict(),
+                "heads": a.heads, "threads": a.threads, "rounds": a.rounds, "load": os.getloadavg()[0],
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")}
+        Path(a.json).write_text(json.dumps(step_summary(times, cpu, losses, meta), indent=1) + "\n")
+        print(f"# wrote {a.json}")
 
     def ratio(num, den):
         per_round = statistics.median(t / u for t, u in zip(times[num], times[den]))

@@ -23,6 +23,19 @@ def percentile(xs, q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
+def step_summary(times: dict, cpu: dict, losses: dict, meta: dict) -> dict:
+    """The JSON record of rows stepped in turn in one process (lm_interleaved.py --json): per row the
+    p10 / median / p90 of its step times (ms), the median of the calling thread's CPU ms per step, its
+    step count and first and last loss; `meta` as given."""
+    rows = {}
+    for n, ts in times.items():
+        c = sorted(cpu[n])
+        rows[n] = {"p10": percentile(ts, 0.1), "median": percentile(ts, 0.5), "p90": percentile(ts, 0.9),
+                   "cpu_ms": percentile(c, 0.5), "steps": len(ts), "loss_first": losses[n][0],
+                   "loss_last": losses[n][-1]}
+    return {"meta": meta, "rows": rows}
+
+
 def pct_reference(framework: str, threads: int, peak: dict, peak_v3: dict) -> float | None:
     """The FMA peak a row's "% of peak" is taken against: the -v3 builds against the AVX2 peak,
     the one-thread rows against one core's."""

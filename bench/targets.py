@@ -3,8 +3,8 @@
     python bench/targets.py [--bench bench] [--out bench/targets.md]
 
 Reads the JSON the benchmarks write (run.py: results.json; llm.py: llm_results.json, and
-llm_interleaved.json for the SmolLM2 ms/step ratios when present; arm64/insns.py:
-arm64/results.json) and writes one table: each target, the measured value, and whether it is
+llm_interleaved.json for the SmolLM2 ms/step ratios when present; lm_interleaved.py:
+lm_interleaved.json and lm_bench_interleaved.json; arm64/insns.py: arm64/results.json) and writes one table: each target, the measured value, and whether it is
 met.  A benchmark that did not run leaves its targets "not measured", never met.
 The targets are ratios within one run (the machine's absolute speed does not enter):
 
@@ -15,6 +15,10 @@ The targets are ratios within one run (the machine's absolute speed does not ent
   threads                                        no PockEngine row slower on 2 threads than on 1
   SmolLM2-135M (bench/llm.py --model smollm2)    ms/step ratios, training memory / PyTorch full's
                                                  peak RSS, held-out loss against PyTorch's
+  held-out transformer LM (lm_interleaved.py)    issue 39: vs PyTorch eager, p90 / median, 2 threads
+                                                 / 1, rows interleaved in one process
+  every run.py row vs torch.compile              issue 39; the transformer's rows from
+                                                 lm_interleaved.py --size bench when it ran
 """
 from __future__ import annotations
 
@@ -191,6 +195,60 @@ def llm_targets(llm: dict | None, interleaved: dict | None = None) -> list[Targe
     return out
 
 
+def _lm_rows(lm: dict | None) -> dict:
+    return (lm or {}).get("rows", {})
+
+
+def steady_targets(results: dict | None, heldout: dict | None, bench_lm: dict | None) -> list[Target]:
+    """Issue 39's targets on fp32 (2 threads, rows interleaved in one process): the held-out LM
+    (bench/lm_interleaved.py -> lm_interleaved.json), and every `make bench` row against
+    torch.compile, its transformer rows from the one-process run (--size bench ->
+    lm_bench_interleaved.json) where that ran, the other rows from run.py's results.json."""
+    held = _lm_rows(heldout)
+
+    def med(rows, name):
+        return rows[name]["median"] if name in rows else None
+
+    def over(rows, num, den):
+        a, b = med(rows, num), med(rows, den)
+        return a / b if a and b else None
+
+    out = []
+    for s in ("full", "sparse"):
+        out.append(Target(39, f"held-out transformer LM {s} vs PyTorch eager fp32",
+                          over(held, f"eager/{s}", f"pockengine/{s}"), bound=1.3,
+                          detail="interleaved in one process" if held else ""))
+    steady = [(held[n]["p90"] / held[n]["median"], n) for n in ("pockengine/full", "pockengine/sparse") if n in held]
+    out.append(Target(39, "2-thread steps steady: PockEngine p90 / median (held-out LM)",
+                      max(steady)[0] if steady else None, unit="", met_if="<=", bound=1.2,
+                      detail=f"worst: {max(steady)[1]}" if steady else ""))
+    two = [(over(held, f"pockengine/{s}", f"pockengine-1t/{s}"), s) for s in ("full", "sparse")]
+    two = [(v, s) for v, s in two if v is not None]
+    out.append(Target(39, "2 threads / 1 thread (held-out LM)", max(two)[0] if two else None, unit="x",
+                      met_if="<=", bound=0.75, detail=f"worst: {max(two)[1]}" if two else ""))
+    # every make bench row: torch.compile's ms / PockEngine's, same scheme, same threads
+    ratios = {}
+    for r in (results or {}).get("rows", []):
+        tc = _row((results or {}).get("rows", []), r["workload"], r["scheme"], "torch.compile")
+        if r["framework"] == "pockengine" and r.get("status") == "ok" and tc:
+            ratios[f"{r['workload']} {r['scheme']}"] = tc["ms"] / r["ms"]
+    bench_rows, m = _lm_rows(bench_lm), (bench_lm or {}).get("meta", {})
+    inter = []
+    for s in ("full", "sparse"):
+        v = over(bench_rows, f"torch.compile/{s}", f"pockengine/{s}")
+        if v is not None:  # replaces run.py's transformer row of this scheme
+            ratios = {k: x for k, x in ratios.items() if not (k.startswith("transformer") and k.endswith(f" {s}"))}
+            ratios[f"transformer_b{m.get('batch', '?')}s{m.get('seq', '?')} {s} (one process)"] = v
+            inter.append(s)
+    low = min(ratios.items(), key=lambda kv: kv[1]) if ratios else None
+    detail = f"lowest: {low[0]} {low[1]:.2f}x of {len(ratios)} rows" if low else ""
+    if inter:
+        detail += f"; transformer {'/'.join(inter)} interleaved in one process (lm_bench_interleaved.json)"
+    out.append(Target(39, "every make bench row vs torch.compile (lowest)", low[1] if low else None, bound=1.2,
+                      detail=detail))
+    return out
+
+
 def arm64_lines(insns: dict | None) -> list[str]:
     """The phone-ISA proxy: aarch64 instructions per step, ours vs the same step without auto-vectorization."""
     if not insns or not insns.get("rows"):
@@ -231,10 +289,12 @@ def main(argv=None) -> int:
     bench = Path(a.bench)
     results, llm = _load(bench / "results.json"), _load(bench / "llm_results.json")
     inter = _load(bench / "llm_interleaved.json")
+    heldout, bench_lm = _load(bench / "lm_interleaved.json"), _load(bench / "lm_bench_interleaved.json")
     insns = _load(bench / "arm64" / "results.json")
     sources = {name: (d.get("meta", {}).get("date", "undated") if d else "missing")
-               for name, d in (("results.json", results), ("llm_results.json", llm), ("llm_interleaved.json", inter))}
-    targets = step_targets(results) + llm_targets(llm, inter)
+               for name, d in (("results.json", results), ("llm_results.json", llm), ("llm_interleaved.json", inter),
+                               ("lm_interleaved.json", heldout), ("lm_bench_interleaved.json", bench_lm))}
+    targets = step_targets(results) + llm_targets(llm, inter) + steady_targets(results, heldout, bench_lm)
     text = render(targets, insns, sources)
     Path(a.out or bench / "targets.md").write_text(text)
     print(text)

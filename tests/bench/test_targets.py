@@ -108,3 +108,58 @@ def test_kernel_tables_measured_again_into_a_run(tmp_path):
     assert "measured again on" in (tmp_path / "results.md").read_text()
     memory = [ln for ln in (tmp_path / "targets.md").read_text().splitlines() if "memory-bound kernels" in ln][0]
     assert "stale" not in memory and "measured again" in memory
+
+
+def _lm_json(path, rows, **meta):
+    """An lm_interleaved.py --json record with these {row: (p10, median, p90)}."""
+    tables = _bench_module("tables")
+    times = {n: [p10, p10] + [med] * 7 + [p90, p90] for n, (p10, med, p90) in rows.items()}  # 11: ranks 1, 5, 9
+    out = tables.step_summary(times, {n: [1.0] for n in rows}, {n: [9.0, 8.0] for n in rows}, meta)
+    path.write_text(json.dumps(out))
+    return out
+
+
+def test_step_summary_reads_the_rows_spread():
+    tables = _bench_module("tables")
+    out = tables.step_summary({"a": [4.0, 1.0, 2.0, 3.0, 5.0]}, {"a": [2.0, 1.0, 3.0]}, {"a": [9.0, 7.5]}, {"k": 1})
+    assert out["meta"] == {"k": 1}
+    assert out["rows"]["a"] == {"p10": 1.4, "median": 3.0, "p90": 4.6, "cpu_ms": 2.0, "steps": 5,
+                                "loss_first": 9.0, "loss_last": 7.5}
+
+
+def test_issue_39_targets_from_the_one_process_runs(tmp_path):
+    """The held-out LM's rows judge speed against eager, steadiness and threads; every run.py row is
+    judged against torch.compile, its transformer rows replaced by the one-process run's."""
+    rows = [_row("transformer_b8s64", s, fw, ms) for s, fw, ms in
+            (("full", "pockengine", 100), ("full", "torch.compile", 110),       # 1.1x per process ...
+             ("sparse", "pockengine", 50), ("sparse", "torch.compile", 65))]
+    rows += [_row("mobilenetv2_b8r128", "full", "pockengine", 10), _row("mobilenetv2_b8r128", "full", "torch.compile", 13),
+             _row("lstm_b1s16", "full", "pockengine", 10)]                      # no torch.compile row: not judged
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {"date": "d"}, "rows": rows}))
+    _lm_json(tmp_path / "lm_interleaved.json", {
+        "eager/full": (50, 52, 60), "pockengine/full": (36, 38, 47), "pockengine-1t/full": (60, 63, 64),
+        "eager/sparse": (35, 36, 40), "pockengine/sparse": (25, 26, 27), "pockengine-1t/sparse": (30, 32, 33)})
+    _lm_json(tmp_path / "lm_bench_interleaved.json", {       # ... 1.25x in one process
+        "torch.compile/full": (120, 125, 130), "pockengine/full": (95, 100, 105)}, batch=8, seq=64)
+    assert targets.main(["--bench", str(tmp_path)]) == 0
+    table = {line.split(" | ")[1]: line.split(" | ") for line in (tmp_path / "targets.md").read_text().splitlines()
+             if line.startswith("| 39")}
+    assert table["held-out transformer LM full vs PyTorch eager fp32"][3:5] == ["1.37x", "met"]     # 52 / 38
+    assert table["held-out transformer LM sparse vs PyTorch eager fp32"][3:5] == ["1.38x", "met"]   # 36 / 26
+    steady = table["2-thread steps steady: PockEngine p90 / median (held-out LM)"]
+    assert steady[3:5] == ["1.24", "**not met**"] and "worst: pockengine/full" in steady[5]       # 47 / 38
+    threads = table["2 threads / 1 thread (held-out LM)"]
+    assert threads[3:5] == ["0.812x", "**not met**"] and "worst: sparse" in threads[5]             # 26 / 32
+    every = table["every make bench row vs torch.compile (lowest)"]
+    assert every[3:5] == ["1.25x", "met"]          # mobilenetv2 1.3x, transformer full 1.25x (one process), sparse 1.3x
+    assert "lowest: transformer_b8s64 full (one process) 1.25x of 3 rows" in every[5]
+
+
+def test_issue_39_targets_without_the_one_process_runs(tmp_path):
+    rows = [_row("transformer_b8s64", "full", "pockengine", 100), _row("transformer_b8s64", "full", "torch.compile", 110)]
+    (tmp_path / "results.json").write_text(json.dumps({"meta": {"date": "d"}, "rows": rows}))
+    assert targets.main(["--bench", str(tmp_path)]) == 0
+    table = {line.split(" | ")[1]: line.split(" | ") for line in (tmp_path / "targets.md").read_text().splitlines()
+             if line.startswith("| 39")}
+    assert table["every make bench row vs torch.compile (lowest)"][3:5] == ["1.1x", "**not met**"]
+    assert table["held-out transformer LM full vs PyTorch eager fp32"][3:5] == ["not measured", "n/a"]
