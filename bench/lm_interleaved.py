@@ -54,8 +54,7 @@ sys.path.insert(0, str(HERE))
 import pockengine as pe  # noqa: E402
 from models import KeyboardTransformer, transformer_sparse  # noqa: E402
 from frameworks import ref_runtime  # noqa: E402
-from tables import percentile, step_summary  # noqa: E402
-
+from tables import step_summary  # noqa: E402
 
 
 class Size(NamedTuple):
@@ -183,22 +182,22 @@ def main(argv=None):
             losses[n].append(rows[n](a.warmup + r))
             times[n].append((time.perf_counter() - t0) * 1e3)
             cpu[n].append((time.thread_time() - c0) * 1e3)
-    med = {n: statistics.median(ts) for n, ts in times.items()}
+    meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "size": a.size, **size._asdict(),
+            "heads": a.heads, "threads": a.threads, "rounds": a.rounds, "load": os.getloadavg()[0],
+            "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")}
+    summary = step_summary(times, cpu, losses, meta)  # the table below and --json print the same numbers
+    stats = summary["rows"]
+    med = {n: st["median"] for n, st in stats.items()}
     print(f"# LM d{size.d} x{size.layers} heads {a.heads} ffn {size.ffn} vocab {size.vocab}, "
           f"batch {size.batch}x{size.seq}, SGD momentum; "
-          f"{a.threads} threads; {a.rounds} interleaved rounds; load {os.getloadavg()[0]:.1f}; "
-          f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
+          f"{a.threads} threads; {a.rounds} interleaved rounds; load {meta['load']:.1f}; "
+          f"OMP_WAIT_POLICY={meta['omp_wait_policy']}")
     print(f"{'row':26s} {'p10':>7s} {'median':>7s} {'p90':>7s}  p90/med  caller-CPU  loss first->last")
-    for n in names:
-        ts = times[n]
-        print(f"{n:26s} {percentile(ts, 0.1):7.1f} {med[n]:7.1f} {percentile(ts, 0.9):7.1f}  {percentile(ts, 0.9) / med[n]:6.2f}"
-              f"   {statistics.median(cpu[n]):8.1f}   {losses[n][0]:.4f} -> {losses[n][-1]:.4f}")
-
+    for n, st in stats.items():
+        print(f"{n:26s} {st['p10']:7.1f} {st['median']:7.1f} {st['p90']:7.1f}  {st['p90'] / st['median']:6.2f}"
+              f"   {st['cpu_ms']:8.1f}   {st['loss_first']:.4f} -> {st['loss_last']:.4f}")
     if a.json:
-        meta = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "size": a.size, **size._asdict(),
-                "heads": a.heads, "threads": a.threads, "rounds": a.rounds, "load": os.getloadavg()[0],
-                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "unset")}
-        Path(a.json).write_text(json.dumps(step_summary(times, cpu, losses, meta), indent=1) + "\n")
+        Path(a.json).write_text(json.dumps(summary, indent=1) + "\n")
         print(f"# wrote {a.json}")
 
     def ratio(num, den):

@@ -29,9 +29,8 @@ def step_summary(times: dict, cpu: dict, losses: dict, meta: dict) -> dict:
     step count and first and last loss; `meta` as given."""
     rows = {}
     for n, ts in times.items():
-        c = sorted(cpu[n])
         rows[n] = {"p10": percentile(ts, 0.1), "median": percentile(ts, 0.5), "p90": percentile(ts, 0.9),
-                   "cpu_ms": percentile(c, 0.5), "steps": len(ts), "loss_first": losses[n][0],
+                   "cpu_ms": percentile(cpu[n], 0.5), "steps": len(ts), "loss_first": losses[n][0],
                    "loss_last": losses[n][-1]}
     return {"meta": meta, "rows": rows}
 
